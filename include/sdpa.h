@@ -1,0 +1,140 @@
+/* sdpa.h -- libsdpa public API: scaled dot-product attention on CPUs, one header for C and C++ */
+#ifndef SDPA_H
+#define SDPA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* Status codes. No function of the library aborts, prints or exits: errors come back here.    */
+/* ------------------------------------------------------------------------------------------ */
+typedef enum sdpa_status {
+    SDPA_OK = 0,
+    SDPA_ERR_INVALID_ARGUMENT, /* NULL pointer, zero size, bad stride, NaN scale, ... */
+    SDPA_ERR_UNSUPPORTED,      /* valid request this build or CPU cannot serve */
+    SDPA_ERR_OVERFLOW,         /* a size or offset product does not fit in size_t/ptrdiff_t */
+    SDPA_ERR_NO_MEMORY,        /* workspace allocation failed; nothing was written */
+    SDPA_ERR_UNKNOWN_IMPL      /* sdpa_select / SDPA_ISA named no compiled-in implementation */
+} sdpa_status;
+
+/* A short, static, non-empty English description of a status. Never NULL. */
+const char *sdpa_status_str(sdpa_status s);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Implementations (scalar, avx2, avx512, neon, sve, ...), listed best first.                  */
+/* The first one this CPU and OS can run is chosen at load time; SDPA_ISA=<name> in the        */
+/* environment or sdpa_select(name) forces one (refused, never run, if the CPU cannot run it). */
+/* ------------------------------------------------------------------------------------------ */
+typedef struct sdpa_impl sdpa_impl;
+
+size_t           sdpa_impl_count(void);
+const sdpa_impl *sdpa_impl_at(size_t i);                 /* NULL when i >= sdpa_impl_count() */
+const char      *sdpa_impl_name(const sdpa_impl *impl);  /* "scalar", "avx2", ...; "" for NULL */
+/* The CPU features the implementation needs, e.g. "AVX2+FMA+F16C". */
+const char      *sdpa_impl_requires(const sdpa_impl *impl);
+bool             sdpa_impl_supported(const sdpa_impl *impl); /* runnable on this CPU and OS */
+const sdpa_impl *sdpa_impl_find(const char *name);       /* NULL when no such implementation */
+
+const sdpa_impl *sdpa_active(void);                      /* never NULL */
+/* Force an implementation by name; NULL (or "auto") goes back to automatic selection.
+   SDPA_ERR_UNKNOWN_IMPL for a name not compiled in, SDPA_ERR_UNSUPPORTED for one this CPU cannot
+   run; in both cases the active implementation is left as it was. Thread-safe. */
+sdpa_status      sdpa_select(const char *name);
+
+typedef enum sdpa_selection {
+    SDPA_SELECTED_AUTO = 0,     /* best supported implementation */
+    SDPA_SELECTED_ENV,          /* forced by SDPA_ISA at load time */
+    SDPA_SELECTED_ENV_REFUSED,  /* SDPA_ISA named something unknown or unsupported: automatic */
+    SDPA_SELECTED_FORCED        /* forced by sdpa_select() */
+} sdpa_selection;
+/* Why the active implementation is active. */
+sdpa_selection   sdpa_selection_reason(void);
+const char      *sdpa_selection_str(sdpa_selection r);
+
+/* ------------------------------------------------------------------------------------------ */
+/* The three primitives, f32. The plain forms run on the active implementation; the _impl     */
+/* forms on a given one (which must be supported: an unsupported or NULL impl does nothing,    */
+/* returns alpha 1 for the softmax). Size 0 does nothing. Pointers need not be aligned.        */
+/* ------------------------------------------------------------------------------------------ */
+
+/* s[j] = scale * dot(q[0..d), k[j*k_stride + 0..d)) for j < n. k_stride in elements (>= d). */
+void  sdpa_score_f32(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+                     float scale, float *s);
+/* One block of the streaming softmax. With running max *m and sum *l (start: -INFINITY, 0):
+   writes p[j] = exp(s[j] - m_new) over s in place, sets *m = m_new, *l = alpha * l + sum(p),
+   and returns alpha = exp(m_old - m_new), the factor for the caller's accumulator.
+   Never NaN from -inf alone: while every score seen is -INFINITY, p = 0, (m, l) stay
+   (-INFINITY, 0) and alpha = 1. A NaN score propagates into *l. */
+float sdpa_softmax_online_f32(float *s, size_t n, float *m, float *l);
+/* o[0..dv) = alpha * o + sum_j p[j] * v[j*v_stride + 0..dv) for j < n. v_stride in elements. */
+void  sdpa_accumulate_f32(float *o, float alpha, const float *p, const float *v,
+                          size_t v_stride, size_t n, size_t dv);
+
+void  sdpa_impl_score_f32(const sdpa_impl *impl, const float *q, const float *k, size_t k_stride,
+                          size_t n, size_t d, float scale, float *s);
+float sdpa_impl_softmax_online_f32(const sdpa_impl *impl, float *s, size_t n, float *m, float *l);
+void  sdpa_impl_accumulate_f32(const sdpa_impl *impl, float *o, float alpha, const float *p,
+                               const float *v, size_t v_stride, size_t n, size_t dv);
+/* The implementation's own exp, y[i] = exp(x[i]), as the softmax uses it (x <= 0 is the domain
+   the bound below is stated for; exp(-inf) = 0, NaN propagates). */
+void  sdpa_impl_exp_f32(const sdpa_impl *impl, const float *x, float *y, size_t n);
+/* The maximum error of that exp over x <= 0, in units in the last place of the exact result. */
+double sdpa_impl_exp_max_ulp(const sdpa_impl *impl);
+
+/* ------------------------------------------------------------------------------------------ */
+/* Fused attention: o = softmax(q·kᵀ·scale [+ causal mask]) · v, streamed, f32 accumulation.   */
+/* ------------------------------------------------------------------------------------------ */
+typedef enum sdpa_dtype { SDPA_F32 = 0, SDPA_F16, SDPA_BF16 } sdpa_dtype;
+
+typedef struct sdpa_tensor { /* a view [batch][head][token][dim], dim contiguous */
+    void      *data;
+    sdpa_dtype dtype;
+    ptrdiff_t  batch_stride, head_stride, token_stride; /* in elements, may be negative */
+} sdpa_tensor;
+
+/* The caller's thread pool: run task(arg, i, thread) for every i < n_tasks, each exactly once,
+   in any order and on any of n_threads threads (thread < n_threads, a task never runs on two
+   threads at once with the same thread index), and return when all are done. */
+typedef void (*sdpa_task_fn)(void *arg, size_t task, size_t thread);
+typedef void (*sdpa_parallel_for_fn)(void *pool, size_t n_tasks, sdpa_task_fn task, void *arg);
+
+typedef struct sdpa_params { /* zero-initialise; every later field's zero means "off" */
+    size_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, v_dim; /* v_dim 0: head_dim */
+    float  scale;                     /* 0: 1/sqrt(head_dim) */
+    bool   causal;                    /* query i sees key j iff j <= i + kv_len - q_len */
+    /* thread-pool hook; NULL: everything runs serially on the calling thread */
+    sdpa_parallel_for_fn parallel_for;
+    void                *pool;
+    size_t               n_threads;   /* threads the pool may use (0 with a hook: 1) */
+    /* optional output [batch][q_heads][q_len] of log-sum-exp (natural log) of the scaled,
+       masked scores per query row; -INFINITY for a row that sees no key. NULL: not written. */
+    float               *lse;
+} sdpa_params;
+
+/* Runs attention for every (batch, head, query) of p on the active implementation.
+   q: f32 [batch][q_heads][q_len][head_dim]; k: [batch][kv_heads][kv_len][head_dim] and
+   v: [batch][kv_heads][kv_len][v_dim] in f32, f16 or bf16; o: f32 [batch][q_heads][q_len][v_dim].
+   q_heads must be a multiple of kv_heads (GQA/MQA: query head h reads KV head h / (q_heads /
+   kv_heads)). Rows that see no key (causal with q_len > kv_len) are written as zeros.
+   Deterministic: the same inputs give the same bits for any thread count.
+   On any error nothing is written to o (or lse) and a status says why; sdpa_validate gives
+   the detailed message. */
+sdpa_status sdpa_forward(const sdpa_params *p, const sdpa_tensor *q, const sdpa_tensor *k,
+                         const sdpa_tensor *v, const sdpa_tensor *o);
+sdpa_status sdpa_impl_forward(const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,
+                              const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o);
+
+/* Checks a call exactly as sdpa_forward would, without running it. When msg is not NULL,
+   writes a NUL-terminated description of the first problem found (or "ok") into
+   msg[0..msg_len). */
+sdpa_status sdpa_validate(const sdpa_params *p, const sdpa_tensor *q, const sdpa_tensor *k,
+                          const sdpa_tensor *v, const sdpa_tensor *o, char *msg, size_t msg_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SDPA_H */

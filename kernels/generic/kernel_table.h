@@ -1,0 +1,63 @@
+/* kernel_table.h -- the internal interface every implementation (scalar, avx2, avx512, neon, ...) exports */
+#ifndef SDPA_KERNEL_TABLE_H
+#define SDPA_KERNEL_TABLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sdpa.h"
+
+/* One unit of fused work, built by the driver (dispatch/forward.c) and run by an
+   implementation's `rows` kernel: R query rows against keys [kv_begin, kv_end) of one KV head.
+
+   - q is packed by the driver: f32, row r at q + r * d, already multiplied by the scale, so a
+     score is dot(q_r, k_j).
+   - Rows are ordered so that kv_limit is non-decreasing in r; row r sees key j iff
+     j < kv_limit[r]. The driver guarantees kv_begin < kv_end <= kv_limit[R - 1] (the kernel never
+     reads a key at or past kv_end) and kv_end <= kv_len.
+   - k row j (all d elements, of dtype k_type) starts at element j * k_stride of k, which already
+     points at the KV head's token 0; v likewise with dv elements.
+   - m, l (R each) and acc (R * dv, row r at acc + r * dv) are the running online-softmax state,
+     initialised by the driver to (-INFINITY, 0, 0) and updated in place: after the call, for each
+     row, acc = sum_j exp(s_j - m) v_j and l = sum_j exp(s_j - m) over every key seen so far.
+   - ws is scratch of at least ws_floats(R, d, dv, block) floats, 64-byte aligned, private to
+     this call. block is the number of keys the driver wants processed per inner step (a hint
+     derived from cache sizes; the kernel may use any block up to it). */
+typedef struct sdpa_rows {
+    size_t        rows, d, dv;
+    const float  *q;
+    const size_t *kv_limit;
+    const void   *k;
+    const void   *v;
+    ptrdiff_t     k_stride, v_stride;
+    sdpa_dtype    k_type, v_type;
+    size_t        kv_begin, kv_end;
+    float        *m, *l, *acc;
+    float        *ws;
+    size_t        block;
+} sdpa_rows;
+
+typedef struct sdpa_kernels {
+    /* the three public primitives, same contract as in sdpa.h (n, d, dv >= 1 here) */
+    void  (*score_f32)(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+                       float scale, float *s);
+    float (*softmax_online_f32)(float *s, size_t n, float *m, float *l);
+    void  (*accumulate_f32)(float *o, float alpha, const float *p, const float *v,
+                            size_t v_stride, size_t n, size_t dv);
+    /* the implementation's exp over an array, and its stated max ULP error for x <= 0 */
+    void  (*exp_f32)(const float *x, float *y, size_t n);
+    double exp_max_ulp;
+    /* fused attention on one unit of work */
+    void   (*rows)(const sdpa_rows *w);
+    /* scratch floats that `rows` needs for R rows, head dims d/dv and a key block */
+    size_t (*ws_floats)(size_t rows, size_t d, size_t dv, size_t block);
+} sdpa_kernels;
+
+/* Every implementation exports one of these, named sdpa_kernels_<isa>. */
+extern const sdpa_kernels sdpa_kernels_scalar;
+extern const sdpa_kernels sdpa_kernels_avx2;
+extern const sdpa_kernels sdpa_kernels_avx512;
+extern const sdpa_kernels sdpa_kernels_neon;
+extern const sdpa_kernels sdpa_kernels_sve;
+
+#endif /* SDPA_KERNEL_TABLE_H */
