@@ -2,6 +2,7 @@
 #ifndef SDPA_CONVERT_H
 #define SDPA_CONVERT_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 

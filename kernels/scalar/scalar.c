@@ -1,0 +1,118 @@
+/* scalar.c -- the reference implementation in portable C (no intrinsics): the oracle SIMD paths are held to */
+#include <math.h>
+#include <string.h>
+
+#include "convert.h"
+#include "kernel_table.h"
+
+/* exp for the reference: Cody-Waite reduction x = n ln2 + r carried out in double, a degree-8
+   Taylor polynomial for e^r on |r| <= ln2/2 (truncation error below 2^-34 relative), and
+   ldexp for 2^n, which makes subnormal results with one rounding. The double result is
+   rounded once to float, so the error is at most 0.5 ULP plus the double error: stated bound
+   1 ULP over x <= 0 (the exhaustive test measures about 0.5). */
+static float exp_scalar_one(float xf)
+{
+    if (xf != xf) return xf;               /* NaN */
+    if (xf < -104.0f) return 0.0f;         /* below half the least subnormal, and -inf */
+    if (xf > 88.8f) return INFINITY;
+    const double x = xf;
+    const double n = nearbyint(x * 1.4426950408889634);
+    const double r = (x - n * 0.693145751953125) - n * 1.4286068203094173e-06;
+    double p = 1.0 / 40320.0;
+    p = p * r + 1.0 / 5040.0;
+    p = p * r + 1.0 / 720.0;
+    p = p * r + 1.0 / 120.0;
+    p = p * r + 1.0 / 24.0;
+    p = p * r + 1.0 / 6.0;
+    p = p * r + 0.5;
+    p = p * r + 1.0;
+    p = p * r + 1.0;
+    return (float)ldexp(p, (int)n);
+}
+
+static void exp_scalar(const float *x, float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i++) y[i] = exp_scalar_one(x[i]);
+}
+
+static void score_scalar(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+                         float scale, float *s)
+{
+    for (size_t j = 0; j < n; j++) {
+        const float *kj = k + j * k_stride;
+        float acc = 0.0f;
+        for (size_t c = 0; c < d; c++) acc += q[c] * kj[c];
+        s[j] = scale * acc;
+    }
+}
+
+static float softmax_online_scalar(float *s, size_t n, float *m, float *l)
+{
+    float mx = *m;
+    for (size_t j = 0; j < n; j++)
+        if (s[j] > mx) mx = s[j]; /* a NaN never wins a comparison; it propagates through p */
+    if (mx == -INFINITY) {        /* nothing but -inf so far: weights 0, state unchanged */
+        for (size_t j = 0; j < n; j++) s[j] = 0.0f;
+        return 1.0f;
+    }
+    const float alpha = exp_scalar_one(*m - mx); /* exp(-inf) = 0 for a fresh state */
+    float sum = 0.0f;
+    for (size_t j = 0; j < n; j++) {
+        s[j] = exp_scalar_one(s[j] - mx);
+        sum += s[j];
+    }
+    *m = mx;
+    *l = alpha * *l + sum;
+    return alpha;
+}
+
+static void accumulate_scalar(float *o, float alpha, const float *p, const float *v,
+                              size_t v_stride, size_t n, size_t dv)
+{
+    for (size_t c = 0; c < dv; c++) o[c] *= alpha;
+    for (size_t j = 0; j < n; j++) {
+        const float *vj = v + j * v_stride;
+        const float pj = p[j];
+        for (size_t c = 0; c < dv; c++) o[c] += pj * vj[c];
+    }
+}
+
+/* Scratch: K block [block][d], V block [block][dv], one score row [block]. */
+static size_t ws_floats_scalar(size_t rows, size_t d, size_t dv, size_t block)
+{
+    (void)rows;
+    return block * (d + dv + 1);
+}
+
+/* The fused kernel, plainly: per block of keys, convert K and V exactly to f32 once, then
+   for every row that sees part of the block, score, online softmax and accumulate. */
+static void rows_scalar(const sdpa_rows *w)
+{
+    const size_t d = w->d, dv = w->dv, B = w->block;
+    float *kb = w->ws, *vb = kb + B * d, *s = vb + B * dv;
+    for (size_t j0 = w->kv_begin; j0 < w->kv_end; j0 += B) {
+        const size_t nb = w->kv_end - j0 < B ? w->kv_end - j0 : B;
+        for (size_t j = 0; j < nb; j++) {
+            sdpa_row_to_f32(w->k, (int)w->k_type, w->k_stride, j0 + j, d, kb + j * d);
+            sdpa_row_to_f32(w->v, (int)w->v_type, w->v_stride, j0 + j, dv, vb + j * dv);
+        }
+        for (size_t r = 0; r < w->rows; r++) {
+            const size_t lim = w->kv_limit[r];
+            if (lim <= j0) continue;
+            const size_t n = lim - j0 < nb ? lim - j0 : nb;
+            score_scalar(w->q + r * d, kb, d, n, d, 1.0f, s);
+            const float alpha = softmax_online_scalar(s, n, &w->m[r], &w->l[r]);
+            accumulate_scalar(w->acc + r * dv, alpha, s, vb, dv, n, dv);
+        }
+    }
+}
+
+const sdpa_kernels sdpa_kernels_scalar = {
+    .score_f32 = score_scalar,
+    .softmax_online_f32 = softmax_online_scalar,
+    .accumulate_f32 = accumulate_scalar,
+    .exp_f32 = exp_scalar,
+    .exp_max_ulp = 1.0,
+    .rows = rows_scalar,
+    .ws_floats = ws_floats_scalar,
+};
