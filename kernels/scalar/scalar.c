@@ -49,8 +49,10 @@ static void score_scalar(const float *q, const float *k, size_t k_stride, size_t
 static float softmax_online_scalar(float *s, size_t n, float *m, float *l)
 {
     float mx = *m;
+    /* A NaN score makes the max NaN, and a NaN max stays (no comparison with it is true), so
+       p, l and alpha are NaN from then on: a NaN in an attended input propagates. */
     for (size_t j = 0; j < n; j++)
-        if (s[j] > mx) mx = s[j]; /* a NaN never wins a comparison; it propagates through p */
+        if (s[j] > mx || s[j] != s[j]) mx = s[j];
     if (mx == -INFINITY) {        /* nothing but -inf so far: weights 0, state unchanged */
         for (size_t j = 0; j < n; j++) s[j] = 0.0f;
         return 1.0f;
