@@ -1,0 +1,845 @@
+/* avx512.c -- AVX-512 (F/BW/DQ/VL) + FMA + F16C kernels: the three primitives, exp, and the fused rows kernel */
+#include <immintrin.h>
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kernel_table.h"
+
+/* Micro-kernels are written as loops over small compile-time bounds; forcing them inline with
+   constant bounds lets the compiler unroll them and keep every accumulator in a register. */
+#define AI static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 16")
+
+/* ------------------------------------------------------------------------------------------ */
+/* Small helpers                                                                               */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Lanes [0, n) of a 16-lane vector (n may be >= 16 or 0). Every tail in this file is handled
+   by masked loads and stores, which neither read nor write (nor fault on) masked-off lanes. */
+AI __mmask16 lanes(size_t n)
+{
+    return n >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1u);
+}
+
+static inline size_t round16(size_t n) { return (n + 15) & ~(size_t)15; }
+static inline size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+
+/* 16 (or fewer, by mask) elements of a K/V row converted exactly to f32. f16 goes through the
+   hardware converter (exact: every binary16 is a binary32); bf16 is the upper half of an f32. */
+AI __m512 load_f16(const uint16_t *p, __mmask16 m)
+{
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
+AI __m512 load_bf16(const uint16_t *p, __mmask16 m)
+{
+    __m512i w = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+}
+
+AI __m512 load_any(const void *base, sdpa_dtype t, size_t off, __mmask16 m)
+{
+    if (t == SDPA_F32) return _mm512_maskz_loadu_ps(m, (const float *)base + off);
+    if (t == SDPA_F16) return load_f16((const uint16_t *)base + off, m);
+    return load_bf16((const uint16_t *)base + off, m);
+}
+
+/* Row j of a K/V view as a typed pointer offset, in elements (strides may be negative). */
+static inline ptrdiff_t row_off(ptrdiff_t stride, size_t j) { return (ptrdiff_t)j * stride; }
+
+/* Convert rows [j0, j0 + nb) of a K/V view (n elements each) to f32 rows of stride ld. */
+static void convert_rows(const void *src, sdpa_dtype t, ptrdiff_t stride, size_t j0, size_t nb,
+                         size_t n, float *dst, size_t ld)
+{
+    for (size_t j = 0; j < nb; j++) {
+        const ptrdiff_t o = row_off(stride, j0 + j);
+        float *d = dst + j * ld;
+        for (size_t c = 0; c < n; c += 16) {
+            const __mmask16 m = lanes(n - c);
+            __m512 x;
+            if (t == SDPA_F16)
+                x = load_f16((const uint16_t *)src + o + (ptrdiff_t)c, m);
+            else if (t == SDPA_BF16)
+                x = load_bf16((const uint16_t *)src + o + (ptrdiff_t)c, m);
+            else
+                x = _mm512_maskz_loadu_ps(m, (const float *)src + o + (ptrdiff_t)c);
+            _mm512_mask_storeu_ps(d + c, m, x);
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* exp                                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/* exp(x) for 16 lanes.
+   - Range reduction (Cody-Waite): x = n*ln2 + r with n = nearest integer to x*log2(e), found by
+     adding 1.5*2^23 inside an FMA (the sum's low mantissa bits are then n); ln2 is split into a
+     head with 16 significant bits (so n*LN2_HI is exact for |n| < 2^8) and a tail, so that r is
+     computed with an error far below one ulp; |r| <= ln2/2.
+   - exp(r) by its Taylor polynomial of degree 7 in Horner form: the truncation error
+     (ln2/2)^8/8! ~ 5e-9 is 0.1 ulp relative; the rounding of the last two FMA steps dominates.
+   - 2^n is built in the exponent bits, in two factors 2^n1 * 2^n2 (n1 = floor(n/2)) so that
+     each is a normal float for every n in [-159, 128]: p * 2^n1 is exact, and the single final
+     rounding then produces correctly scaled subnormal results (x in about [-103.97, -87.34])
+     rather than flushing them to zero.
+   - x is clamped to [-110, 89]: below, exp underflows to +0; above, it overflows to +inf (the
+     clamps keep n within the range the exponent construction handles). MAXPS/MINPS return their
+     second operand when either is NaN, so x is put second and a NaN input propagates. */
+AI __m512 exp512(__m512 x)
+{
+    const __m512 magic = _mm512_set1_ps(12582912.0f); /* 1.5 * 2^23 */
+    const __m512 log2e = _mm512_set1_ps(1.44269504088896341f);
+    const __m512 ln2_hi = _mm512_set1_ps(0.693145751953125f);       /* 0x3f317200 */
+    const __m512 ln2_lo = _mm512_set1_ps(1.428606820309417232e-6f); /* ln2 - ln2_hi */
+    x = _mm512_max_ps(_mm512_set1_ps(-110.0f), x);
+    x = _mm512_min_ps(_mm512_set1_ps(89.0f), x);
+    const __m512 t = _mm512_fmadd_ps(x, log2e, magic);
+    const __m512 n = _mm512_sub_ps(t, magic);
+    __m512 r = _mm512_fnmadd_ps(n, ln2_hi, x);
+    r = _mm512_fnmadd_ps(n, ln2_lo, r);
+
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+
+    const __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(magic));
+    const __m512i n1 = _mm512_srai_epi32(ni, 1);
+    const __m512i n2 = _mm512_sub_epi32(ni, n1);
+    const __m512i bias = _mm512_set1_epi32(127);
+    const __m512 s1 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n1, bias), 23));
+    const __m512 s2 = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(n2, bias), 23));
+    return _mm512_mul_ps(_mm512_mul_ps(p, s1), s2);
+}
+
+/* Measured over every float in [-104, 0] against the double-precision exp (error in ulps of the
+   exact result, the ulp taken as at least 2^-149): max 0.9371 ulp, at x = -5.89112377.
+   Stated bound: */
+#define EXP_AVX512_MAX_ULP 1.0
+
+static void exp_f32_avx512(const float *x, float *y, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, exp512(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        const __mmask16 m = lanes(n - i);
+        _mm512_mask_storeu_ps(y + i, m, exp512(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+/* exp of one scalar through the same vector code, so alpha matches the p values bit for bit. */
+static inline float exp1(float x) { return _mm512_cvtss_f32(exp512(_mm512_set1_ps(x))); }
+
+/* The fused kernel's exp, for x <= 0 (or NaN): the same reduction and polynomial, but 2^n in a
+   single factor, with x clamped at -88 so that n >= -127 and n = -127 builds the factor +0.
+   Results below about 2^-126 are therefore flushed to 0 (exp(-inf) = 0 exactly) instead of
+   rounded to a subnormal: six fewer operations, and a flushed p is below 2^-126 while the sum
+   l it joins is at least 1 (the row maximum contributes exp(0) = 1), so the kernel's output
+   cannot tell. */
+AI __m512 exp512_ftz(__m512 x)
+{
+    const __m512 magic = _mm512_set1_ps(12582912.0f);
+    x = _mm512_max_ps(_mm512_set1_ps(-88.0f), x);
+    const __m512 t = _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), magic);
+    const __m512 n = _mm512_sub_ps(t, magic);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606820309417232e-6f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    /* t's low mantissa bits hold n and the magic constant's bits all shift out */
+    const __m512i e = _mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(t), 23),
+                                       _mm512_set1_epi32(127 << 23));
+    return _mm512_mul_ps(p, _mm512_castsi512_ps(e));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Dot products of one query with 16 keys                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Folds a[0..16) (16-lane partial sums) into one vector whose lane i is the full sum of a[i'],
+   with a 4-level tree of lane shuffles and adds (45 ops for 16 sums, instead of 16 separate
+   horizontal reductions). The tree leaves sum i in output lane 4*(i%4) + i/4; callers pass
+   the inputs in the transposed order perm16(i) so that the result comes out in natural order. */
+AI __m512 fold2_512(__m512 x, __m512 y) /* 256-bit halves: x's sums in lanes 0-7, y's in 8-15 */
+{
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
+}
+AI __m512 fold2_256(__m512 x, __m512 y) /* 128-bit quarters */
+{
+    return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD));
+}
+AI __m512 fold2_128(__m512 x, __m512 y) /* pairs within 128-bit lanes */
+{
+    return _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x44), _mm512_shuffle_ps(x, y, 0xEE));
+}
+AI __m512 fold2_64(__m512 x, __m512 y) /* single floats within 128-bit lanes */
+{
+    return _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x88), _mm512_shuffle_ps(x, y, 0xDD));
+}
+AI __m512 reduce16(const __m512 *a)
+{
+    __m512 t[8], u[4], w[2];
+    UNROLL for (int i = 0; i < 8; i++) t[i] = fold2_512(a[2 * i], a[2 * i + 1]);
+    UNROLL for (int i = 0; i < 4; i++) u[i] = fold2_256(t[2 * i], t[2 * i + 1]);
+    UNROLL for (int i = 0; i < 2; i++) w[i] = fold2_128(u[2 * i], u[2 * i + 1]);
+    return fold2_64(w[0], w[1]);
+}
+#define PERM16(i) ((((i) & 3) << 2) | ((i) >> 2))
+
+/* a[perm(i)] += dot(q[0..16*NC), k row i) over NC chunks of 16, the last masked by mlast: the
+   query chunks stay in registers and one pointer walks the 16 key rows. */
+AI void dot16_acc(int NC, __m512 *a, const float *q, const float *k, ptrdiff_t ks,
+                  __mmask16 mlast)
+{
+    __m512 qv[8];
+    UNROLL for (int t = 0; t < NC; t++)
+        qv[t] = t < NC - 1 ? _mm512_loadu_ps(q + 16 * t) : _mm512_maskz_loadu_ps(mlast, q + 16 * t);
+    UNROLL for (int i = 0; i < 16; i++) {
+        const float *kr = k + i * ks;
+        __m512 s0 = a[PERM16(i)], s1 = _mm512_setzero_ps();
+        /* two chains per key: latency over the chunks halves, the 16 keys overlap the rest */
+        UNROLL for (int t = 0; t < NC; t++) {
+            const __m512 kv = t < NC - 1 ? _mm512_loadu_ps(kr + 16 * t)
+                                         : _mm512_maskz_loadu_ps(mlast, kr + 16 * t);
+            if (t & 1)
+                s1 = _mm512_fmadd_ps(qv[t], kv, s1);
+            else
+                s0 = _mm512_fmadd_ps(qv[t], kv, s0);
+        }
+        a[PERM16(i)] = _mm512_add_ps(s0, s1);
+    }
+}
+
+/* out lane i = dot(q[0..d), k row i) for the 16 f32 key rows at k + i * ks. */
+static __m512 score_avx512_1x16(const float *q, const float *k, ptrdiff_t ks, size_t d)
+{
+    __m512 a[16];
+    UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+    size_t c = 0;
+    for (; d - c > 128; c += 128) dot16_acc(8, a, q + c, k + c, ks, 0xFFFF);
+    const size_t rem = d - c, nc = (rem + 15) / 16;
+    const __mmask16 ml = lanes(rem - 16 * (nc - 1));
+    switch (nc) {
+    case 1: dot16_acc(1, a, q + c, k + c, ks, ml); break;
+    case 2: dot16_acc(2, a, q + c, k + c, ks, ml); break;
+    case 3: dot16_acc(3, a, q + c, k + c, ks, ml); break;
+    case 4: dot16_acc(4, a, q + c, k + c, ks, ml); break;
+    case 5: dot16_acc(5, a, q + c, k + c, ks, ml); break;
+    case 6: dot16_acc(6, a, q + c, k + c, ks, ml); break;
+    case 7: dot16_acc(7, a, q + c, k + c, ks, ml); break;
+    default: dot16_acc(8, a, q + c, k + c, ks, ml); break;
+    }
+    return reduce16(a);
+}
+
+/* One dot product (for key counts that do not fill a group of 16). */
+static inline float dot1_f32(const float *q, const float *k, size_t d)
+{
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    size_t c = 0;
+    for (; c + 32 <= d; c += 32) {
+        a = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(k + c), a);
+        b = _mm512_fmadd_ps(_mm512_loadu_ps(q + c + 16), _mm512_loadu_ps(k + c + 16), b);
+    }
+    for (; c < d; c += 16) {
+        const __mmask16 m = lanes(d - c);
+        a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + c), _mm512_maskz_loadu_ps(m, k + c), a);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a, b));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The three primitives                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+static void score_f32_avx512(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+                             float scale, float *s)
+{
+    const __m512 sc = _mm512_set1_ps(scale);
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        _mm512_storeu_ps(s + j, _mm512_mul_ps(score_avx512_1x16(q, k + j * k_stride,
+                                                        (ptrdiff_t)k_stride, d), sc));
+    for (; j < n; j++) s[j] = dot1_f32(q, k + j * k_stride, d) * scale;
+}
+
+/* The online-softmax step over s[0..n), where only s[0..valid) are real scores and the rest
+   count as -inf (p written as 0); the public primitive is valid = n. */
+static float softmax_lim(float *s, size_t n, size_t valid, float *m, float *l)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mx = ninf;
+    /* MAXPS returns its second operand when either is NaN: with the running max second, NaN
+       scores are skipped here (the max stays a number) and reach l through their p below. */
+    for (size_t i = 0; i < valid; i += 16)
+        mx = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, lanes(valid - i), s + i), mx);
+    const float bm = _mm512_reduce_max_ps(mx);
+    const float mo = *m;
+    const float mn = bm > mo ? bm : mo;
+    /* While every score is -inf, subtract 0 instead of -inf: p = exp(-inf) = 0, no NaN. */
+    const __m512 msub = _mm512_set1_ps(mn == -INFINITY ? 0.0f : mn);
+    __m512 sum = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= valid; i += 16) {
+        const __m512 p = exp512(_mm512_sub_ps(_mm512_loadu_ps(s + i), msub));
+        _mm512_storeu_ps(s + i, p);
+        sum = _mm512_add_ps(sum, p);
+    }
+    if (i < valid) {
+        const __mmask16 mv = lanes(valid - i), mn16 = lanes(n - i);
+        /* lanes past valid but before n become 0 */
+        const __m512 p = _mm512_maskz_mov_ps(mv, exp512(_mm512_sub_ps(
+                                                     _mm512_maskz_loadu_ps(mv, s + i), msub)));
+        _mm512_mask_storeu_ps(s + i, mn16, p);
+        sum = _mm512_add_ps(sum, p);
+        i += 16;
+    }
+    for (; i < n; i += 16) _mm512_mask_storeu_ps(s + i, lanes(n - i), _mm512_setzero_ps());
+    const float alpha = mn == -INFINITY ? 1.0f : exp1(mo - mn);
+    *l = alpha * *l + _mm512_reduce_add_ps(sum);
+    *m = mn;
+    return alpha;
+}
+
+static float softmax_online_f32_avx512(float *s, size_t n, float *m, float *l)
+{
+    return softmax_lim(s, n, n, m, l);
+}
+
+static void accumulate_f32_avx512(float *o, float alpha, const float *p, const float *v,
+                                  size_t v_stride, size_t n, size_t dv)
+{
+    const __m512 al = _mm512_set1_ps(alpha);
+    for (size_t c = 0; c < dv; c += 64) {
+        __mmask16 mk[4];
+        __m512 a[4];
+        UNROLL for (int t = 0; t < 4; t++) {
+            mk[t] = c + 16 * t < dv ? lanes(dv - c - 16 * t) : 0;
+            a[t] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[t], o + c + 16 * t), al);
+        }
+        for (size_t j = 0; j < n; j++) {
+            const __m512 pj = _mm512_set1_ps(p[j]);
+            const float *vr = v + j * v_stride + c;
+            UNROLL for (int t = 0; t < 4; t++)
+                a[t] = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(mk[t], vr + 16 * t), a[t]);
+        }
+        UNROLL for (int t = 0; t < 4; t++) _mm512_mask_storeu_ps(o + c + 16 * t, mk[t], a[t]);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Fused rows kernel                                                                           */
+/* ------------------------------------------------------------------------------------------ */
+/*
+ * Two paths, chosen by the number of rows R:
+ *
+ * Few rows (decode, R <= DEC_MAX_ROWS): the work is bound by reading K and V once. Keys go in
+ * groups of 16: the group is converted to f32 into an L1-resident buffer, then every row takes
+ * 16 dot products along d (accumulators per key, one shuffle tree per 16 scores), so each K
+ * element is converted once and read from L1 by each row. V is converted in registers as it is
+ * streamed, each V vector feeding all R rows.
+ *
+ * Many rows (prefill): two GEMMs per key block, computed transposed so that nothing but Q is
+ * ever transposed: Sᵀ[j][r] = sum_c K[j][c] * Qᵀ[c][r] (keys broadcast, 16 query rows per
+ * vector, Qᵀ packed once per call in panels of 64 rows), the online softmax then runs along
+ * the key axis with 16 rows per vector (no horizontal reductions; causal masks are per-lane
+ * compares), and O[r][:] += Pᵀ[j][r] * V[j][:] broadcasts P against V rows (f32 V used in
+ * place, f16/bf16 V converted once per block).
+ */
+
+#define DEC_MAX_ROWS 8
+#define DEC_BLOCK 256 /* keys per block on the few-rows path */
+#define BIG_BLOCK 512 /* keys per block on the many-rows path */
+#define PANEL 64      /* query rows per Qᵀ panel (4 vectors) */
+#define SC_MR 6       /* keys per score micro-tile: 6 x 4 vectors = 24 accumulators */
+#define PV_MR 6       /* rows per PV micro-tile: 6 rows x 4 vectors (64 columns) */
+#define PV_KB 64      /* keys per PV sub-block: 64 keys x 64 columns of V stay in L1 */
+
+static size_t dec_block(size_t block) { return min_sz(block ? block : 1, DEC_BLOCK); }
+static size_t big_block(size_t block) { return min_sz(block ? block : 1, BIG_BLOCK); }
+
+/* Per-call row state: m, l, alpha and the per-block key limit, padded to a multiple of 16. */
+static size_t state_floats(size_t rows) { return 4 * round16(rows); }
+
+static size_t dec_ws(size_t rows, size_t d, size_t block)
+{
+    return state_floats(rows) + rows * round16(dec_block(block)) + 16 * round16(d);
+}
+
+static size_t big_ws(size_t rows, size_t d, size_t dv, size_t block)
+{
+    const size_t nb = big_block(block);
+    return state_floats(rows) + round16(rows) * d + nb * PANEL + nb * round16(d) +
+           nb * round16(dv) + PANEL;
+}
+
+static size_t ws_floats_avx512(size_t rows, size_t d, size_t dv, size_t block)
+{
+    return rows <= DEC_MAX_ROWS ? dec_ws(rows, d, block) : big_ws(rows, d, dv, block);
+}
+
+/* ---- few rows ---------------------------------------------------------------------------- */
+
+/* acc[r][c0..) = alpha[r] * acc (alpha != NULL) + sum_{j in [ja, jb), j < nk[r]} S[r][j] *
+   V[j][c0..) for r < R (nk non-decreasing in r), NV column vectors (masked past dv), V converted
+   in registers. Keys a row does not see are skipped rather than weighted by 0 (an inf or NaN
+   there stays out of that row). */
+AI void pv_dec_tile(int R, int NV, float *acc, size_t dv, size_t c0, const float *alpha,
+                    const float *S, size_t lds, const void *v, sdpa_dtype vt, ptrdiff_t vs,
+                    size_t j0, size_t ja, size_t jb, const size_t *nk)
+{
+    __m512 a[DEC_MAX_ROWS][4];
+    __mmask16 mk[4];
+    UNROLL for (int t = 0; t < NV; t++) mk[t] = c0 + 16 * t < dv ? lanes(dv - c0 - 16 * t) : 0;
+    UNROLL for (int r = 0; r < R; r++) {
+        UNROLL for (int t = 0; t < NV; t++)
+            a[r][t] = _mm512_maskz_loadu_ps(mk[t], acc + r * dv + c0 + 16 * t);
+        if (alpha) {
+            const __m512 al = _mm512_set1_ps(alpha[r]);
+            UNROLL for (int t = 0; t < NV; t++) a[r][t] = _mm512_mul_ps(a[r][t], al);
+        }
+    }
+    size_t j = ja;
+    const size_t jall = min_sz(jb, nk[0]), jmax = min_sz(jb, nk[R - 1]);
+    for (; j < jall; j++) {
+        const size_t off = (size_t)row_off(vs, j0 + j) + c0;
+        __m512 x[4];
+        UNROLL for (int t = 0; t < NV; t++) x[t] = load_any(v, vt, off + 16 * t, mk[t]);
+        UNROLL for (int r = 0; r < R; r++) {
+            const __m512 p = _mm512_set1_ps(S[r * lds + j]);
+            UNROLL for (int t = 0; t < NV; t++) a[r][t] = _mm512_fmadd_ps(p, x[t], a[r][t]);
+        }
+    }
+    for (; j < jmax; j++) {
+        const size_t off = (size_t)row_off(vs, j0 + j) + c0;
+        __m512 x[4];
+        UNROLL for (int t = 0; t < NV; t++) x[t] = load_any(v, vt, off + 16 * t, mk[t]);
+        UNROLL for (int r = 1; r < R; r++) {
+            if (j < nk[r]) {
+                const __m512 p = _mm512_set1_ps(S[r * lds + j]);
+                UNROLL for (int t = 0; t < NV; t++) a[r][t] = _mm512_fmadd_ps(p, x[t], a[r][t]);
+            }
+        }
+    }
+    UNROLL for (int r = 0; r < R; r++)
+        UNROLL for (int t = 0; t < NV; t++)
+            _mm512_mask_storeu_ps(acc + r * dv + c0 + 16 * t, mk[t], a[r][t]);
+}
+
+/* The value type is a template parameter so that each instance converts with one instruction
+   sequence and no per-load branch. Keys go in groups of DEC_PVG, each group's V rows (a few KB)
+   staying in L1 while every column chunk passes over them; alpha is applied by the first. */
+#define DEC_PVG 16
+#define PV_DEC_CASE(R, NV)                                                                  \
+    case R:                                                                                 \
+        for (size_t ja = 0; ja < nk[R - 1]; ja += DEC_PVG)                                   \
+            for (size_t c0 = 0; c0 < dv; c0 += 16 * NV) {                                    \
+                const float *al = ja == 0 ? alpha : NULL;                                   \
+                const size_t jb = min_sz(ja + DEC_PVG, nk[R - 1]);                          \
+                if (vt == SDPA_F32)                                                         \
+                    pv_dec_tile(R, NV, acc, dv, c0, al, S, lds, v, SDPA_F32, vs, j0, ja, jb, nk); \
+                else if (vt == SDPA_F16)                                                    \
+                    pv_dec_tile(R, NV, acc, dv, c0, al, S, lds, v, SDPA_F16, vs, j0, ja, jb, nk); \
+                else                                                                        \
+                    pv_dec_tile(R, NV, acc, dv, c0, al, S, lds, v, SDPA_BF16, vs, j0, ja, jb, nk); \
+            }                                                                               \
+        break;
+
+static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha, const float *S,
+                   size_t lds, const void *v, sdpa_dtype vt, ptrdiff_t vs, size_t j0,
+                   const size_t *nk)
+{
+    switch (R) {
+        PV_DEC_CASE(1, 4)
+        PV_DEC_CASE(2, 4)
+        PV_DEC_CASE(3, 4)
+        PV_DEC_CASE(4, 4)
+        PV_DEC_CASE(5, 4)
+        PV_DEC_CASE(6, 4)
+        PV_DEC_CASE(7, 2)
+        PV_DEC_CASE(8, 2)
+    default: break;
+    }
+}
+
+/* Software prefetch of rows [j, j + n) of a K/V view (bytes per row rb, stride in elements of
+   size es): the decode path reads each row once, in an order (key groups for K, column chunks
+   for V) that the hardware prefetchers follow poorly. A prefetch never faults, but only rows the
+   call will read are named. */
+static inline void prefetch_rows(const void *base, ptrdiff_t stride, size_t es, size_t j,
+                                 size_t n, size_t rb, int to_l1)
+{
+    for (size_t t = 0; t < n; t++) {
+        const char *p = (const char *)base + row_off(stride, j + t) * (ptrdiff_t)es;
+        for (size_t o = 0; o < rb; o += 64) {
+            if (to_l1)
+                _mm_prefetch(p + o, _MM_HINT_T0);
+            else
+                _mm_prefetch(p + o, _MM_HINT_T1);
+        }
+        /* an unaligned row's last line */
+        if (to_l1)
+            _mm_prefetch(p + rb - 1, _MM_HINT_T0);
+        else
+            _mm_prefetch(p + rb - 1, _MM_HINT_T1);
+    }
+}
+
+#define DEC_PF 32 /* keys of prefetch distance on the decode path (measured best of 16..128) */
+
+static void rows_avx512_decode(const sdpa_rows *w)
+{
+    const size_t R = w->rows, d = w->d, dv = w->dv, dp = round16(d);
+    const size_t NB = dec_block(w->block), lds = round16(NB);
+    float *ml = w->ws;                       /* alpha [R] (the state stays in w->m, w->l) */
+    float *S = ml + state_floats(R);         /* [R][lds] */
+    float *kb = S + R * lds;                 /* [16][dp] converted key group */
+    const int kf32 = w->k_type == SDPA_F32;
+    const size_t ek = w->k_type == SDPA_F32 ? 4 : 2, ev = w->v_type == SDPA_F32 ? 4 : 2;
+
+    for (size_t j0 = w->kv_begin; j0 < w->kv_end; j0 += NB) {
+        const size_t nb = min_sz(NB, w->kv_end - j0);
+        /* keys past the last row's limit are never needed (rows are ordered by limit) */
+        const size_t nk = min_sz(nb, w->kv_limit[R - 1] - j0);
+        size_t j = 0;
+        for (; j + 16 <= nk; j += 16) {
+            const float *kr;
+            ptrdiff_t ks;
+            /* K ahead into L1, V (read after this block's scores) into L2 */
+            if (j0 + j + DEC_PF < w->kv_end) {
+                const size_t jp = j0 + j + DEC_PF, np = min_sz(16, w->kv_end - jp);
+                prefetch_rows(w->k, w->k_stride, ek, jp, np, d * ek, 1);
+                prefetch_rows(w->v, w->v_stride, ev, jp, np, dv * ev, 0);
+            }
+            if (kf32) {
+                kr = (const float *)w->k + row_off(w->k_stride, j0 + j);
+                ks = w->k_stride;
+            } else {
+                convert_rows(w->k, w->k_type, w->k_stride, j0 + j, 16, d, kb, dp);
+                kr = kb;
+                ks = (ptrdiff_t)dp;
+            }
+            for (size_t r = 0; r < R; r++)
+                _mm512_store_ps(S + r * lds + j, score_avx512_1x16(w->q + r * d, kr, ks, d));
+        }
+        if (j < nk) {
+            const size_t nt = nk - j;
+            convert_rows(w->k, w->k_type, w->k_stride, j0 + j, nt, d, kb, dp);
+            for (size_t r = 0; r < R; r++)
+                for (size_t t = 0; t < nt; t++) S[r * lds + j + t] = dot1_f32(w->q + r * d, kb + t * dp, d);
+        }
+        size_t valid[DEC_MAX_ROWS];
+        for (size_t r = 0; r < R; r++) {
+            const size_t lim = w->kv_limit[r];
+            valid[r] = lim <= j0 ? 0 : min_sz(nk, lim - j0);
+            /* a row that sees none of the block keeps its state: alpha 1 */
+            ml[r] = valid[r] ? softmax_lim(S + r * lds, valid[r], valid[r], &w->m[r], &w->l[r])
+                             : 1.0f;
+        }
+        pv_avx512_decode(R, w->acc, dv, ml, S, lds, w->v, w->v_type, w->v_stride, j0, valid);
+    }
+}
+
+/* ---- many rows --------------------------------------------------------------------------- */
+
+/* Sᵀ tile: st[i][0..16*NV) = sum_c k[i][c] * qt[c][0..16*NV) for MR keys i (key index j + i
+   within the block). qt is a Qᵀ panel [d][pw]; each step broadcasts MR key elements against NV
+   query vectors. With masking on, a key at or past a lane's limit lim[] becomes -inf (whatever
+   it computed, NaN included). The tile's maximum joins the panel's running maximum mx (NaN
+   scores skipped: MAXPS returns the second operand, the running maximum, for a NaN). */
+AI void score_t_tile(int MR, int NV, const float *qt, size_t pw, const float *k, ptrdiff_t ks,
+                     size_t d, float *st, size_t j, int masked, const int32_t *lim, float *mx)
+{
+    __m512 a[SC_MR][4];
+    const float *kr[SC_MR];
+    UNROLL for (int i = 0; i < MR; i++) {
+        kr[i] = k + i * ks;
+        UNROLL for (int t = 0; t < NV; t++) a[i][t] = _mm512_setzero_ps();
+    }
+    for (size_t c = 0; c < d; c++) {
+        __m512 qv[4];
+        UNROLL for (int t = 0; t < NV; t++) qv[t] = _mm512_load_ps(qt + c * pw + 16 * t);
+        UNROLL for (int i = 0; i < MR; i++) {
+            const __m512 kv = _mm512_set1_ps(kr[i][c]);
+            UNROLL for (int t = 0; t < NV; t++) a[i][t] = _mm512_fmadd_ps(kv, qv[t], a[i][t]);
+        }
+    }
+    if (masked) {
+        const __m512 ninf = _mm512_set1_ps(-INFINITY);
+        UNROLL for (int t = 0; t < NV; t++) {
+            const __m512i L = _mm512_loadu_si512(lim + 16 * t);
+            UNROLL for (int i = 0; i < MR; i++) {
+                const __mmask16 in = _mm512_cmpgt_epi32_mask(L, _mm512_set1_epi32((int32_t)(j + i)));
+                a[i][t] = _mm512_mask_mov_ps(ninf, in, a[i][t]);
+            }
+        }
+    }
+    UNROLL for (int t = 0; t < NV; t++) {
+        __m512 m = _mm512_load_ps(mx + 16 * t);
+        UNROLL for (int i = 0; i < MR; i++) {
+            _mm512_store_ps(st + i * pw + 16 * t, a[i][t]);
+            m = _mm512_max_ps(a[i][t], m);
+        }
+        _mm512_store_ps(mx + 16 * t, m);
+    }
+}
+
+#define SCORE_T_NV(MR)                                                                      \
+    case MR:                                                                                \
+        switch (nv) {                                                                       \
+        case 1: score_t_tile(MR, 1, qt, pw, k, ks, d, st, j, 1, lim, mx); break;            \
+        case 2: score_t_tile(MR, 2, qt, pw, k, ks, d, st, j, 1, lim, mx); break;            \
+        case 3: score_t_tile(MR, 3, qt, pw, k, ks, d, st, j, 1, lim, mx); break;            \
+        default: score_t_tile(MR, 4, qt, pw, k, ks, d, st, j, 1, lim, mx); break;           \
+        }                                                                                   \
+        break;
+
+/* Every tile shape other than the full unmasked one (key tails, narrow panels, the diagonal). */
+static void score_avx512_6x64(size_t mr, size_t nv, const float *qt, size_t pw, const float *k,
+                             ptrdiff_t ks, size_t d, float *st, size_t j, const int32_t *lim,
+                             float *mx)
+{
+    switch (mr) {
+        SCORE_T_NV(1)
+        SCORE_T_NV(2)
+        SCORE_T_NV(3)
+        SCORE_T_NV(4)
+        SCORE_T_NV(5)
+        SCORE_T_NV(6)
+    default: break;
+    }
+}
+
+/* The whole Sᵀ of a panel: keys [0, nk) (rows k, stride ks) against its pw rows, masked by the
+   rows' limits lim[], with the row maxima left in mx[0..pw) (-inf where nothing is seen). */
+static void score_t(const float *qt, size_t pw, const float *k, ptrdiff_t ks, size_t d,
+                    size_t nk, float *st, const int32_t *lim, float *mx)
+{
+    const size_t nv = pw / 16;
+    /* limits are non-decreasing over the panel: keys below the first row's need no mask */
+    const size_t jfree = (size_t)lim[0];
+    for (size_t t = 0; t < pw; t += 16) _mm512_store_ps(mx + t, _mm512_set1_ps(-INFINITY));
+    size_t j = 0;
+    if (nv == PANEL / 16)
+        for (; j + SC_MR <= nk && j + SC_MR <= jfree; j += SC_MR)
+            score_t_tile(SC_MR, PANEL / 16, qt, pw, k + (ptrdiff_t)j * ks, ks, d, st + j * pw, j, 0, lim,
+                         mx);
+    for (; j < nk; j += SC_MR)
+        score_avx512_6x64(min_sz(SC_MR, nk - j), nv, qt, pw, k + (ptrdiff_t)j * ks, ks, d,
+                         st + j * pw, j, lim, mx);
+}
+
+/* O tile: acc[i][c0..c0+64) (= alpha[i] * acc first when alpha != NULL) += sum_j P[j][i] *
+   V[j][c0..) for MR rows i and keys j < nk[i] (non-decreasing in i); columns past dv masked
+   off. A row's excluded keys are skipped, not multiplied by p = 0, so that an inf or NaN in a
+   value row that only later rows see cannot reach it. */
+AI void pv_t_tile(int MR, float *acc, size_t dv, size_t c0, const float *alpha, const float *P,
+                  size_t pw, const float *v, ptrdiff_t vs, const size_t *nk)
+{
+    __m512 a[PV_MR][4];
+    __mmask16 mk[4];
+    UNROLL for (int t = 0; t < 4; t++) mk[t] = c0 + 16 * t < dv ? lanes(dv - c0 - 16 * t) : 0;
+    UNROLL for (int i = 0; i < MR; i++) {
+        UNROLL for (int t = 0; t < 4; t++)
+            a[i][t] = _mm512_maskz_loadu_ps(mk[t], acc + i * dv + c0 + 16 * t);
+        if (alpha) {
+            const __m512 al = _mm512_set1_ps(alpha[i]);
+            UNROLL for (int t = 0; t < 4; t++) a[i][t] = _mm512_mul_ps(a[i][t], al);
+        }
+    }
+    size_t j = 0;
+    for (; j < nk[0]; j++) {
+        __m512 x[4];
+        UNROLL for (int t = 0; t < 4; t++)
+            x[t] = _mm512_maskz_loadu_ps(mk[t], v + (ptrdiff_t)j * vs + (ptrdiff_t)(c0 + 16 * t));
+        UNROLL for (int i = 0; i < MR; i++) {
+            const __m512 p = _mm512_set1_ps(P[j * pw + i]);
+            UNROLL for (int t = 0; t < 4; t++) a[i][t] = _mm512_fmadd_ps(p, x[t], a[i][t]);
+        }
+    }
+    for (; j < nk[MR - 1]; j++) { /* the diagonal: some rows stop earlier */
+        __m512 x[4];
+        UNROLL for (int t = 0; t < 4; t++)
+            x[t] = _mm512_maskz_loadu_ps(mk[t], v + (ptrdiff_t)j * vs + (ptrdiff_t)(c0 + 16 * t));
+        UNROLL for (int i = 1; i < MR; i++) {
+            if (j < nk[i]) {
+                const __m512 p = _mm512_set1_ps(P[j * pw + i]);
+                UNROLL for (int t = 0; t < 4; t++) a[i][t] = _mm512_fmadd_ps(p, x[t], a[i][t]);
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < MR; i++)
+        UNROLL for (int t = 0; t < 4; t++)
+            _mm512_mask_storeu_ps(acc + i * dv + c0 + 16 * t, mk[t], a[i][t]);
+}
+
+static void pv_avx512_6x64(size_t mr, float *acc, size_t dv, size_t c0, const float *alpha,
+                     const float *P, size_t pw, const float *v, ptrdiff_t vs, const size_t *nk)
+{
+    switch (mr) {
+    case 5: pv_t_tile(5, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 6: pv_t_tile(6, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 1: pv_t_tile(1, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 2: pv_t_tile(2, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 3: pv_t_tile(3, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 4: pv_t_tile(4, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    default: break;
+    }
+}
+
+/* The online softmax of one 16-row vector of a panel's Sᵀ (stride pw), keys [0, nk), whose
+   masked entries are already -inf and whose block maxima are bm (16 lanes). m, l, alpha: 16
+   lanes in memory, updated. */
+static void softmax_t16(float *st, size_t pw, size_t nk, const float *bm, float *m, float *l,
+                        float *alpha)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    const __m512 mo = _mm512_loadu_ps(m);
+    /* NaN-free: bm skipped NaN scores and m is never NaN */
+    const __m512 mn = _mm512_max_ps(_mm512_load_ps(bm), mo);
+    /* a lane that has seen only -inf subtracts 0: p = exp(-inf) = 0, alpha 1, no NaN */
+    const __mmask16 dead = _mm512_cmpeq_ps_mask(mn, ninf);
+    const __m512 msub = _mm512_mask_mov_ps(mn, dead, _mm512_setzero_ps());
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    size_t j = 0;
+    for (; j + 2 <= nk; j += 2) {
+        const __m512 p0 = exp512_ftz(_mm512_sub_ps(_mm512_load_ps(st + j * pw), msub));
+        const __m512 p1 = exp512_ftz(_mm512_sub_ps(_mm512_load_ps(st + (j + 1) * pw), msub));
+        _mm512_store_ps(st + j * pw, p0);
+        _mm512_store_ps(st + (j + 1) * pw, p1);
+        s0 = _mm512_add_ps(s0, p0);
+        s1 = _mm512_add_ps(s1, p1);
+    }
+    if (j < nk) {
+        const __m512 p0 = exp512_ftz(_mm512_sub_ps(_mm512_load_ps(st + j * pw), msub));
+        _mm512_store_ps(st + j * pw, p0);
+        s0 = _mm512_add_ps(s0, p0);
+    }
+    const __m512 al = _mm512_mask_mov_ps(exp512_ftz(_mm512_sub_ps(mo, mn)), dead,
+                                         _mm512_set1_ps(1.0f));
+    _mm512_storeu_ps(alpha, al);
+    _mm512_storeu_ps(l, _mm512_add_ps(_mm512_mul_ps(al, _mm512_loadu_ps(l)), _mm512_add_ps(s0, s1)));
+    _mm512_storeu_ps(m, mn);
+}
+
+static void rows_avx512_prefill(const sdpa_rows *w)
+{
+    const size_t R = w->rows, d = w->d, dv = w->dv, Rp = round16(R);
+    const size_t dp = round16(d), dvp = round16(dv);
+    const size_t NB = big_block(w->block);
+    float *mw = w->ws, *lw = mw + Rp, *aw = lw + Rp;
+    int32_t *lim = (int32_t *)(void *)(aw + Rp);
+    float *qt = mw + state_floats(R); /* panels [R/64][d][64], the last one narrower */
+    float *st = qt + Rp * d;          /* [NB][PANEL] */
+    float *kc = st + NB * PANEL;      /* [NB][dp] */
+    float *vc = kc + NB * dp;         /* [NB][dvp] */
+    float *bm = vc + NB * dvp;        /* [PANEL] block maxima of a panel's rows */
+
+    /* Pack Qᵀ once per call (padding rows are zero), load the row state (padding rows: dead). */
+    for (size_t p0 = 0; p0 < Rp; p0 += PANEL) {
+        const size_t pw = min_sz(PANEL, Rp - p0);
+        float *qp = qt + p0 * d;
+        for (size_t r = 0; r < pw; r++) {
+            const float *qr = w->q + (p0 + r) * d;
+            if (p0 + r < R)
+                for (size_t c = 0; c < d; c++) qp[c * pw + r] = qr[c];
+            else
+                for (size_t c = 0; c < d; c++) qp[c * pw + r] = 0.0f;
+        }
+    }
+    for (size_t r = 0; r < Rp; r++) {
+        mw[r] = r < R ? w->m[r] : -INFINITY;
+        lw[r] = r < R ? w->l[r] : 0.0f;
+    }
+
+    for (size_t j0 = w->kv_begin; j0 < w->kv_end; j0 += NB) {
+        const size_t nb = min_sz(NB, w->kv_end - j0);
+        for (size_t r = 0; r < Rp; r++) {
+            /* padding rows copy the last real row's limit, keeping limits non-decreasing */
+            const size_t L = w->kv_limit[r < R ? r : R - 1];
+            lim[r] = (int32_t)(L <= j0 ? 0 : min_sz(nb, L - j0));
+        }
+        const float *kr, *vr;
+        ptrdiff_t ks, vs;
+        /* the last row sees the most keys: nothing past its limit is converted or read */
+        const size_t nmax = (size_t)lim[R - 1];
+        if (w->k_type == SDPA_F32) {
+            kr = (const float *)w->k + row_off(w->k_stride, j0);
+            ks = w->k_stride;
+        } else {
+            convert_rows(w->k, w->k_type, w->k_stride, j0, nmax, d, kc, dp);
+            kr = kc;
+            ks = (ptrdiff_t)dp;
+        }
+        if (w->v_type == SDPA_F32) {
+            vr = (const float *)w->v + row_off(w->v_stride, j0);
+            vs = w->v_stride;
+        } else {
+            convert_rows(w->v, w->v_type, w->v_stride, j0, nmax, dv, vc, dvp);
+            vr = vc;
+            vs = (ptrdiff_t)dvp;
+        }
+
+        for (size_t p0 = 0; p0 < Rp; p0 += PANEL) {
+            const size_t pw = min_sz(PANEL, Rp - p0);
+            const size_t rl = min_sz(R, p0 + pw) - 1; /* the panel's last real row */
+            const size_t np = (size_t)lim[rl];          /* keys any row of the panel sees */
+            if (np == 0) continue;                      /* nothing seen: state unchanged */
+            score_t(qt + p0 * d, pw, kr, ks, d, np, st, lim + p0, bm);
+            for (size_t t = 0; t < pw; t += 16)
+                softmax_t16(st + t, pw, np, bm + t, mw + p0 + t, lw + p0 + t, aw + p0 + t);
+            /* P·V over the panel's real rows, keys in L1-sized sub-blocks */
+            const size_t nrow = rl + 1 - p0;
+            for (size_t kb = 0; kb < np; kb += PV_KB) {
+                for (size_t c0 = 0; c0 < dv; c0 += 64) {
+                    for (size_t i = 0; i < nrow; i += PV_MR) {
+                        const size_t mr = min_sz(PV_MR, nrow - i);
+                        size_t nk[PV_MR]; /* keys of this sub-block each row sees */
+                        for (size_t t = 0; t < mr; t++) {
+                            const size_t li = (size_t)lim[p0 + i + t];
+                            nk[t] = li <= kb ? 0 : min_sz(PV_KB, li - kb);
+                        }
+                        /* no key seen at all: kb > 0, or kb == 0 and alpha = 1, p = 0 */
+                        if (nk[mr - 1] == 0) continue;
+                        pv_avx512_6x64(mr, w->acc + (p0 + i) * dv, dv, c0, kb == 0 ? aw + p0 + i : NULL,
+                                 st + kb * pw + i, pw, vr + (ptrdiff_t)kb * vs, vs, nk);
+                    }
+                }
+            }
+        }
+    }
+    for (size_t r = 0; r < R; r++) {
+        w->m[r] = mw[r];
+        w->l[r] = lw[r];
+    }
+}
+
+static void rows_avx512(const sdpa_rows *w)
+{
+    if (w->rows <= DEC_MAX_ROWS)
+        rows_avx512_decode(w);
+    else
+        rows_avx512_prefill(w);
+}
+
+const sdpa_kernels sdpa_kernels_avx512 = {
+    .score_f32 = score_f32_avx512,
+    .softmax_online_f32 = softmax_online_f32_avx512,
+    .accumulate_f32 = accumulate_f32_avx512,
+    .exp_f32 = exp_f32_avx512,
+    .exp_max_ulp = EXP_AVX512_MAX_ULP,
+    .rows = rows_avx512,
+    .ws_floats = ws_floats_avx512,
+};
