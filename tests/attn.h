@@ -1,0 +1,307 @@
+/* attn.h -- test helpers for fused attention: strided tensor views in any layout and a float64 oracle */
+#ifndef SDPA_TEST_ATTN_H
+#define SDPA_TEST_ATTN_H
+
+#include "testlib.h"
+
+#include "convert.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Views                                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+typedef enum tlayout {
+    L_DENSE = 0,   /* [batch][head][token][dim], packed */
+    L_PADDED,      /* the same order, every stride padded (rows, heads and batches do not touch) */
+    L_TOKEN_MAJOR, /* [batch][token][head][dim] as many engines store it, padded a little */
+    L_REVERSED,    /* tokens stored last to first: a negative token stride */
+    L_COUNT
+} tlayout;
+
+static const char *const layout_names[L_COUNT] = {"dense", "padded", "token-major", "reversed"};
+
+typedef struct tview {
+    size_t     B, H, T, D; /* logical shape [B][H][T][D] */
+    sdpa_dtype dtype;
+    ptrdiff_t  bs, hs, ts; /* strides in elements */
+    size_t     es;         /* element size in bytes */
+    size_t     n_elems;    /* extent of the allocation, elements */
+    ptrdiff_t  origin;     /* element index of [0][0][0][0] within the allocation */
+    void      *buf;        /* the allocation (owned unless placed) */
+    bool       owned;
+    float     *vals;       /* dense f32 copy [B][H][T][D] of the stored values, after conversion */
+} tview;
+
+/* Lays out a view (strides and extent) with `margin` spare elements before and after it. */
+static inline void tview_layout(tview *t, size_t B, size_t H, size_t T, size_t D, sdpa_dtype dt,
+                                tlayout layout, size_t margin)
+{
+    memset(t, 0, sizeof *t);
+    t->B = B, t->H = H, t->T = T, t->D = D, t->dtype = dt;
+    t->es = sdpa_dtype_size(dt) ? sdpa_dtype_size(dt) : 4;
+    ptrdiff_t b = (ptrdiff_t)B, h = (ptrdiff_t)H, n = (ptrdiff_t)T, d = (ptrdiff_t)D;
+    switch (layout) {
+    case L_DENSE: t->ts = d, t->hs = n * d, t->bs = h * n * d; break;
+    case L_PADDED: t->ts = d + 3, t->hs = n * (d + 3) + 5, t->bs = h * (n * (d + 3) + 5) + 7; break;
+    case L_TOKEN_MAJOR: t->hs = d + 2, t->ts = h * (d + 2) + 1, t->bs = n * (h * (d + 2) + 1) + 3; break;
+    default: t->ts = -(d + 1), t->hs = n * (d + 1), t->bs = h * n * (d + 1); break;
+    }
+    (void)b;
+    /* extent: the lowest and highest element any index reaches */
+    ptrdiff_t lo = 0, hi = d - 1;
+    const ptrdiff_t st[3] = {t->bs, t->hs, t->ts}, cnt[3] = {b, h, n};
+    for (int i = 0; i < 3; i++) {
+        ptrdiff_t reach = (cnt[i] - 1) * st[i];
+        if (reach < 0) lo += reach;
+        else hi += reach;
+    }
+    t->origin = (ptrdiff_t)margin - lo;
+    t->n_elems = (size_t)(hi - lo + 1) + 2 * margin;
+}
+
+static inline void tview_alloc(tview *t)
+{
+    t->buf = tl_xmalloc(t->n_elems * t->es);
+    t->owned = true;
+    memset(t->buf, 0, t->n_elems * t->es);
+    t->vals = tl_xmalloc(t->B * t->H * t->T * t->D * sizeof(float));
+}
+
+/* Uses caller memory of n_elems * es bytes (a guard-page region) instead of allocating. */
+static inline void tview_place(tview *t, void *mem)
+{
+    t->buf = mem;
+    t->owned = false;
+    t->vals = tl_xmalloc(t->B * t->H * t->T * t->D * sizeof(float));
+}
+
+static inline void tview_free(tview *t)
+{
+    if (t->owned) free(t->buf);
+    free(t->vals);
+    t->buf = t->vals = NULL;
+}
+
+static inline ptrdiff_t tview_index(const tview *t, size_t b, size_t h, size_t n, size_t c)
+{
+    return t->origin + (ptrdiff_t)b * t->bs + (ptrdiff_t)h * t->hs + (ptrdiff_t)n * t->ts + (ptrdiff_t)c;
+}
+
+static inline size_t tview_dense(const tview *t, size_t b, size_t h, size_t n, size_t c)
+{
+    return ((b * t->H + h) * t->T + n) * t->D + c;
+}
+
+static inline sdpa_tensor tview_tensor(const tview *t)
+{
+    sdpa_tensor x;
+    x.data = (char *)t->buf + t->origin * (ptrdiff_t)t->es;
+    x.dtype = t->dtype;
+    x.batch_stride = t->bs;
+    x.head_stride = t->hs;
+    x.token_stride = t->ts;
+    return x;
+}
+
+/* Stores v at an element (converted to the view's type) and returns the value actually stored. */
+static inline float tview_store(tview *t, ptrdiff_t idx, float v)
+{
+    if (t->dtype == SDPA_F16) {
+        uint16_t h = sdpa_f32_to_f16(v);
+        ((uint16_t *)t->buf)[idx] = h;
+        return sdpa_f16_to_f32(h);
+    }
+    if (t->dtype == SDPA_BF16) {
+        uint16_t h = sdpa_f32_to_bf16(v);
+        ((uint16_t *)t->buf)[idx] = h;
+        return sdpa_bf16_to_f32(h);
+    }
+    ((float *)t->buf)[idx] = v;
+    return v;
+}
+
+/* Fills every element of the view with uniform values in [lo, hi), keeping the stored values. */
+static inline void tview_fill(tview *t, tl_rng *r, float lo, float hi)
+{
+    for (size_t b = 0; b < t->B; b++)
+        for (size_t h = 0; h < t->H; h++)
+            for (size_t n = 0; n < t->T; n++)
+                for (size_t c = 0; c < t->D; c++)
+                    t->vals[tview_dense(t, b, h, n, c)] =
+                        tview_store(t, tview_index(t, b, h, n, c), tl_uniform(r, lo, hi));
+}
+
+/* An f32 output view: every element of the allocation holds the sentinel before the call. */
+static inline void tview_sentinel(tview *t) { tl_fill_sentinel((float *)t->buf, t->n_elems); }
+
+static inline float tview_out(const tview *t, size_t b, size_t h, size_t n, size_t c)
+{
+    return ((const float *)t->buf)[tview_index(t, b, h, n, c)];
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The float64 oracle: softmax(q k^T scale, masked) v per row, straightforward double code.     */
+/* ------------------------------------------------------------------------------------------ */
+typedef struct attn_ref {
+    double *o;    /* [B][Hq][Tq][Dv] */
+    double *wabs; /* sum_j w_j |v_jc|, the scale each output element's error is measured in */
+    double *lse;  /* [B][Hq][Tq] */
+    double *tol;  /* per row: the relative tolerance E_row (see attn_row_tol) */
+    size_t *seen; /* keys each row sees */
+} attn_ref;
+
+/* Keys a query row sees: all, or with causality (bottom-right aligned) j <= i + kv_len - q_len. */
+static inline size_t attn_limit(const sdpa_params *p, size_t i)
+{
+    if (!p->causal) return p->kv_len;
+    if (i + p->kv_len < p->q_len) return 0;
+    size_t lim = i + p->kv_len - p->q_len + 1;
+    return lim < p->kv_len ? lim : p->kv_len;
+}
+
+/* The tolerance of one output row, relative to sum_j w_j |v_jc|:
+     E_row = 1e-5 * sqrt(1 + n/256) + 8 u sqrt(d) A,
+   n = keys seen, u = 2^-24, A = max_j |scale| sum_i |q_i k_ji| (the score's condition).
+   The first term covers f32 accumulation of n weighted values and of l (rounding errors grow
+   like sqrt(n) when summed in blocks; 1e-5 is about 80 u), the exp's few ULPs and the final
+   division; the second the f32 score dot products (any order), whose absolute error moves
+   every output by at most about twice that times the weighted |v|. An f16 or bf16 accumulator
+   misses it by orders of magnitude at n = 65536. */
+static inline double attn_row_tol(size_t n, size_t d, double A)
+{
+    return 1e-5 * sqrt(1.0 + (double)n / 256.0) + 8.0 * TL_U * sqrt((double)d) * A;
+}
+
+static inline void attn_oracle(const sdpa_params *p, const tview *q, const tview *k, const tview *v, attn_ref *r)
+{
+    const size_t B = p->batch, Hq = p->q_heads, Hk = p->kv_heads, Tq = p->q_len, Tk = p->kv_len;
+    const size_t D = p->head_dim, Dv = p->v_dim ? p->v_dim : p->head_dim;
+    const double scale = p->scale != 0.0f ? (double)p->scale : 1.0 / sqrt((double)D);
+    const size_t rows = B * Hq * Tq;
+    r->o = tl_xmalloc(rows * Dv * sizeof(double));
+    r->wabs = tl_xmalloc(rows * Dv * sizeof(double));
+    r->lse = tl_xmalloc(rows * sizeof(double));
+    r->tol = tl_xmalloc(rows * sizeof(double));
+    r->seen = tl_xmalloc(rows * sizeof(size_t));
+    double *s = tl_xmalloc((Tk ? Tk : 1) * sizeof(double));
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < Hq; h++) {
+            const size_t hk = h / (Hq / Hk);
+            for (size_t i = 0; i < Tq; i++) {
+                const size_t row = (b * Hq + h) * Tq + i, lim = attn_limit(p, i);
+                const float *qr = q->vals + tview_dense(q, b, h, i, 0);
+                double mx = -INFINITY, A = 0;
+                for (size_t j = 0; j < lim; j++) {
+                    const float *kr = k->vals + tview_dense(k, b, hk, j, 0);
+                    double acc = 0, mag = 0;
+                    for (size_t c = 0; c < D; c++) {
+                        acc += (double)qr[c] * kr[c];
+                        mag += fabs((double)qr[c] * kr[c]);
+                    }
+                    s[j] = acc * scale;
+                    if (s[j] > mx) mx = s[j];
+                    if (mag * fabs(scale) > A) A = mag * fabs(scale);
+                }
+                double l = 0;
+                for (size_t j = 0; j < lim; j++) {
+                    s[j] = exp(s[j] - mx);
+                    l += s[j];
+                }
+                r->seen[row] = lim;
+                r->tol[row] = attn_row_tol(lim, D, A);
+                r->lse[row] = lim ? mx + log(l) : -INFINITY;
+                for (size_t c = 0; c < Dv; c++) {
+                    double acc = 0, mag = 0;
+                    for (size_t j = 0; j < lim; j++) {
+                        const double vv = v->vals[tview_dense(v, b, hk, j, c)];
+                        acc += s[j] * vv;
+                        mag += s[j] * fabs(vv);
+                    }
+                    r->o[row * Dv + c] = lim ? acc / l : 0.0;
+                    r->wabs[row * Dv + c] = lim ? mag / l : 0.0;
+                }
+            }
+        }
+    free(s);
+}
+
+static inline void attn_ref_free(attn_ref *r)
+{
+    free(r->o);
+    free(r->wabs);
+    free(r->lse);
+    free(r->tol);
+    free(r->seen);
+}
+
+/* The largest |error| / tolerance seen by attn_check since it was last reset: printed by the
+   tests, so that a tolerance far looser than the errors met in practice is visible. */
+static double attn_worst_ratio;
+
+/* Checks o (and lse, stored densely in lse_buf at lse_origin with sentinels around it) against
+   the oracle, and that no element of o's allocation outside the view was written. Returns the
+   number of failed checks. */
+static inline long attn_check(const char *what, const sdpa_params *p, const tview *o, const float *lse_buf,
+                              size_t lse_origin, size_t lse_elems, const attn_ref *r)
+{
+    const long before = tl_case_failures;
+    const size_t B = p->batch, Hq = p->q_heads, Tq = p->q_len, Dv = o->D;
+    unsigned char *in_view = tl_xmalloc(o->n_elems);
+    memset(in_view, 0, o->n_elems);
+    const float *ob = o->buf;
+    bool stop = false;
+    for (size_t b = 0; b < B; b++)
+        for (size_t h = 0; h < Hq; h++)
+            for (size_t i = 0; i < Tq; i++) {
+                const size_t row = (b * Hq + h) * Tq + i;
+                for (size_t c = 0; c < Dv; c++) {
+                    const ptrdiff_t idx = tview_index(o, b, h, i, c);
+                    in_view[idx] = 1;
+                    if (stop) continue;
+                    const float got = ob[idx];
+                    const double ref = r->o[row * Dv + c];
+                    if (r->seen[row] == 0) {
+                        if (!CHECK(got == 0.0f, "%s: b=%zu h=%zu i=%zu sees no key: o[%zu]=%g, want 0", what, b, h,
+                                   i, c, got))
+                            stop = true;
+                        continue;
+                    }
+                    const double tol = r->tol[row] * r->wabs[row * Dv + c] + FLT_TRUE_MIN;
+                    if (fabs(got - ref) / tol > attn_worst_ratio) attn_worst_ratio = fabs(got - ref) / tol;
+                    if (!CHECK(fabs(got - ref) <= tol,
+                               "%s: b=%zu h=%zu i=%zu (sees %zu keys) o[%zu]=%.9g, float64 %.9g, |err| %.3g > tol %.3g "
+                               "(E_row %.3g)",
+                               what, b, h, i, r->seen[row], c, got, ref, fabs(got - ref), tol, r->tol[row]))
+                        stop = true;
+                }
+                if (lse_buf && !stop) {
+                    const float got = lse_buf[lse_origin + row];
+                    const double ref = r->lse[row];
+                    if (r->seen[row] == 0) {
+                        if (!CHECK(got == -INFINITY, "%s: b=%zu h=%zu i=%zu sees no key: lse=%g, want -inf", what,
+                                   b, h, i, got))
+                            stop = true;
+                    } else {
+                        const double tol = r->tol[row] * (1.0 + fabs(ref));
+                        if (!CHECK(fabs(got - ref) <= tol, "%s: b=%zu h=%zu i=%zu lse=%.9g, float64 %.9g, tol %.3g",
+                                   what, b, h, i, got, ref, tol))
+                            stop = true;
+                    }
+                }
+            }
+    size_t outside = 0, first = 0;
+    for (size_t e = 0; e < o->n_elems; e++)
+        if (!in_view[e] && !tl_is_sentinel(ob[e]))
+            if (outside++ == 0) first = e;
+    CHECK(outside == 0, "%s: %zu elements of o outside the view were written (first at element %zd from [0][0][0][0])",
+          what, outside, (ptrdiff_t)first - o->origin);
+    if (lse_buf) {
+        size_t bad = 0;
+        for (size_t e = 0; e < lse_elems; e++)
+            if ((e < lse_origin || e >= lse_origin + B * Hq * Tq) && !tl_is_sentinel(lse_buf[e])) bad++;
+        CHECK(bad == 0, "%s: %zu elements around lse were written", what, bad);
+    }
+    free(in_view);
+    return tl_case_failures - before;
+}
+
+#endif /* SDPA_TEST_ATTN_H */

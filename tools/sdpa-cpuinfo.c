@@ -1,0 +1,538 @@
+/* sdpa-cpuinfo.c -- capability report: what this CPU and OS can run, and which libsdpa kernels it will use */
+/*
+ * Usage: sdpa-cpuinfo [--json]
+ *
+ * Prints the CPU (vendor, model), the instruction-set features that matter to attention
+ * kernels, whether the OS saves the vector registers those features need, the cache sizes,
+ * every implementation compiled into libsdpa (supported on this machine or not, and why), and
+ * the active one with the reason it is active. --json prints the same as one JSON object.
+ *
+ * Features come from cpu_features. Fields that an older cpu_features lacks (the build probes
+ * them, see tools/meson.build) are read here from CPUID directly on x86, or reported as unknown
+ * (null in JSON) elsewhere.
+ */
+#define _GNU_SOURCE
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sdpa.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#define CPUINFO_X86 1
+#include <cpu_features/cpuinfo_x86.h>
+#include <cpuid.h>
+#include <immintrin.h>
+#elif defined(__aarch64__)
+#define CPUINFO_AARCH64 1
+#include <cpu_features/cpuinfo_aarch64.h>
+#include <sys/prctl.h>
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* A tiny emitter that writes either indented text or JSON from the same calls, so the two     */
+/* outputs can never disagree.                                                                 */
+/* ------------------------------------------------------------------------------------------ */
+#define OUT_MAX_DEPTH 8
+
+typedef struct out {
+    bool json;
+    int  depth;
+    bool first[OUT_MAX_DEPTH];    /* no member written yet at this depth (JSON commas) */
+    bool in_array[OUT_MAX_DEPTH]; /* the container at this depth is an array */
+    bool item_start;              /* text: next key is the first of an array item ("- ") */
+} out;
+
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            printf("\\%c", *p);
+        else if (*p < 0x20)
+            printf("\\u%04x", *p);
+        else
+            putchar(*p);
+    }
+    putchar('"');
+}
+
+/* Starts a member: the comma and key in JSON, the indented key in text. */
+static void out_key(out *o, const char *key)
+{
+    if (o->json) {
+        if (!o->first[o->depth]) putchar(',');
+        o->first[o->depth] = false;
+        if (key && !o->in_array[o->depth]) {
+            json_string(key);
+            putchar(':');
+        }
+        return;
+    }
+    int indent = 2 * (o->depth - 1);
+    if (indent < 0) indent = 0;
+    if (o->item_start) {
+        printf("%*s- ", indent - 2 > 0 ? indent - 2 : 0, "");
+        o->item_start = false;
+    } else {
+        printf("%*s", indent, "");
+    }
+    if (key) printf("%-*s", 22 - (indent > 20 ? 20 : indent), key);
+}
+
+static void out_open(out *o, const char *key, bool array)
+{
+    if (o->json) {
+        if (o->depth > 0) out_key(o, key);
+        putchar(array ? '[' : '{');
+    } else if (o->depth > 0) {
+        if (o->in_array[o->depth]) {
+            o->item_start = true; /* an object inside an array: its first key gets the dash */
+        } else {
+            int indent = 2 * (o->depth - 1);
+            printf("%*s%s\n", indent, "", key ? key : "");
+        }
+    }
+    if (o->depth + 1 < OUT_MAX_DEPTH) o->depth++;
+    o->first[o->depth] = true;
+    o->in_array[o->depth] = array;
+}
+
+static void out_close(out *o)
+{
+    if (o->json) putchar(o->in_array[o->depth] ? ']' : '}');
+    if (o->depth > 0) o->depth--;
+    if (o->json && o->depth == 0) putchar('\n');
+}
+
+static void out_str(out *o, const char *key, const char *v)
+{
+    out_key(o, key);
+    if (o->json) {
+        if (v)
+            json_string(v);
+        else
+            fputs("null", stdout);
+    } else {
+        printf("%s\n", v ? v : "(none)");
+    }
+}
+
+/* A feature: v < 0 means unknown (the cpu_features this was built with cannot tell). */
+static void out_flag(out *o, const char *key, int v)
+{
+    out_key(o, key);
+    if (o->json)
+        fputs(v < 0 ? "null" : v ? "true" : "false", stdout);
+    else
+        puts(v < 0 ? "unknown" : v ? "yes" : "no");
+}
+
+static void out_int(out *o, const char *key, long long v)
+{
+    out_key(o, key);
+    if (o->json)
+        printf("%lld", v);
+    else
+        printf("%lld\n", v);
+}
+
+static void out_bytes(out *o, const char *key, long long v)
+{
+    out_key(o, key);
+    if (o->json)
+        printf("%lld", v);
+    else if (v >= (1 << 20) && v % (1 << 20) == 0)
+        printf("%lld MiB\n", v >> 20);
+    else if (v >= 1024 && v % 1024 == 0)
+        printf("%lld KiB\n", v >> 10);
+    else
+        printf("%lld B\n", v);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Caches from sysfs (Linux): used on ARM, and on x86 when cpu_features' CPUID walk finds none  */
+/* (0.7.0 decodes only Intel's leaf 4).                                                        */
+/* ------------------------------------------------------------------------------------------ */
+static bool read_line(const char *path, char *buf, size_t len)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    bool ok = fgets(buf, (int)len, f) != NULL;
+    fclose(f);
+    if (ok) buf[strcspn(buf, "\n")] = '\0';
+    return ok;
+}
+
+/* "48K" / "2048K" / "1M" as sysfs writes them, in bytes; -1 when unreadable. */
+static long long parse_size(const char *s)
+{
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (end == s) return -1;
+    if (*end == 'K') v <<= 10;
+    else if (*end == 'M') v <<= 20;
+    else if (*end == 'G') v <<= 30;
+    return v;
+}
+
+static int sysfs_caches(out *o)
+{
+    int found = 0;
+    for (int i = 0; i < 16; i++) {
+        char path[128], level[32], type[32], size[32], ways[32], line[32];
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/level", i);
+        if (!read_line(path, level, sizeof level)) break;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/type", i);
+        if (!read_line(path, type, sizeof type)) strcpy(type, "unknown");
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu0/cache/index%d/size", i);
+        if (!read_line(path, size, sizeof size)) strcpy(size, "");
+        snprintf(path, sizeof path,
+                 "/sys/devices/system/cpu/cpu0/cache/index%d/ways_of_associativity", i);
+        if (!read_line(path, ways, sizeof ways)) strcpy(ways, "0");
+        snprintf(path, sizeof path,
+                 "/sys/devices/system/cpu/cpu0/cache/index%d/coherency_line_size", i);
+        if (!read_line(path, line, sizeof line)) strcpy(line, "0");
+        for (char *c = type; *c; c++)
+            if (*c >= 'A' && *c <= 'Z') *c = (char)(*c - 'A' + 'a');
+        out_open(o, NULL, false);
+        out_int(o, "level", atoll(level));
+        out_str(o, "type", type);
+        out_bytes(o, "size_bytes", parse_size(size));
+        out_int(o, "ways", atoll(ways));
+        out_int(o, "line_bytes", atoll(line));
+        out_str(o, "source", "sysfs");
+        out_close(o);
+        found++;
+    }
+    return found;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* x86                                                                                          */
+/* ------------------------------------------------------------------------------------------ */
+#ifdef CPUINFO_X86
+/* xgetbv is only legal once CPUID says the OS enabled XSAVE (OSXSAVE); compiled for the xsave
+   target on its own so that nothing else in this file needs the flag. */
+__attribute__((target("xsave"))) static uint64_t read_xcr0(void)
+{
+    return _xgetbv(0);
+}
+
+static bool cpuid_osxsave(void)
+{
+    unsigned a, b, c, d;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return false;
+    return (c >> 27) & 1u;
+}
+
+/* CPUID leaf 7 sub-leaf `sub`, or zeros when the leaf does not exist. */
+static void cpuid7(unsigned sub, unsigned r[4])
+{
+    r[0] = r[1] = r[2] = r[3] = 0;
+    if (__get_cpuid_max(0, NULL) < 7) return;
+    __cpuid_count(7, sub, r[0], r[1], r[2], r[3]);
+}
+
+/* XCR0 state components (Intel SDM vol. 1, 13.1). */
+#define XCR0_SSE (1ull << 1)
+#define XCR0_AVX (1ull << 2)
+#define XCR0_OPMASK (1ull << 5)
+#define XCR0_ZMM_HI256 (1ull << 6)
+#define XCR0_HI16_ZMM (1ull << 7)
+#define XCR0_TILECFG (1ull << 17)
+#define XCR0_TILEDATA (1ull << 18)
+#define XCR0_AVX512 (XCR0_OPMASK | XCR0_ZMM_HI256 | XCR0_HI16_ZMM)
+
+static const char *cache_type_name(CacheType t)
+{
+    switch (t) {
+    case CPU_FEATURE_CACHE_DATA: return "data";
+    case CPU_FEATURE_CACHE_INSTRUCTION: return "instruction";
+    case CPU_FEATURE_CACHE_UNIFIED: return "unified";
+    default: return NULL;
+    }
+}
+
+static void report_cpu(out *o)
+{
+    const X86Info info = GetX86Info();
+    const X86Features *f = &info.features;
+    const bool osxsave = cpuid_osxsave();
+    const uint64_t xcr0 = osxsave ? read_xcr0() : 0;
+    unsigned l70[4], l71[4];
+    cpuid7(0, l70);
+    cpuid7(1, l71);
+    const bool os_avx = (xcr0 & (XCR0_SSE | XCR0_AVX)) == (XCR0_SSE | XCR0_AVX);
+    const bool os_avx512 = os_avx && (xcr0 & XCR0_AVX512) == XCR0_AVX512;
+    (void)os_avx512; /* unused when cpu_features knows every field below */
+
+    out_open(o, "cpu", false);
+#ifdef __x86_64__
+    out_str(o, "arch", "x86_64");
+#else
+    out_str(o, "arch", "x86");
+#endif
+    out_str(o, "vendor", info.vendor);
+    out_str(o, "brand", info.brand_string);
+    out_int(o, "family", info.family);
+    out_int(o, "model", info.model);
+    out_int(o, "stepping", info.stepping);
+    out_close(o);
+
+    /* cpu_features already clears AVX and AVX-512 when XCR0 shows the OS does not save that
+       state; the CPUID fallbacks below apply the same rule themselves. */
+    out_open(o, "features", false);
+    out_flag(o, "sse4_2", !!f->sse4_2);
+    out_flag(o, "avx", !!f->avx);
+    out_flag(o, "avx2", !!f->avx2);
+    out_flag(o, "fma", !!f->fma3);
+    out_flag(o, "f16c", !!f->f16c);
+    out_flag(o, "avx512f", !!f->avx512f);
+    out_flag(o, "avx512bw", !!f->avx512bw);
+    out_flag(o, "avx512dq", !!f->avx512dq);
+    out_flag(o, "avx512vl", !!f->avx512vl);
+    out_flag(o, "avx512vnni", !!f->avx512vnni);
+#ifdef SDPA_CPUF_HAS_AVX512_BF16
+    out_flag(o, "avx512_bf16", !!f->avx512_bf16);
+#else
+    out_flag(o, "avx512_bf16", os_avx512 && ((l71[0] >> 5) & 1u)); /* CPUID.(7,1):EAX[5] */
+#endif
+#ifdef SDPA_CPUF_HAS_AVX512_FP16
+    out_flag(o, "avx512_fp16", !!f->avx512_fp16);
+#else
+    out_flag(o, "avx512_fp16", os_avx512 && ((l70[3] >> 23) & 1u)); /* CPUID.(7,0):EDX[23] */
+#endif
+#ifdef SDPA_CPUF_HAS_AVX_VNNI
+    out_flag(o, "avx_vnni", !!f->avx_vnni);
+#else
+    out_flag(o, "avx_vnni", os_avx && ((l71[0] >> 4) & 1u)); /* CPUID.(7,1):EAX[4] */
+#endif
+    /* AMX: CPUID only, the OS side is the tile state below (and, on Linux, a per-process
+       permission request before first use). */
+#ifdef SDPA_CPUF_HAS_AMX_TILE
+    out_flag(o, "amx_tile", !!f->amx_tile);
+#else
+    out_flag(o, "amx_tile", (l70[3] >> 24) & 1u);
+#endif
+#ifdef SDPA_CPUF_HAS_AMX_BF16
+    out_flag(o, "amx_bf16", !!f->amx_bf16);
+#else
+    out_flag(o, "amx_bf16", (l70[3] >> 22) & 1u);
+#endif
+#ifdef SDPA_CPUF_HAS_AMX_INT8
+    out_flag(o, "amx_int8", !!f->amx_int8);
+#else
+    out_flag(o, "amx_int8", (l70[3] >> 25) & 1u);
+#endif
+    /* say which answers bypassed cpu_features, so a reader can weigh them */
+    const char *from_cpuid = ""
+#ifndef SDPA_CPUF_HAS_AVX512_BF16
+                             " avx512_bf16"
+#endif
+#ifndef SDPA_CPUF_HAS_AVX512_FP16
+                             " avx512_fp16"
+#endif
+#ifndef SDPA_CPUF_HAS_AVX_VNNI
+                             " avx_vnni"
+#endif
+#ifndef SDPA_CPUF_HAS_AMX_TILE
+                             " amx_tile amx_bf16 amx_int8"
+#endif
+        ;
+    out_str(o, "read_from_cpuid", *from_cpuid ? from_cpuid + 1 : NULL);
+    out_close(o);
+
+    out_open(o, "os_vector_state", false);
+    out_flag(o, "osxsave", osxsave);
+    char hex[32];
+    snprintf(hex, sizeof hex, "0x%llx", (unsigned long long)xcr0);
+    out_str(o, "xcr0", osxsave ? hex : NULL);
+    out_flag(o, "sse_xmm", (xcr0 & XCR0_SSE) != 0);
+    out_flag(o, "avx_ymm", (xcr0 & XCR0_AVX) != 0);
+    out_flag(o, "avx512_opmask_zmm", (xcr0 & XCR0_AVX512) == XCR0_AVX512);
+    out_flag(o, "amx_tiles", (xcr0 & (XCR0_TILECFG | XCR0_TILEDATA)) ==
+                                 (XCR0_TILECFG | XCR0_TILEDATA));
+    out_close(o);
+
+    out_open(o, "caches", true);
+    const CacheInfo ci = GetX86CacheInfo();
+    int found = 0;
+    for (int i = 0; i < ci.size && i < CPU_FEATURES_MAX_CACHE_LEVEL; i++) {
+        const CacheLevelInfo *c = &ci.levels[i];
+        const char *type = cache_type_name(c->cache_type);
+        if (!type) continue; /* TLBs and prefetch descriptors are not caches */
+        out_open(o, NULL, false);
+        out_int(o, "level", c->level);
+        out_str(o, "type", type);
+        out_bytes(o, "size_bytes", c->cache_size);
+        out_int(o, "ways", c->ways);
+        out_int(o, "line_bytes", c->line_size);
+        out_str(o, "source", "cpuid");
+        out_close(o);
+        found++;
+    }
+    if (!found) sysfs_caches(o);
+    out_close(o);
+}
+#endif /* CPUINFO_X86 */
+
+/* ------------------------------------------------------------------------------------------ */
+/* AArch64                                                                                      */
+/* ------------------------------------------------------------------------------------------ */
+#ifdef CPUINFO_AARCH64
+/* The SVE vector length in bytes. prctl answers without executing SVE code; the cntb fallback
+   is compiled for +sve on its own and only ever called once the CPU has reported SVE. */
+__attribute__((target("+sve"))) static long sve_cntb(void)
+{
+    long vl;
+    __asm__ volatile("cntb %0" : "=r"(vl));
+    return vl;
+}
+
+static long sve_vector_bytes(void)
+{
+#ifdef PR_SVE_GET_VL
+    int r = prctl(PR_SVE_GET_VL, 0, 0, 0, 0);
+    if (r >= 0) return r & PR_SVE_VL_LEN_MASK;
+#endif
+    return sve_cntb();
+}
+
+static void report_cpu(out *o)
+{
+    const Aarch64Info info = GetAarch64Info();
+    const Aarch64Features *f = &info.features;
+    char hex[32];
+
+    out_open(o, "cpu", false);
+    out_str(o, "arch", "aarch64");
+    snprintf(hex, sizeof hex, "0x%02x", info.implementer);
+    out_str(o, "implementer", hex);
+    snprintf(hex, sizeof hex, "0x%03x", info.part);
+    out_str(o, "part", hex);
+    out_int(o, "variant", info.variant);
+    out_int(o, "revision", info.revision);
+    out_close(o);
+
+    out_open(o, "features", false);
+    out_flag(o, "asimd", !!f->asimd);
+    out_flag(o, "fphp", !!f->fphp);
+    out_flag(o, "asimdhp", !!f->asimdhp);
+#ifdef SDPA_CPUF_HAS_ASIMDDP
+    out_flag(o, "asimddp", !!f->asimddp);
+#else
+    out_flag(o, "asimddp", -1);
+#endif
+#ifdef SDPA_CPUF_HAS_BF16
+    out_flag(o, "bf16", !!f->bf16);
+#else
+    out_flag(o, "bf16", -1);
+#endif
+#ifdef SDPA_CPUF_HAS_I8MM
+    out_flag(o, "i8mm", !!f->i8mm);
+#else
+    out_flag(o, "i8mm", -1);
+#endif
+    out_flag(o, "sve", !!f->sve);
+#ifdef SDPA_CPUF_HAS_SVE2
+    out_flag(o, "sve2", !!f->sve2);
+#else
+    out_flag(o, "sve2", -1);
+#endif
+#ifdef SDPA_CPUF_HAS_SVEBF16
+    out_flag(o, "svebf16", !!f->svebf16);
+#else
+    out_flag(o, "svebf16", -1);
+#endif
+    if (f->sve)
+        out_bytes(o, "sve_vector_bytes", sve_vector_bytes());
+    else
+        out_str(o, "sve_vector_bytes", NULL);
+    out_close(o);
+
+    /* Linux advertises a HWCAP only for state it saves on context switch, so the features
+       above are already the ones the OS supports. */
+    out_open(o, "os_vector_state", false);
+    out_str(o, "source", "hwcaps (the kernel reports only state it saves)");
+    out_close(o);
+
+    out_open(o, "caches", true);
+    sysfs_caches(o);
+    out_close(o);
+}
+#endif /* CPUINFO_AARCH64 */
+
+#if !defined(CPUINFO_X86) && !defined(CPUINFO_AARCH64)
+static void report_cpu(out *o)
+{
+    out_open(o, "cpu", false);
+    out_str(o, "arch", "unknown to this report");
+    out_close(o);
+    out_open(o, "caches", true);
+    sysfs_caches(o);
+    out_close(o);
+}
+#endif
+
+/* ------------------------------------------------------------------------------------------ */
+/* libsdpa: the registry and the active choice                                                 */
+/* ------------------------------------------------------------------------------------------ */
+static void report_impls(out *o)
+{
+    const sdpa_impl *active = sdpa_active();
+
+    out_open(o, "implementations", true);
+    for (size_t i = 0; i < sdpa_impl_count(); i++) {
+        const sdpa_impl *impl = sdpa_impl_at(i);
+        const bool ok = sdpa_impl_supported(impl);
+        out_open(o, NULL, false);
+        out_str(o, "name", sdpa_impl_name(impl));
+        out_str(o, "requires", sdpa_impl_requires(impl));
+        out_flag(o, "supported", ok);
+        out_flag(o, "active", impl == active);
+        if (!ok) {
+            char why[256];
+            snprintf(why, sizeof why, "needs %s: not supported by this CPU/OS",
+                     sdpa_impl_requires(impl));
+            out_str(o, "why_not", why);
+        }
+        out_close(o);
+    }
+    out_close(o);
+
+    const char *env = getenv("SDPA_ISA");
+    out_open(o, "active", false);
+    out_str(o, "name", sdpa_impl_name(active));
+    out_str(o, "selection", sdpa_selection_str(sdpa_selection_reason()));
+    out_str(o, "SDPA_ISA", env);
+    out_close(o);
+}
+
+int main(int argc, char **argv)
+{
+    out o;
+    memset(&o, 0, sizeof o);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--json") == 0) {
+            o.json = true;
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("usage: %s [--json]\n"
+                   "Reports this CPU's features, the OS vector state, caches, and which libsdpa\n"
+                   "implementations can run here (SDPA_ISA=<name> forces one).\n",
+                   argv[0]);
+            return 0;
+        } else {
+            fprintf(stderr, "%s: unknown argument '%s' (try --help)\n", argv[0], argv[i]);
+            return 2;
+        }
+    }
+    if (!o.json) printf("libsdpa capability report\n");
+    out_open(&o, NULL, false);
+    report_cpu(&o);
+    report_impls(&o);
+    out_close(&o);
+    return 0;
+}
