@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # run.sh -- the main job: installs what is missing, builds, prints the CPU capability report and a short per-ISA benchmark
-# usage: tools/run.sh [--full]   (--full: every benchmark, longer, JSON and Markdown table in build/bench-results/)
+# usage: tools/run.sh [--full]   (--full: longer runs per benchmark; JSON, table and chart go to build/bench-results/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/deps.sh
@@ -12,9 +12,10 @@ build/tools/sdpa-cpuinfo
 echo
 echo "================ benchmark ================"
 mkdir -p build/bench-results
-if [ "${1:-}" = --full ]; then
-  build/bench/sdpa-bench --benchmark_out=build/bench-results/bench.json --benchmark_out_format=json
-else
-  build/bench/sdpa-bench --short --benchmark_out=build/bench-results/bench.json --benchmark_out_format=json
-fi
-python3 tools/bench_table.py build/bench-results/bench.json --png build/bench-results/bench.png
+min_time=0.05                       # short: about a minute on 2 cores
+[ "${1:-}" = --full ] && min_time=0.5
+build/bench/sdpa-bench --benchmark_min_time=$min_time \
+  --benchmark_out=build/bench-results/bench.json --benchmark_out_format=json
+# Debian's python3 has matplotlib (installed by deps.sh); another python3 first on PATH may not
+py=python3; [ -x /usr/bin/python3 ] && py=/usr/bin/python3
+$py tools/bench_table.py build/bench-results/bench.json --png build/bench-results/bench.png

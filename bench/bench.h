@@ -1,0 +1,90 @@
+/* bench.h -- the C side of sdpa-bench: thread pool, machine peaks, test data, OpenBLAS baseline, heap tracking */
+#ifndef SDPA_BENCH_H
+#define SDPA_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sdpa.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Thread counts the benchmarks run at (index 1..BENCH_MAX_THREADS of the arrays below). */
+#define BENCH_MAX_THREADS 2
+
+/* ---- a persistent pthread pool implementing sdpa_parallel_for_fn (pool.c) ---------------- */
+typedef struct bench_pool bench_pool;
+/* n_threads >= 1 counting the caller, which runs tasks as thread 0; NULL on failure. */
+bench_pool *bench_pool_create(size_t n_threads);
+void        bench_pool_destroy(bench_pool *pool);
+size_t      bench_pool_threads(const bench_pool *pool);
+/* sdpa_parallel_for_fn: pool is a bench_pool *. */
+void        bench_pool_parallel_for(void *pool, size_t n_tasks, sdpa_task_fn task, void *arg);
+
+/* ---- machine limits, measured at start-up (machine.c) ------------------------------------ */
+#define BENCH_MAX_ISAS 4
+typedef struct bench_machine {
+    size_t      n_isa;
+    const char *isa[BENCH_MAX_ISAS];                        /* "scalar", "avx2", "avx512", "neon" */
+    double      fma_flops[BENCH_MAX_ISAS][BENCH_MAX_THREADS + 1]; /* FLOP/s, [isa][threads] */
+    const char *read_isa;                                    /* the loads the read test used */
+    size_t      read_bytes;                                  /* size of the buffer read */
+    double      read_bw[BENCH_MAX_THREADS + 1];              /* bytes/s, [threads] */
+} bench_machine;
+
+/* Measures the FMA peak of every ISA this CPU and OS support (best of a few repeats) and the
+   read bandwidth over a buffer of read_bytes, at 1..BENCH_MAX_THREADS threads (pools[t] runs
+   t threads). Returns 0, or -1 when the bandwidth buffer could not be allocated (then read_bw
+   is 0). */
+int bench_measure_machine(bench_machine *m, bench_pool *const *pools, size_t read_bytes);
+/* The FMA peak that an implementation is judged against: the ISA of the same name or family
+   (avx512* -> avx512, sve -> neon), else the best measured. *isa receives the ISA used. */
+double bench_fma_peak_for(const bench_machine *m, const char *impl, size_t threads,
+                          const char **isa);
+/* The best FMA peak of any ISA at this thread count (for the BLAS baseline). */
+double bench_fma_peak_best(const bench_machine *m, size_t threads, const char **isa);
+
+/* The per-ISA kernels (peak_<isa>.c, each compiled with only its own ISA flags). Each FMA
+   kernel runs iters rounds of independent multiply-add chains and returns the FLOPs done; the
+   chains' result goes to *sink so that nothing is optimised away. Each read kernel returns the
+   sum of p[0..n). Only called when the CPU supports the ISA. */
+double bench_fma_scalar(uint64_t iters, float *sink);
+float  bench_read_base(const float *p, size_t n);
+const char *bench_read_base_name(void);
+#if defined(__aarch64__)
+double bench_fma_neon(uint64_t iters, float *sink);
+#endif
+double bench_fma_avx2(uint64_t iters, float *sink);
+float  bench_read_avx2(const float *p, size_t n);
+double bench_fma_avx512(uint64_t iters, float *sink);
+float  bench_read_avx512(const float *p, size_t n);
+
+/* ---- test data (bench_data.c) ------------------------------------------------------------ */
+/* n elements of dtype, deterministic pseudo-random values in [-1, 1) from seed; 64-byte
+   aligned; free with bench_free. NULL on failure. */
+void *bench_alloc_random(sdpa_dtype dtype, size_t n, uint64_t seed);
+void *bench_alloc_zero(size_t bytes);
+void  bench_free(void *p);
+
+/* ---- unfused OpenBLAS attention (blas_attn.c, only with BENCH_HAVE_BLAS) ------------------ */
+/* Dense f32 tensors [batch][heads][len][dim]; per (batch, head): S = Q Kᵀ scale (sgemm), row
+   softmax with the causal mask, O = P V (sgemm). scores: q_len * kv_len floats of scratch. */
+void        bench_blas_attention(const sdpa_params *p, const float *q, const float *k,
+                                 const float *v, float *o, float *scores);
+void        bench_blas_set_threads(int n);
+const char *bench_blas_corename(void);
+const char *bench_blas_config(void);
+
+/* ---- heap use of the library during a call (alloc_track.c, link-time --wrap) ------------- */
+/* Starts counting bytes allocated minus freed by anything linked with the wrap (the library's
+   objects, the bench's own C code); returns the peak since begin, or -1 when the build could
+   not wrap the allocator. */
+void      bench_heap_track_begin(void);
+long long bench_heap_track_end(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SDPA_BENCH_H */

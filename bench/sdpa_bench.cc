@@ -1,0 +1,404 @@
+// sdpa_bench.cc -- sdpa-bench: google/benchmark shim over libsdpa's C API, every supported implementation side by side
+//
+// One run measures, in this order:
+//   1. the machine: FMA peak per ISA and read bandwidth at 1 and 2 threads (machine.c), which
+//      appear in the run's context and are the denominators of every "pct_*" counter;
+//   2. per supported implementation (looping over the registry, calling the sdpa_impl_* entry
+//      points so that no global selection changes): the three primitives, prefill and decode
+//      shapes through sdpa_impl_forward at 1 and 2 threads on a persistent pthread pool;
+//   3. the unfused OpenBLAS baseline on the prefill shapes, 1 thread (when built with BLAS).
+//
+// Benchmark names are <kind>/<impl>/<shape>[/threads:<n>] (kind: prim, prefill, decode, blas),
+// so a filter picks a subset, e.g. --benchmark_filter='^(prefill|decode|blas)/'.
+// Counters: FLOP (rate), pct_peak (prefill, blas: % of the ISA's measured FMA peak at the same
+// thread count), bytes_per_second and pct_bw (decode, primitives: % of the measured read
+// bandwidth), ws_bytes (the library's heap use during one call), extra_bytes (BLAS scores).
+// tools/bench_table.py turns the JSON output into a table.
+#include <benchmark/benchmark.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench.h"
+#include "sdpa.h"
+
+namespace {
+
+bench_machine g_machine;
+bench_pool   *g_pools[BENCH_MAX_THREADS + 1];
+
+struct Shape {
+    std::string name;
+    size_t      batch, q_heads, kv_heads, q_len, kv_len, head_dim;
+    bool        causal;
+    sdpa_dtype  kv_type;
+};
+
+// The shapes of the brief: three prefill (compute-bound) and three decode (memory-bound).
+const std::vector<Shape> &prefill_shapes()
+{
+    static const std::vector<Shape> s = {
+        {"B1_H16_L2048_D128_causal", 1, 16, 16, 2048, 2048, 128, true, SDPA_F32},
+        {"B1_H32_L512_D64_causal", 1, 32, 32, 512, 512, 64, true, SDPA_F32},
+        {"B1_H8_L1024_D128", 1, 8, 8, 1024, 1024, 128, false, SDPA_F32},
+    };
+    return s;
+}
+
+const std::vector<Shape> &decode_shapes()
+{
+    static const std::vector<Shape> s = {
+        {"B1_Hq32_Hkv8_kv32768_D128_f16", 1, 32, 8, 1, 32768, 128, false, SDPA_F16},
+        {"B1_Hq32_Hkv8_kv32768_D128_bf16", 1, 32, 8, 1, 32768, 128, false, SDPA_BF16},
+        {"B1_Hq32_Hkv32_kv16384_D128_f16", 1, 32, 32, 1, 16384, 128, false, SDPA_F16},
+    };
+    return s;
+}
+
+size_t dtype_bytes(sdpa_dtype t)
+{
+    return t == SDPA_F32 ? 4 : 2;
+}
+
+// (query, key) pairs a head attends to: query i sees keys j <= i + kv_len - q_len when causal.
+double attended_pairs(const Shape &s)
+{
+    if (!s.causal) return (double)s.q_len * (double)s.kv_len;
+    double pairs = 0;
+    for (size_t i = 0; i < s.q_len; i++) {
+        long long lim = (long long)i + (long long)s.kv_len - (long long)s.q_len + 1;
+        if (lim > (long long)s.kv_len) lim = (long long)s.kv_len;
+        if (lim > 0) pairs += (double)lim;
+    }
+    return pairs;
+}
+
+// 2 FLOPs per multiply-add, once for Q·Kᵀ and once for P·V.
+double shape_flops(const Shape &s)
+{
+    return 4.0 * attended_pairs(s) * (double)s.head_dim * (double)(s.batch * s.q_heads);
+}
+
+// K and V read once: what decode moves from memory.
+double shape_kv_bytes(const Shape &s)
+{
+    return 2.0 * (double)(s.batch * s.kv_heads * s.kv_len * s.head_dim) *
+           (double)dtype_bytes(s.kv_type);
+}
+
+// Dense tensors for a shape, made once and kept: decode K/V are hundreds of MiB, and the
+// framework calls a benchmark function several times while it sizes the iteration count.
+struct Tensors {
+    float *q = nullptr, *o = nullptr, *scores = nullptr;
+    void  *k = nullptr, *v = nullptr;
+};
+
+Tensors *tensors_for(const Shape &s, bool with_scores)
+{
+    static std::map<std::string, Tensors> cache;
+    Tensors &t = cache[s.name];
+    const size_t hd = s.head_dim;
+    if (!t.q) {
+        t.q = (float *)bench_alloc_random(SDPA_F32, s.batch * s.q_heads * s.q_len * hd, 1);
+        t.k = bench_alloc_random(s.kv_type, s.batch * s.kv_heads * s.kv_len * hd, 2);
+        t.v = bench_alloc_random(s.kv_type, s.batch * s.kv_heads * s.kv_len * hd, 3);
+        t.o = (float *)bench_alloc_zero(s.batch * s.q_heads * s.q_len * hd * sizeof(float));
+    }
+    if (with_scores && !t.scores) t.scores = (float *)bench_alloc_zero(s.q_len * s.kv_len * 4);
+    if (!t.q || !t.k || !t.v || !t.o || (with_scores && !t.scores)) return nullptr;
+    return &t;
+}
+
+sdpa_tensor dense_view(void *data, sdpa_dtype t, size_t heads, size_t len, size_t dim)
+{
+    sdpa_tensor v;
+    std::memset(&v, 0, sizeof v);
+    v.data = data;
+    v.dtype = t;
+    v.token_stride = (ptrdiff_t)dim;
+    v.head_stride = (ptrdiff_t)(len * dim);
+    v.batch_stride = (ptrdiff_t)(heads * len * dim);
+    return v;
+}
+
+sdpa_params make_params(const Shape &s, size_t threads)
+{
+    sdpa_params p;
+    std::memset(&p, 0, sizeof p);
+    p.batch = s.batch;
+    p.q_heads = s.q_heads;
+    p.kv_heads = s.kv_heads;
+    p.q_len = s.q_len;
+    p.kv_len = s.kv_len;
+    p.head_dim = s.head_dim;
+    p.causal = s.causal;
+    p.parallel_for = bench_pool_parallel_for;
+    p.pool = g_pools[threads];
+    p.n_threads = threads;
+    return p;
+}
+
+double peak_for(const char *impl, size_t threads)
+{
+    const char *isa;
+    return bench_fma_peak_for(&g_machine, impl, threads, &isa);
+}
+
+// A counter that reads as "value per second", given the value of one iteration.
+benchmark::Counter per_second(double per_iteration)
+{
+    return benchmark::Counter(per_iteration, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// What a benchmark learns on its first call and keeps across the framework's repeated calls.
+struct Once {
+    bool      done = false;
+    long long ws_bytes = -1;
+};
+
+// ---- fused attention through sdpa_impl_forward ------------------------------------------
+void register_forward(const char *kind, const sdpa_impl *impl, const Shape &s, size_t threads)
+{
+    const std::string name = std::string(kind) + "/" + sdpa_impl_name(impl) + "/" + s.name +
+                             "/threads:" + std::to_string(threads);
+    const bool decode = std::strcmp(kind, "decode") == 0;
+    auto once = std::make_shared<Once>();
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State &st) {
+        Tensors *t = tensors_for(s, false);
+        if (!t) {
+            st.SkipWithError("out of memory for the test tensors");
+            return;
+        }
+        const sdpa_params p = make_params(s, threads);
+        const sdpa_tensor q = dense_view(t->q, SDPA_F32, s.q_heads, s.q_len, s.head_dim);
+        const sdpa_tensor k = dense_view(t->k, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
+        const sdpa_tensor v = dense_view(t->v, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
+        const sdpa_tensor o = dense_view(t->o, SDPA_F32, s.q_heads, s.q_len, s.head_dim);
+        for (auto _ : st) {
+            // the very first call also counts the library's heap workspace: no separate
+            // warm-up, which would double the cost of the slow (scalar) shapes
+            const bool track = !once->done;
+            if (track) bench_heap_track_begin();
+            sdpa_status r = sdpa_impl_forward(impl, &p, &q, &k, &v, &o);
+            if (track) {
+                once->ws_bytes = bench_heap_track_end();
+                once->done = true;
+            }
+            if (r != SDPA_OK) {
+                st.SkipWithError(sdpa_status_str(r));
+                break;
+            }
+            benchmark::ClobberMemory();
+        }
+        const double flops = shape_flops(s);
+        st.counters["FLOP"] = per_second(flops);
+        if (decode) {
+            const double bytes = shape_kv_bytes(s);
+            st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
+            if (g_machine.read_bw[threads] > 0)
+                st.counters["pct_bw"] = per_second(bytes * 100.0 / g_machine.read_bw[threads]);
+        } else {
+            const double peak = peak_for(sdpa_impl_name(impl), threads);
+            if (peak > 0) st.counters["pct_peak"] = per_second(flops * 100.0 / peak);
+        }
+        st.counters["ws_bytes"] = (double)once->ws_bytes;
+    })->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+// ---- the three primitives, single-threaded ---------------------------------------------
+constexpr size_t kPrimN = 4096, kPrimD = 128;
+
+void prim_counters(benchmark::State &st, double items, double bytes, double flops)
+{
+    st.SetItemsProcessed((int64_t)(items * (double)st.iterations()));
+    st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
+    if (flops > 0) st.counters["FLOP"] = per_second(flops);
+    if (g_machine.read_bw[1] > 0) st.counters["pct_bw"] = per_second(bytes * 100.0 / g_machine.read_bw[1]);
+}
+
+void register_primitives(const sdpa_impl *impl)
+{
+    const std::string in = sdpa_impl_name(impl);
+    benchmark::RegisterBenchmark(("prim/" + in + "/score_n4096_d128").c_str(),
+                                 [=](benchmark::State &st) {
+        const size_t n = kPrimN, d = kPrimD;
+        float *q = (float *)bench_alloc_random(SDPA_F32, d, 11);
+        float *k = (float *)bench_alloc_random(SDPA_F32, n * d, 12);
+        float *s = (float *)bench_alloc_zero(n * sizeof(float));
+        if (!q || !k || !s) {
+            st.SkipWithError("out of memory");
+        } else {
+            for (auto _ : st) {
+                sdpa_impl_score_f32(impl, q, k, d, n, d, 0.088f, s);
+                benchmark::ClobberMemory();
+            }
+            prim_counters(st, (double)n, (double)(n * d + d + n) * 4.0, 2.0 * (double)(n * d));
+        }
+        bench_free(q);
+        bench_free(k);
+        bench_free(s);
+    })->UseRealTime();
+
+    benchmark::RegisterBenchmark(("prim/" + in + "/softmax_n4096").c_str(),
+                                 [=](benchmark::State &st) {
+        const size_t n = kPrimN;
+        float *s = (float *)bench_alloc_random(SDPA_F32, n, 13);
+        if (!s) {
+            st.SkipWithError("out of memory");
+            return;
+        }
+        for (auto _ : st) {
+            // a fresh row state each time; the block's values stay in (0, 1] after the first
+            // pass (p = exp(s - max)), so no pass ever sees denormals or infinities
+            float m = -INFINITY, l = 0.0f;
+            float alpha = sdpa_impl_softmax_online_f32(impl, s, n, &m, &l);
+            benchmark::DoNotOptimize(alpha);
+            benchmark::ClobberMemory();
+        }
+        prim_counters(st, (double)n, 2.0 * (double)n * 4.0, 0.0);
+        bench_free(s);
+    })->UseRealTime();
+
+    benchmark::RegisterBenchmark(("prim/" + in + "/accumulate_n4096_dv128").c_str(),
+                                 [=](benchmark::State &st) {
+        const size_t n = kPrimN, dv = kPrimD;
+        float *o = (float *)bench_alloc_zero(dv * sizeof(float));
+        float *p = (float *)bench_alloc_random(SDPA_F32, n, 14);
+        float *v = (float *)bench_alloc_random(SDPA_F32, n * dv, 15);
+        if (!o || !p || !v) {
+            st.SkipWithError("out of memory");
+        } else {
+            for (auto _ : st) {
+                // alpha < 1 keeps o bounded however many iterations run
+                sdpa_impl_accumulate_f32(impl, o, 0.5f, p, v, dv, n, dv);
+                benchmark::ClobberMemory();
+            }
+            prim_counters(st, (double)n, (double)(n * dv + n + 2 * dv) * 4.0,
+                          2.0 * (double)(n * dv) + (double)dv);
+        }
+        bench_free(o);
+        bench_free(p);
+        bench_free(v);
+    })->UseRealTime();
+}
+
+#ifdef BENCH_HAVE_BLAS
+// ---- the unfused OpenBLAS baseline -----------------------------------------------------
+void register_blas(const Shape &s)
+{
+    const std::string name = "blas/openblas/" + s.name + "/threads:1";
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State &st) {
+        Tensors *t = tensors_for(s, true);
+        if (!t) {
+            st.SkipWithError("out of memory for the test tensors");
+            return;
+        }
+        sdpa_params p = make_params(s, 1);
+        p.parallel_for = nullptr;
+        for (auto _ : st) {
+            bench_blas_attention(&p, t->q, (const float *)t->k, (const float *)t->v, t->o,
+                                 t->scores);
+            benchmark::ClobberMemory();
+        }
+        const double flops = shape_flops(s); // the same useful FLOPs as libsdpa's count
+        st.counters["FLOP"] = per_second(flops);
+        const char *isa;
+        const double peak = bench_fma_peak_best(&g_machine, 1, &isa);
+        if (peak > 0) st.counters["pct_peak"] = per_second(flops * 100.0 / peak);
+        st.counters["extra_bytes"] = (double)(s.q_len * s.kv_len * sizeof(float));
+    })->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+#endif
+
+std::string fmt(double v)
+{
+    char b[64];
+    std::snprintf(b, sizeof b, "%.6g", v);
+    return b;
+}
+
+void add_machine_context()
+{
+    const bench_machine &m = g_machine;
+    for (size_t i = 0; i < m.n_isa; i++)
+        for (size_t t = 1; t <= BENCH_MAX_THREADS; t++)
+            benchmark::AddCustomContext(
+                "fma_peak_flops/" + std::string(m.isa[i]) + "/threads:" + std::to_string(t),
+                fmt(m.fma_flops[i][t]));
+    for (size_t t = 1; t <= BENCH_MAX_THREADS; t++)
+        benchmark::AddCustomContext("read_bw_bytes_per_s/threads:" + std::to_string(t),
+                                    fmt(m.read_bw[t]));
+    benchmark::AddCustomContext("read_bw_loads", m.read_isa);
+    benchmark::AddCustomContext("read_bw_buffer_bytes", std::to_string(m.read_bytes));
+    std::string impls;
+    for (size_t i = 0; i < sdpa_impl_count(); i++) {
+        const sdpa_impl *impl = sdpa_impl_at(i);
+        impls += std::string(i ? "," : "") + sdpa_impl_name(impl) +
+                 (sdpa_impl_supported(impl) ? "" : "(unsupported)");
+    }
+    benchmark::AddCustomContext("sdpa_implementations", impls);
+    benchmark::AddCustomContext("sdpa_active", sdpa_impl_name(sdpa_active()));
+#ifdef BENCH_HAVE_BLAS
+    benchmark::AddCustomContext("openblas_core", bench_blas_corename());
+    benchmark::AddCustomContext("openblas_config", bench_blas_config());
+#endif
+}
+
+} // namespace
+
+int main(int argc, char **argv)
+{
+    benchmark::Initialize(&argc, argv);
+    // our own flag, after google/benchmark removed its own ones
+    size_t bw_mib = 512;
+    int kept = 1;
+    for (int i = 1; i < argc; i++) {
+        if (std::strncmp(argv[i], "--sdpa_bw_mib=", 14) == 0)
+            bw_mib = (size_t)std::strtoull(argv[i] + 14, nullptr, 10);
+        else
+            argv[kept++] = argv[i];
+    }
+    argc = kept;
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    if (bw_mib < 1) bw_mib = 1;
+
+    for (size_t t = 1; t <= BENCH_MAX_THREADS; t++) {
+        g_pools[t] = bench_pool_create(t);
+        if (!g_pools[t]) {
+            std::fprintf(stderr, "sdpa-bench: cannot start a %zu-thread pool\n", t);
+            return 1;
+        }
+    }
+    std::fprintf(stderr, "sdpa-bench: measuring FMA peaks and read bandwidth (%zu MiB)...\n",
+                 bw_mib);
+    if (bench_measure_machine(&g_machine, g_pools, bw_mib << 20) != 0)
+        std::fprintf(stderr, "sdpa-bench: no memory for the bandwidth buffer; pct_bw omitted\n");
+#ifdef BENCH_HAVE_BLAS
+    bench_blas_set_threads(1); // the baseline is single-threaded; the core choice is OpenBLAS's own
+#endif
+    add_machine_context();
+
+    for (size_t i = 0; i < sdpa_impl_count(); i++) {
+        const sdpa_impl *impl = sdpa_impl_at(i);
+        if (!sdpa_impl_supported(impl)) continue; // never run what this CPU cannot
+        register_primitives(impl);
+        for (const Shape &s : prefill_shapes())
+            for (size_t t = 1; t <= BENCH_MAX_THREADS; t++) register_forward("prefill", impl, s, t);
+        for (const Shape &s : decode_shapes())
+            for (size_t t = 1; t <= BENCH_MAX_THREADS; t++) register_forward("decode", impl, s, t);
+    }
+#ifdef BENCH_HAVE_BLAS
+    for (const Shape &s : prefill_shapes()) register_blas(s);
+#endif
+
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    for (size_t t = 1; t <= BENCH_MAX_THREADS; t++) bench_pool_destroy(g_pools[t]);
+    return 0;
+}

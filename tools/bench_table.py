@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""bench_table.py -- turns sdpa-bench's JSON output into a Markdown table (and optionally a bar chart).
+
+Usage:
+    sdpa-bench --benchmark_format=json --benchmark_out=run.json ...
+    bench_table.py run.json [--png chart.png]
+
+Every ratio comes from the same run: the FMA peaks and the read bandwidth that sdpa-bench
+measured at start-up are in the JSON's "context", and each benchmark carries its own
+percentage counters computed from them. "x BLAS" compares a prefill result with the unfused
+OpenBLAS baseline on the same shape at 1 thread (the baseline only runs at 1 thread).
+"""
+import argparse
+import json
+import sys
+
+
+def parse_name(name):
+    """'<kind>/<impl>/<shape>[/threads:N][/real_time]' -> (kind, impl, shape, threads)."""
+    parts = [p for p in name.split("/") if p != "real_time"]
+    threads = 1
+    if parts and parts[-1].startswith("threads:"):
+        threads = int(parts.pop()[len("threads:"):])
+    kind = parts[0] if parts else name
+    impl = parts[1] if len(parts) > 1 else ""
+    shape = "/".join(parts[2:])
+    return kind, impl, shape, threads
+
+
+def fmt(v, digits=1):
+    return "" if v is None else f"{v:.{digits}f}"
+
+
+def fmt_bytes(v):
+    if v is None or v < 0:
+        return ""
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if v >= scale:
+            return f"{v / scale:.1f} {unit}"
+    return f"{v:.0f} B"
+
+
+def load_rows(doc):
+    runs = doc.get("benchmarks", [])
+    # With --benchmark_repetitions, keep the medians; otherwise the plain runs.
+    medians = [b for b in runs if b.get("run_type") == "aggregate" and b.get("aggregate_name") == "median"]
+    chosen = medians if medians else [b for b in runs if b.get("run_type", "iteration") == "iteration"]
+    rows = []
+    for b in chosen:
+        kind, impl, shape, threads = parse_name(b.get("run_name", b["name"]))
+        row = {"kind": kind, "impl": impl, "shape": shape, "threads": threads,
+               "error": b.get("error_message") if b.get("error_occurred") else None}
+        flop = b.get("FLOP")
+        row["gflops"] = flop / 1e9 if flop is not None else None
+        row["pct_peak"] = b.get("pct_peak")
+        bps = b.get("bytes_per_second")
+        row["gbs"] = bps / 1e9 if bps is not None else None
+        row["pct_bw"] = b.get("pct_bw")
+        mem = b.get("extra_bytes", b.get("ws_bytes"))
+        row["mem"] = mem
+        rows.append(row)
+    # x BLAS: libsdpa prefill / OpenBLAS on the same shape (1 thread).
+    blas = {r["shape"]: r["gflops"] for r in rows if r["kind"] == "blas" and r["gflops"]}
+    for r in rows:
+        r["x_blas"] = None
+        if r["kind"] in ("prefill", "blas") and r["threads"] == 1 and r["gflops"] and blas.get(r["shape"]):
+            r["x_blas"] = r["gflops"] / blas[r["shape"]]
+    return rows
+
+
+def print_context(ctx):
+    peaks = sorted((k, v) for k, v in ctx.items() if k.startswith("fma_peak_flops/"))
+    if peaks:
+        print("FMA peak (measured in this run): " + ", ".join(
+            f"{k.split('/')[1]} {k.split('/')[2]} {float(v) / 1e9:.1f} GFLOP/s" for k, v in peaks))
+    bws = sorted((k, v) for k, v in ctx.items() if k.startswith("read_bw_bytes_per_s/"))
+    if bws:
+        size = int(ctx.get("read_bw_buffer_bytes", "0"))
+        print(f"Read bandwidth ({ctx.get('read_bw_loads', '?')} loads, {fmt_bytes(size)} buffer): " + ", ".join(
+            f"{k.split('/')[1]} {float(v) / 1e9:.2f} GB/s" for k, v in bws))
+    if "openblas_core" in ctx:
+        print(f"OpenBLAS core: {ctx['openblas_core']} ({ctx.get('openblas_config', '')})")
+    if "sdpa_implementations" in ctx:
+        print(f"Implementations: {ctx['sdpa_implementations']} (active: {ctx.get('sdpa_active', '?')})")
+    print()
+
+
+def print_table(rows):
+    head = ["kind", "implementation", "shape", "threads", "GFLOP/s", "% FMA peak", "GB/s",
+            "% bandwidth", "x BLAS", "extra memory"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("---" if i < 3 else "---:" for i in range(len(head))) + "|")
+    for r in rows:
+        if r["error"]:
+            cells = [r["kind"], r["impl"], r["shape"], str(r["threads"]), f"error: {r['error']}"] + [""] * 5
+        else:
+            cells = [r["kind"], r["impl"], r["shape"], str(r["threads"]), fmt(r["gflops"], 2),
+                     fmt(r["pct_peak"]), fmt(r["gbs"], 2), fmt(r["pct_bw"]),
+                     fmt(r["x_blas"], 2), fmt_bytes(r["mem"])]
+        print("| " + " | ".join(cells) + " |")
+
+
+def write_png(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print(f"bench_table.py: matplotlib is not installed (Debian: python3-matplotlib); "
+              f"skipping {path}", file=sys.stderr)
+        return
+    panels = [("prefill", "gflops", "GFLOP/s"), ("decode", "gbs", "GB/s (K+V read once)")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(14, 5))
+    for ax, (kind, key, label) in zip(axes, panels):
+        sel = [r for r in rows if (r["kind"] == kind or (kind == "prefill" and r["kind"] == "blas"))
+               and r.get(key)]
+        shapes = list(dict.fromkeys(r["shape"] for r in sel))
+        series = list(dict.fromkeys(f"{r['impl']} t{r['threads']}" for r in sel))
+        width = 0.8 / max(1, len(series))
+        for si, s in enumerate(series):
+            xs, ys = [], []
+            for xi, shape in enumerate(shapes):
+                for r in sel:
+                    if r["shape"] == shape and f"{r['impl']} t{r['threads']}" == s:
+                        xs.append(xi + si * width)
+                        ys.append(r[key])
+            ax.bar(xs, ys, width, label=s)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))])
+        ax.set_xticklabels([s.replace("_", "\n", 2) for s in shapes], fontsize=7)
+        ax.set_ylabel(label)
+        ax.set_title(kind)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"bench_table.py: wrote {path}", file=sys.stderr)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("json", nargs="?", help="sdpa-bench --benchmark_format=json output (default: stdin)")
+    ap.add_argument("--png", metavar="FILE", help="also write a bar chart (needs matplotlib)")
+    args = ap.parse_args()
+    if args.json:
+        with open(args.json, encoding="utf-8") as f:
+            doc = json.load(f)
+    else:
+        doc = json.load(sys.stdin)
+    rows = load_rows(doc)
+    print_context(doc.get("context", {}))
+    print_table(rows)
+    if args.png:
+        write_png(rows, args.png)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
