@@ -329,12 +329,14 @@ static size_t eff_block(size_t block)
     return block > BLOCK_CAP ? BLOCK_CAP : block;
 }
 
-/* Scratch: S [R][lds] | alpha [R] | (GEMM path) K^T panels [lds * d] | V panels [lds * dv16]. */
+/* Scratch: S [R][lds] | alpha [R] | (GEMM path) K^T panels [lds * d] | V panels [lds * dv16] |
+   packed queries [R rounded up to MR][d] | lane-wise row maxima [R][8]. */
 static size_t ws_floats_avx2(size_t rows, size_t d, size_t dv, size_t block)
 {
     const size_t lds = round16(eff_block(block));
     size_t n = rows * lds + round16(rows);
-    if (rows > DIRECT_MAX_ROWS) n += lds * d + lds * round16(dv);
+    if (rows > DIRECT_MAX_ROWS)
+        n += lds * d + lds * round16(dv) + round16((rows + MR - 1) / MR * MR * d) + 8 * rows;
     return n;
 }
 
@@ -420,20 +422,36 @@ static size_t pack_v_avx2(const sdpa_rows *w, size_t j0, size_t nb, float *vp)
    "if (mr > r)" guards fold away since mr is a constant in every instantiation. */
 #define ACC_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 
-/* S[r][0..16) = q_r . K^T panel for r < mr. */
-AVX2_INLINE void score_avx2_mk(size_t mr, const float *q, size_t d, const float *b, float *S,
-                               size_t lds)
+/* Queries packed once per call in groups of MR rows, k-major: row 6g + i, element k at
+   qp[6gd + 6k + i] (a last partial group keeps the stride 6). Every broadcast of the score
+   micro-kernel then comes from one pointer at constant offsets, so the unrolled loop needs no
+   index arithmetic. */
+static void pack_q_avx2(const float *q, size_t R, size_t d, float *qp)
+{
+    for (size_t g = 0; g < R; g += MR) {
+        const size_t mr = R - g < MR ? R - g : MR;
+        float *dst = qp + g * d;
+        for (size_t i = 0; i < mr; i++)
+            for (size_t k = 0; k < d; k++) dst[k * MR + i] = q[(g + i) * d + k];
+    }
+}
+
+/* S[r][0..16) = q_r . K^T panel for r < mr, q packed (pack_q_avx2); also folds the 16 scores
+   into the row's running lane-wise max rm[8r..8r+8), so that the softmax needs no max pass.
+   NaN scores are left out of it, as the softmax's own max pass leaves them out: max(x, m)
+   returns m when x is NaN. */
+AVX2_INLINE void score_avx2_mk(size_t mr, const float *qp, size_t d, const float *b, float *S,
+                               size_t lds, float *rm)
 {
 #define DECL(r) __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();
     ACC_ROWS(DECL)
 #undef DECL
-    /* rows 0..2 off q, rows 3..5 off q + 3d: every broadcast is base + {0,1,2} * d */
-    const float *q3 = q + 3 * d;
+#pragma GCC unroll 4
     for (size_t k = 0; k < d; k++) {
         const __m256 b0 = _mm256_load_ps(b + k * NR), b1 = _mm256_load_ps(b + k * NR + 8);
 #define STEP(r)                                                                                  \
     if (mr > r) {                                                                                \
-        const __m256 a = _mm256_broadcast_ss((r < 3 ? q : q3) + (r % 3) * d + k);                \
+        const __m256 a = _mm256_broadcast_ss(qp + k * MR + r);                                   \
         c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0);                                               \
         c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1);                                               \
     }
@@ -444,15 +462,18 @@ AVX2_INLINE void score_avx2_mk(size_t mr, const float *q, size_t d, const float 
     if (mr > r) {                                                                                \
         _mm256_store_ps(S + r * lds, c##r##0);                                                   \
         _mm256_store_ps(S + r * lds + 8, c##r##1);                                               \
+        const __m256 mx = _mm256_max_ps(c##r##0, _mm256_load_ps(rm + 8 * r));                    \
+        _mm256_store_ps(rm + 8 * r, _mm256_max_ps(c##r##1, mx));                                 \
     }
     ACC_ROWS(STORE)
 #undef STORE
 }
 
 #define SCORE_KERNEL(m)                                                                          \
-    static void score_avx2_##m##x16(const float *q, size_t d, const float *b, float *S, size_t lds) \
+    static void score_avx2_##m##x16(const float *qp, size_t d, const float *b, float *S,         \
+                                    size_t lds, float *rm)                                       \
     {                                                                                            \
-        score_avx2_mk(m, q, d, b, S, lds);                                                       \
+        score_avx2_mk(m, qp, d, b, S, lds, rm);                                                  \
     }
 SCORE_KERNEL(1)
 SCORE_KERNEL(2)
@@ -461,21 +482,28 @@ SCORE_KERNEL(4)
 SCORE_KERNEL(5)
 SCORE_KERNEL(6)
 
-typedef void (*score_mk_fn)(const float *, size_t, const float *, float *, size_t);
+typedef void (*score_mk_fn)(const float *, size_t, const float *, float *, size_t, float *);
 static const score_mk_fn score_mks[MR + 1] = {NULL,           score_avx2_1x16, score_avx2_2x16,
                                               score_avx2_3x16, score_avx2_4x16, score_avx2_5x16,
                                               score_avx2_6x16};
 
-/* S[r][j] = q_r . key j for r < ra, j < round16(nb): panels outer, so each K^T panel (16 d
-   floats) is reused from L1 by all row groups. */
-static void score_tile_avx2(const float *q, size_t ra, size_t d, const float *kp, size_t nb,
-                            float *S, size_t lds)
+/* S[r][j] = q_r . key j for g0 <= r < R, j < round16(nb) and j < the group's last limit, g0 a
+   multiple of MR, and rm[r] the
+   lane-wise max of row r's scores (padding keys of a last partial panel included): panels
+   outer, so each K^T panel (16 d floats) is reused from L1 by all row groups. */
+static void score_tile_avx2(const float *qp, size_t g0, size_t R, size_t d, const float *kp,
+                            size_t nb, float *S, size_t lds, float *rm, const size_t *lim, size_t j0)
 {
+    for (size_t r = g0; r < R; r++) _mm256_store_ps(rm + 8 * r, _mm256_set1_ps(-INFINITY));
     for (size_t p0 = 0; p0 < nb; p0 += NR) {
         const float *b = kp + p0 * d;
-        size_t r = 0;
-        for (; r + MR <= ra; r += MR) score_avx2_6x16(q + r * d, d, b, S + r * lds + p0, lds);
-        if (r < ra) score_mks[ra - r](q + r * d, d, b, S + r * lds + p0, lds);
+        size_t r = g0;
+        /* groups whose last row sees none of this panel are skipped (the diagonal of causal
+           attention): the softmax reads no score past a row's limit, and their rm is unused */
+        while (r < R && lim[(r + MR < R ? r + MR : R) - 1] <= j0 + p0) r += MR;
+        for (; r + MR <= R; r += MR)
+            score_avx2_6x16(qp + r * d, d, b, S + r * lds + p0, lds, rm + 8 * r);
+        if (r < R) score_mks[R - r](qp + r * d, d, b, S + r * lds + p0, lds, rm + 8 * r);
     }
 }
 
@@ -496,6 +524,7 @@ AVX2_INLINE void pv_avx2_mk(size_t mr, float *acc, size_t dv, const float *alpha
     ACC_ROWS(LOAD)
 #undef LOAD
     const float *P3 = P + 3 * lds;
+#pragma GCC unroll 4
     for (size_t j = 0; j < nb; j++) {
         const float *bj = b + (ptrdiff_t)j * bs;
         const __m256 b0 = _mm256_loadu_ps(bj), b1 = _mm256_loadu_ps(bj + 8);
@@ -546,18 +575,22 @@ static const pv_mk_fn pv_mks[MR + 1] = {NULL,        pv_avx2_1x16, pv_avx2_2x16,
    from vp (stride 16). */
 static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,
                          size_t ra, const float *vd, ptrdiff_t vs, size_t c_pack, const float *vp,
-                         size_t nb)
+                         size_t nb, const size_t *lim, size_t j0)
 {
     for (size_t c = 0; c < dv; c += NR) {
         const int packed = c >= c_pack;
         const float *b = packed ? vp + (c - c_pack) * nb : vd + c;
         const ptrdiff_t bs = packed ? NR : vs;
         const size_t cols = dv - c < NR ? dv - c : NR;
-        size_t r = 0;
-        for (; r + MR <= ra; r += MR)
-            pv_avx2_6x16(acc + r * dv + c, dv, alpha + r, P + r * lds, lds, b, bs, nb, cols);
-        if (r < ra)
-            pv_mks[ra - r](acc + r * dv + c, dv, alpha + r, P + r * lds, lds, b, bs, nb, cols);
+        for (size_t r = 0; r < ra; r += MR) {
+            const size_t mr = ra - r < MR ? ra - r : MR;
+            /* keys past the group's last (largest) limit have p = 0 for every row of it */
+            const size_t last = lim[r + mr - 1] - j0, n = last < nb ? last : nb;
+            if (mr == MR)
+                pv_avx2_6x16(acc + r * dv + c, dv, alpha + r, P + r * lds, lds, b, bs, n, cols);
+            else
+                pv_mks[mr](acc + r * dv + c, dv, alpha + r, P + r * lds, lds, b, bs, n, cols);
+        }
     }
 }
 
@@ -747,11 +780,103 @@ static void pv_direct_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, 
     }
 }
 
+/* --- the fused online softmax ---------------------------------------------------------------- */
+
+/* exp for the fused softmax, x = s - m <= 0 (or -inf, or NaN): the reduction and polynomial of
+   exp8_avx2, so the same bits wherever exp(x) is a normal float, but lanes with x < EXP_CUT give
+   0 without being computed. Why: on Intel cores an operation with a subnormal or underflowing
+   result takes a microcode assist (measured here: 133 against 9 cycles per vector), and every
+   masked key (-inf) and every key far below the row max would take it. The weight dropped is
+   below exp(-87) = 1.6e-38 against the max key's weight 1 in l, far under the rounding of l.
+   With x >= -87, n >= -126, so 2^n is one normal scale and p * 2^n is exact (as the two-step
+   scale of exp8_avx2 is for normal results). NaN: the compare is false and max(lo, x) returns
+   x, so NaN reaches p. */
+#define EXP_CUT -87.0f
+
+AVX2_INLINE __m256 exp8_cut_avx2(__m256 x)
+{
+    const __m256 lo = _mm256_set1_ps(EXP_CUT);
+    const __m256 dead = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(lo, x);
+    /* round(x log2 e) by adding 1.5 * 2^23: the sum rounds to an integer (to nearest even, as
+       _mm256_round_ps would, in the default rounding mode every operation here assumes) whose
+       two's complement sits in the low mantissa bits, so the
+       exponent field of 2^n is one integer add and shift away; shorter than round + convert,
+       and the exp's dependency chain is what limits this loop */
+    const __m256 magic = _mm256_set1_ps(0x1.8p23f);
+    const __m256 t = _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), magic);
+    const __m256 n = _mm256_sub_ps(t, magic);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0x1.62e430p-1f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-0x1.05c610p-29f), r);
+    __m256 p = _mm256_set1_ps(0x1.687c22p-10f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0x1.123b8ep-7f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0x1.555b58p-5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0x1.55548ep-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0x1.fffff8p-2f));
+    p = _mm256_fmadd_ps(_mm256_mul_ps(r, r), p, r);
+    p = _mm256_add_ps(p, _mm256_set1_ps(1.0f));
+    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_castps_si256(t), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(dead, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+/* One row of one block: keys [0, nv) of the block are visible, [nv, nb) masked (1 <= nv <= nb).
+   The sdpa.h online-softmax contract over the visible keys, p = 0 written for the masked ones
+   (never computed: see exp8_cut_avx2); returns alpha. Whole vectors are written up to nb rounded
+   up to 8, inside the row's lds floats. */
+AVX2_INLINE float softmax_fused_avx2(float *s, size_t nv, size_t nb, float *m, float *l,
+                                     const float *rm)
+{
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 vm0 = ninf, vm1 = ninf;
+    size_t j = 0;
+    if (rm) { /* the score kernel's lane-wise max over exactly these nv keys */
+        vm0 = _mm256_load_ps(rm);
+        j = nv;
+    }
+    for (; j + 16 <= nv; j += 16) {
+        vm0 = _mm256_max_ps(_mm256_loadu_ps(s + j), vm0);
+        vm1 = _mm256_max_ps(_mm256_loadu_ps(s + j + 8), vm1);
+    }
+    for (; j + 8 <= nv; j += 8) vm0 = _mm256_max_ps(_mm256_loadu_ps(s + j), vm0);
+    const size_t tail = nv % 8;
+    const __m256i mk = lanes_mask(tail);
+    if (tail && !rm) {
+        const __m256 x = _mm256_blendv_ps(ninf, _mm256_maskload_ps(s + j, mk), _mm256_castsi256_ps(mk));
+        vm1 = _mm256_max_ps(x, vm1);
+    }
+    const float bm = hmax8(_mm256_max_ps(vm0, vm1));
+    const float m_old = *m;
+    const float m_new = m_old > bm ? m_old : bm;
+    float alpha = 1.0f, msub = 0.0f;
+    if (m_new != -INFINITY) {
+        msub = m_new;
+        alpha = _mm256_cvtss_f32(exp8_avx2(_mm256_set1_ps(m_old - m_new)));
+    }
+    const __m256 vms = _mm256_set1_ps(msub);
+    __m256 sum = _mm256_setzero_ps();
+    for (j = 0; j + 8 <= nv; j += 8) {
+        const __m256 p0 = exp8_cut_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), vms));
+        _mm256_storeu_ps(s + j, p0);
+        sum = _mm256_add_ps(sum, p0);
+    }
+    if (tail) {
+        __m256 p0 = exp8_cut_avx2(_mm256_sub_ps(_mm256_maskload_ps(s + j, mk), vms));
+        p0 = _mm256_and_ps(p0, _mm256_castsi256_ps(mk));
+        _mm256_storeu_ps(s + j, p0);
+        sum = _mm256_add_ps(sum, p0);
+        j += 8;
+    }
+    for (; j < nb; j += 8) _mm256_storeu_ps(s + j, _mm256_setzero_ps());
+    *m = m_new;
+    *l = alpha * *l + hsum8(sum);
+    return alpha;
+}
+
 /* --- the loop --------------------------------------------------------------------------------- */
 
 /* The same bookkeeping as the generic rows loop: rows before r0 see none of the current block
-   (limits are non-decreasing in r), keys past a row's limit inside the block get score -inf,
-   hence weight exactly 0; nothing at or past kv_end is read. */
+   (limits are non-decreasing in r), keys past a row's limit inside the block get weight exactly
+   0 (written by the softmax, never exponentiated); nothing at or past kv_end is read. */
 static void rows_avx2(const sdpa_rows *w)
 {
     const size_t R = w->rows, d = w->d, dv = w->dv, B = eff_block(w->block);
@@ -761,7 +886,10 @@ static void rows_avx2(const sdpa_rows *w)
     float *alpha = S + R * lds;
     float *kp = alpha + round16(R);
     float *vp = kp + lds * d;
+    float *qp = vp + lds * round16(dv);
+    float *rm = qp + round16((R + MR - 1) / MR * MR * d);
     size_t r0 = 0;
+    if (gemm) pack_q_avx2(w->q, R, d, qp);
 
     for (size_t j0 = w->kv_begin; j0 < w->kv_end; j0 += B) {
         const size_t nb = (w->kv_end - j0 < B) ? w->kv_end - j0 : B;
@@ -769,22 +897,25 @@ static void rows_avx2(const sdpa_rows *w)
         if (r0 == R) break;
         if (gemm) {
             pack_k_avx2(w, j0, nb, kp);
-            score_tile_avx2(w->q + r0 * d, R - r0, d, kp, nb, S + r0 * lds, lds);
+            /* from r0's group: rows before r0 in it get scores that are never used */
+            score_tile_avx2(qp, r0 / MR * MR, R, d, kp, nb, S, lds, rm, w->kv_limit, j0);
         } else {
             score_direct_avx2(w, r0, j0, nb, S, lds);
         }
         for (size_t r = r0; r < R; r++) {
             float *s = S + r * lds;
             const size_t lim = w->kv_limit[r];
-            if (lim < j0 + nb)
-                for (size_t j = lim - j0; j < nb; j++) s[j] = -INFINITY;
-            alpha[r] = softmax_online_avx2_inl(s, nb, &w->m[r], &w->l[r]);
+            const size_t nv = lim < j0 + nb ? lim - j0 : nb;
+            /* the score kernel's max is exact when the row sees every key of the block and
+               the block has no zero padding keys */
+            const float *rmax = gemm && nv == nb && nb % NR == 0 ? rm + 8 * r : NULL;
+            alpha[r] = softmax_fused_avx2(s, nv, nb, &w->m[r], &w->l[r], rmax);
         }
         if (gemm) {
             const size_t c_pack = pack_v_avx2(w, j0, nb, vp);
             const float *vd = (const float *)w->v + (ptrdiff_t)j0 * w->v_stride;
             pv_tile_avx2(w->acc + r0 * dv, dv, alpha + r0, S + r0 * lds, lds, R - r0, vd,
-                         w->v_stride, c_pack, vp, nb);
+                         w->v_stride, c_pack, vp, nb, w->kv_limit + r0, j0);
         } else {
             pv_direct_avx2(w, r0, j0, nb, alpha, S, lds);
         }
