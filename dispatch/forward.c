@@ -166,6 +166,15 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
             overlaps(p->lse, el, k->data, ek) || overlaps(p->lse, el, v->data, ev))
             return fail(c, SDPA_ERR_INVALID_ARGUMENT, "lse overlaps o or an input");
     }
+    if (p->workspace && p->workspace_bytes) {
+        const extent ew = {0, p->workspace_bytes > (size_t)PTRDIFF_MAX ? PTRDIFF_MAX
+                                                                        : (ptrdiff_t)p->workspace_bytes};
+        if (overlaps(p->workspace, ew, o->data, eo) || overlaps(p->workspace, ew, q->data, eq) ||
+            overlaps(p->workspace, ew, k->data, ek) || overlaps(p->workspace, ew, v->data, ev) ||
+            (p->lse && overlaps(p->workspace, ew, p->lse,
+                                (extent){0, (ptrdiff_t)(rows * sizeof(float))})))
+            return fail(c, SDPA_ERR_INVALID_ARGUMENT, "workspace overlaps o, lse or an input");
+    }
     return fail(c, SDPA_OK, "ok");
 }
 
@@ -200,6 +209,7 @@ typedef struct plan {
     size_t lim_off;   /* where the key limits (size_t) start in it */
     size_t state_off; /* where m, l, acc start (unsplit problems) */
     size_t kws_off;   /* where the kernel's scratch starts */
+    size_t partial_off; /* where the split-K partial states start, after the workspaces */
     float *ws;        /* n_threads * ws_stride floats, 64-byte aligned */
     float *partial;   /* n_chunks > 1: per item, m[R] l[R] acc[R * Dv] */
 } plan;
@@ -354,12 +364,69 @@ static size_t block_for(size_t D, size_t Dv)
     return b < BLOCK_MIN ? BLOCK_MIN : b > BLOCK_MAX ? BLOCK_MAX : b;
 }
 
-static void *alloc_floats(size_t n)
+/* Plans a validated call on an implementation; sets *floats to the scratch it needs (per-thread
+   workspaces, then the split-K partial states), in floats. Depends on the problem and the
+   implementation only, never on the thread count except for the number of workspaces. */
+static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,
+                             const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o,
+                             plan *pl, size_t *floats)
 {
-    size_t bytes;
-    if (!mul_sz(n, sizeof(float), &bytes)) return NULL;
-    bytes = (bytes + 63) / 64 * 64;
-    return aligned_alloc(64, bytes ? bytes : 64);
+    memset(pl, 0, sizeof *pl);
+    pl->k = impl->k;
+    pl->B = p->batch, pl->Hq = p->q_heads, pl->Hkv = p->kv_heads, pl->G = p->q_heads / p->kv_heads;
+    pl->Lq = p->q_len, pl->Lk = p->kv_len, pl->D = p->head_dim;
+    pl->Dv = p->v_dim ? p->v_dim : p->head_dim;
+    pl->scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)p->head_dim);
+    pl->causal = p->causal;
+    pl->q = q, pl->kt = k, pl->vt = v, pl->o = o, pl->lse = p->lse;
+
+    /* Everything below depends on the problem only, never on the thread count: that is what
+       makes the result bitwise identical for any number of threads. */
+    pl->qb = pl->G >= ROWS_TARGET ? 1 : ROWS_TARGET / pl->G;
+    if (pl->qb > pl->Lq) pl->qb = pl->Lq;
+    pl->n_qblk = (pl->Lq + pl->qb - 1) / pl->qb;
+    pl->chunk = (pl->n_qblk == 1 && pl->Lk >= SPLIT_MIN_KV) ? SPLIT_CHUNK : pl->Lk;
+    pl->n_chunks = (pl->Lk + pl->chunk - 1) / pl->chunk;
+    pl->block = block_for(pl->D, pl->Dv);
+    pl->R = pl->qb * pl->G;
+
+    const size_t threads = p->parallel_for ? (p->n_threads ? p->n_threads : 1) : 1;
+    const size_t lim_floats = round16(pl->R * sizeof(size_t) / sizeof(float) + 1);
+    const size_t kws = pl->k->ws_floats(pl->R, pl->D, pl->Dv, pl->block);
+    size_t n_items, ws_floats, pf = 0;
+    pl->lim_off = round16(pl->R * pl->D);
+    pl->state_off = pl->lim_off + lim_floats;
+    pl->kws_off = pl->state_off + round16(pl->R * (pl->Dv + 2));
+    if (!mul_sz(pl->B * pl->Hkv, pl->n_qblk, &n_items) || !mul_sz(n_items, pl->n_chunks, &n_items) ||
+        !add_sz(pl->kws_off, round16(kws), &pl->ws_stride) ||
+        !mul_sz(pl->ws_stride, threads, &ws_floats) ||
+        (pl->n_chunks > 1 && !mul_sz(n_items, pl->R * (pl->Dv + 2), &pf)) ||
+        !add_sz(ws_floats, round16(pf), floats) || *floats > SIZE_MAX / sizeof(float) - 64)
+        return SDPA_ERR_OVERFLOW;
+    pl->n_items = n_items;
+    pl->partial_off = ws_floats;
+    return SDPA_OK;
+}
+
+sdpa_status sdpa_impl_workspace_size(const sdpa_impl *impl, const sdpa_params *p,
+                                     const sdpa_tensor *q, const sdpa_tensor *k,
+                                     const sdpa_tensor *v, const sdpa_tensor *o, size_t *bytes)
+{
+    checker chk = {NULL, 0};
+    sdpa_status s = validate(&chk, p, q, k, v, o);
+    if (s != SDPA_OK) return s;
+    if (!impl || !bytes) return SDPA_ERR_INVALID_ARGUMENT;
+    plan pl;
+    size_t floats;
+    if ((s = make_plan(impl, p, q, k, v, o, &pl, &floats)) != SDPA_OK) return s;
+    *bytes = floats * sizeof(float) + 64; /* room to align a caller's buffer to 64 bytes */
+    return SDPA_OK;
+}
+
+sdpa_status sdpa_workspace_size(const sdpa_params *p, const sdpa_tensor *q, const sdpa_tensor *k,
+                                const sdpa_tensor *v, const sdpa_tensor *o, size_t *bytes)
+{
+    return sdpa_impl_workspace_size(sdpa_active(), p, q, k, v, o, bytes);
 }
 
 sdpa_status sdpa_impl_forward(const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,
@@ -371,54 +438,25 @@ sdpa_status sdpa_impl_forward(const sdpa_impl *impl, const sdpa_params *p, const
     if (!impl) return SDPA_ERR_INVALID_ARGUMENT;
     if (!sdpa_impl_supported(impl)) return SDPA_ERR_UNSUPPORTED;
 
-    plan pl = {0};
-    pl.k = impl->k;
-    pl.B = p->batch, pl.Hq = p->q_heads, pl.Hkv = p->kv_heads, pl.G = p->q_heads / p->kv_heads;
-    pl.Lq = p->q_len, pl.Lk = p->kv_len, pl.D = p->head_dim, pl.Dv = p->v_dim ? p->v_dim : p->head_dim;
-    pl.scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)p->head_dim);
-    pl.causal = p->causal;
-    pl.q = q, pl.kt = k, pl.vt = v, pl.o = o, pl.lse = p->lse;
-
-    /* Everything below depends on the problem only, never on the thread count: that is what
-       makes the result bitwise identical for any number of threads. */
-    pl.qb = pl.G >= ROWS_TARGET ? 1 : ROWS_TARGET / pl.G;
-    if (pl.qb > pl.Lq) pl.qb = pl.Lq;
-    pl.n_qblk = (pl.Lq + pl.qb - 1) / pl.qb;
-    pl.chunk = (pl.n_qblk == 1 && pl.Lk >= SPLIT_MIN_KV) ? SPLIT_CHUNK : pl.Lk;
-    pl.n_chunks = (pl.Lk + pl.chunk - 1) / pl.chunk;
-    pl.block = block_for(pl.D, pl.Dv);
-    pl.R = pl.qb * pl.G;
-
-    size_t n_items, ws_floats, threads = p->parallel_for ? (p->n_threads ? p->n_threads : 1) : 1;
-    const size_t lim_floats = round16(pl.R * sizeof(size_t) / sizeof(float) + 1);
-    const size_t kws = pl.k->ws_floats(pl.R, pl.D, pl.Dv, pl.block);
-    pl.lim_off = round16(pl.R * pl.D);
-    pl.state_off = pl.lim_off + lim_floats;
-    pl.kws_off = pl.state_off + round16(pl.R * (pl.Dv + 2));
-    if (!mul_sz(pl.B * pl.Hkv, pl.n_qblk, &n_items) || !mul_sz(n_items, pl.n_chunks, &n_items) ||
-        !add_sz(pl.kws_off, round16(kws), &pl.ws_stride) ||
-        !mul_sz(pl.ws_stride, threads, &ws_floats))
-        return SDPA_ERR_OVERFLOW;
-    pl.n_items = n_items;
-    pl.ws = alloc_floats(ws_floats);
-    if (!pl.ws) return SDPA_ERR_NO_MEMORY;
-    if (pl.n_chunks > 1) {
-        size_t pf;
-        if (!mul_sz(n_items, pl.R * (pl.Dv + 2), &pf)) {
-            free(pl.ws);
-            return SDPA_ERR_OVERFLOW;
-        }
-        pl.partial = alloc_floats(pf);
-        if (!pl.partial) {
-            free(pl.ws);
-            return SDPA_ERR_NO_MEMORY;
-        }
+    plan pl;
+    size_t floats;
+    if ((s = make_plan(impl, p, q, k, v, o, &pl, &floats)) != SDPA_OK) return s;
+    const size_t bytes = floats * sizeof(float);
+    void *own = NULL;
+    uintptr_t base = (uintptr_t)p->workspace;
+    base = (base + 63) & ~(uintptr_t)63;
+    if (!p->workspace || p->workspace_bytes < bytes + (size_t)(base - (uintptr_t)p->workspace)) {
+        /* no caller scratch, or too small for this call: our own, freed before returning */
+        own = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        if (!own) return SDPA_ERR_NO_MEMORY;
+        base = (uintptr_t)own;
     }
+    pl.ws = (float *)base;
+    pl.partial = pl.n_chunks > 1 ? pl.ws + pl.partial_off : NULL;
 
-    run_all(p, n_items, run_item, &pl);
-    if (pl.n_chunks > 1) run_all(p, n_items / pl.n_chunks, merge_group, &pl);
-    free(pl.partial);
-    free(pl.ws);
+    run_all(p, pl.n_items, run_item, &pl);
+    if (pl.n_chunks > 1) run_all(p, pl.n_items / pl.n_chunks, merge_group, &pl);
+    free(own);
     return SDPA_OK;
 }
 

@@ -113,6 +113,11 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
     /* optional output [batch][q_heads][q_len] of log-sum-exp (natural log) of the scaled,
        masked scores per query row; -INFINITY for a row that sees no key. NULL: not written. */
     float               *lse;
+    /* optional caller-owned scratch: when workspace_bytes >= what sdpa_workspace_size reports,
+       the call allocates nothing; otherwise (NULL or too small) it allocates its own and frees
+       it before returning. Never read for data; contents are garbage after the call. */
+    void                *workspace;
+    size_t               workspace_bytes;
 } sdpa_params;
 
 /* Runs attention for every (batch, head, query) of p on the active implementation.
@@ -127,6 +132,14 @@ sdpa_status sdpa_forward(const sdpa_params *p, const sdpa_tensor *q, const sdpa_
                          const sdpa_tensor *v, const sdpa_tensor *o);
 sdpa_status sdpa_impl_forward(const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,
                               const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o);
+
+/* The scratch bytes sdpa_forward (sdpa_impl_forward) needs for this call, so that an engine can
+   keep one buffer per layer shape and pass it in sdpa_params.workspace. Validates like the call. */
+sdpa_status sdpa_workspace_size(const sdpa_params *p, const sdpa_tensor *q, const sdpa_tensor *k,
+                                const sdpa_tensor *v, const sdpa_tensor *o, size_t *bytes);
+sdpa_status sdpa_impl_workspace_size(const sdpa_impl *impl, const sdpa_params *p,
+                                     const sdpa_tensor *q, const sdpa_tensor *k,
+                                     const sdpa_tensor *v, const sdpa_tensor *o, size_t *bytes);
 
 /* Checks a call exactly as sdpa_forward would, without running it. When msg is not NULL,
    writes a NUL-terminated description of the first problem found (or "ok") into
