@@ -194,7 +194,7 @@ enum {
     SPLIT_CHUNK = 1024,    /* keys per KV chunk when a problem is split (decode) */
     SPLIT_MIN_KV = 2048,   /* split only a single query block over at least this many keys */
     BLOCK_MIN = 64,
-    BLOCK_MAX = 256
+    BLOCK_MAX = 512
 };
 
 typedef struct plan {
