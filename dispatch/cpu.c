@@ -7,7 +7,10 @@
 #if defined(CPU_FEATURES_ARCH_X86)
 #include <cpu_features/cpuinfo_x86.h>
 #elif defined(CPU_FEATURES_ARCH_AARCH64)
-#include <cpu_features/cpuinfo_aarch64.h>
+#include <sys/auxv.h>
+#ifndef HWCAP_SVE
+#define HWCAP_SVE (1UL << 22) /* Linux arm64 ELF hwcap bit, arch/arm64/include/uapi/asm/hwcap.h */
+#endif
 #endif
 
 void sdpa_cpu_detect(sdpa_cpu *c)
@@ -36,8 +39,12 @@ void sdpa_cpu_detect(sdpa_cpu *c)
             c->l2_bytes = (size_t)lv->cache_size;
     }
 #elif defined(CPU_FEATURES_ARCH_AARCH64)
-    const Aarch64Info info = GetAarch64Info();
+    /* The kernel's hwcaps say what the CPU has and the OS enables (SVE state included). We read
+       the bit cpu_features would read ourselves: Debian's arm64 build of cpu_features 0.7.0 prints
+       a debug line to stdout from GetAarch64Info when AT_HWCAP2 is 0 (any armv8.0 CPU), and the
+       library must never print. The capability report still uses cpu_features for the details. */
+    const unsigned long hwcap = getauxval(AT_HWCAP);
     c->neon = true; /* Advanced SIMD is mandatory in armv8-a Linux userspace */
-    c->sve = info.features.sve ? true : false;
+    c->sve = (hwcap & HWCAP_SVE) != 0;
 #endif
 }

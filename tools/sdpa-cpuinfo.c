@@ -28,7 +28,9 @@
 #elif defined(__aarch64__)
 #define CPUINFO_AARCH64 1
 #include <cpu_features/cpuinfo_aarch64.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 #endif
 
 /* ------------------------------------------------------------------------------------------ */
@@ -401,9 +403,26 @@ static long sve_vector_bytes(void)
     return sve_cntb();
 }
 
+/* Debian's arm64 cpu_features 0.7.0 prints a debug line to stdout when AT_HWCAP2 is 0 (any
+   armv8.0 CPU); keep it out of the report (and out of --json) by pointing fd 1 elsewhere. */
+static Aarch64Info quiet_aarch64_info(void)
+{
+    fflush(stdout);
+    const int saved = dup(STDOUT_FILENO), null_fd = open("/dev/null", O_WRONLY);
+    if (saved >= 0 && null_fd >= 0) dup2(null_fd, STDOUT_FILENO);
+    const Aarch64Info info = GetAarch64Info();
+    fflush(stdout);
+    if (saved >= 0) {
+        dup2(saved, STDOUT_FILENO);
+        close(saved);
+    }
+    if (null_fd >= 0) close(null_fd);
+    return info;
+}
+
 static void report_cpu(out *o)
 {
-    const Aarch64Info info = GetAarch64Info();
+    const Aarch64Info info = quiet_aarch64_info();
     const Aarch64Features *f = &info.features;
     char hex[32];
 

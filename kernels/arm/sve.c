@@ -1,0 +1,487 @@
+/* sve.c -- the SVE implementation (any vector length): primitives, exp and fused tile kernels */
+#include <arm_sve.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "convert.h"
+#include "kernel_table.h"
+
+#define SVE_INLINE static inline __attribute__((always_inline))
+
+/* Nothing here assumes a vector length: every loop steps by svcntw() lanes and every tail is a
+   svwhilelt predicate, so no load or store touches an element past the end of its array. */
+
+/* ------------------------------------------------------------------------------------------ */
+/* exp                                                                                         */
+/* ------------------------------------------------------------------------------------------ */
+
+/* e^x = 2^n * e^r with n = round(x / ln2), r = x - n*ln2 in [-ln2/2, ln2/2].
+   Cody-Waite: LN2_HI keeps 16 significant bits, so n*LN2_HI is exact for |n| <= 150 and
+   x - n*LN2_HI is exact (Sterbenz); only the LN2_LO step rounds, by at most 2^-25 of r. */
+#define EXP_LOG2E 0x1.715476p+0f
+#define EXP_LN2_HI 0x1.62e4p-1f
+#define EXP_LN2_LO 0x1.7f7d1cp-20f
+/* e^r ~ 1 + r + r^2 (C2 + r C3 + r^2 C4 + r^3 C5 + r^4 C6) on [-ln2/2, ln2/2]: a minimax fit of
+   the relative error with the first two terms fixed at 1 (so exp(0) = 1 exactly); after rounding
+   the coefficients to float the fit's own relative error is 5.4e-9, about 0.05 ULP. */
+#define EXP_C3 0x1.5554aep-3f
+#define EXP_C4 0x1.555602p-5f
+#define EXP_C5 0x1.122e24p-7f
+#define EXP_C6 0x1.6c5b36p-10f
+/* Max error over x <= 0, measured exhaustively (every float in [-104, 0] against double exp,
+   in ULPs of the exact result, a ULP being at least 2^-149): 0.912 ULP (0.91198 at
+   x = -5.8473); bit-identical to the NEON exp: the same IEEE operations in the same order. */
+#define EXP_SVE_MAX_ULP 0.912
+
+/* e^x on every lane (inactive lanes of a caller's predicate are computed too and ignored). */
+SVE_INLINE svfloat32_t exp_sve_v(svfloat32_t x)
+{
+    const svbool_t all = svptrue_b32();
+    /* Below -104 every result rounds to 0 and above 89 to inf, so clamping loses nothing and keeps
+       n in [-150, 129]. FMAX/FMIN return NaN for a NaN input, so NaN flows through to the end. */
+    x = svmin_n_f32_x(all, svmax_n_f32_x(all, x, -104.0f), 89.0f);
+    const svfloat32_t nf = svrintn_f32_x(all, svmul_n_f32_x(all, x, EXP_LOG2E));
+    svfloat32_t r = svmls_n_f32_x(all, x, nf, EXP_LN2_HI);
+    r = svmls_n_f32_x(all, r, nf, EXP_LN2_LO);
+
+    svfloat32_t q = svmad_n_f32_x(all, svdup_n_f32(EXP_C6), r, EXP_C5); /* C6 * r + C5 */
+    q = svmad_n_f32_x(all, q, r, EXP_C4);
+    q = svmad_n_f32_x(all, q, r, EXP_C3);
+    q = svmad_n_f32_x(all, q, r, 0.5f);
+    q = svmad_n_f32_x(all, q, r, 1.0f);
+    const svfloat32_t p = svmad_n_f32_x(all, q, r, 1.0f);
+
+    /* 2^n as 2^n1 * 2^n2, n1 = floor(n/2): both factors are normal floats for every n in range,
+       p * 2^n1 is exact and only the second product rounds, so results in the subnormal range
+       (x down to about -103.97) are correctly scaled with a single rounding, and large x
+       overflows to inf instead of wrapping the exponent field. */
+    const svint32_t n = svcvt_s32_f32_x(all, nf); /* NaN converts to 0; p is already NaN */
+    const svint32_t n1 = svasr_n_s32_x(all, n, 1);
+    const svint32_t n2 = svsub_s32_x(all, n, n1);
+    const svint32_t e1 = svlsl_n_s32_x(all, svadd_n_s32_x(all, n1, 127), 23);
+    const svint32_t e2 = svlsl_n_s32_x(all, svadd_n_s32_x(all, n2, 127), 23);
+    const svfloat32_t s1 = svreinterpret_f32_s32(e1), s2 = svreinterpret_f32_s32(e2);
+    return svmul_f32_x(all, svmul_f32_x(all, p, s1), s2);
+}
+
+static void exp_sve(const float *x, float *y, size_t n)
+{
+    for (size_t i = 0; i < n; i += svcntw()) {
+        const svbool_t pg = svwhilelt_b32_u64(i, n);
+        svst1_f32(pg, y + i, exp_sve_v(svld1_f32(pg, x + i)));
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The three primitives                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Four keys at a time, four independent FMA chains over d; the d tail is a predicated step
+   (inactive lanes load as 0 and leave the merging FMA's accumulator as it was). */
+static void score_sve(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+                      float scale, float *s)
+{
+    const svbool_t all = svptrue_b32();
+    const uint64_t vl = svcntw();
+    size_t j = 0;
+    for (; j + 4 <= n; j += 4) {
+        const float *k0 = k + j * k_stride, *k1 = k0 + k_stride, *k2 = k1 + k_stride,
+                    *k3 = k2 + k_stride;
+        svfloat32_t a0 = svdup_n_f32(0.0f), a1 = a0, a2 = a0, a3 = a0;
+        for (size_t c = 0; c < d; c += vl) {
+            const svbool_t pg = svwhilelt_b32_u64(c, d);
+            const svfloat32_t qv = svld1_f32(pg, q + c);
+            a0 = svmla_f32_m(pg, a0, qv, svld1_f32(pg, k0 + c));
+            a1 = svmla_f32_m(pg, a1, qv, svld1_f32(pg, k1 + c));
+            a2 = svmla_f32_m(pg, a2, qv, svld1_f32(pg, k2 + c));
+            a3 = svmla_f32_m(pg, a3, qv, svld1_f32(pg, k3 + c));
+        }
+        s[j] = scale * svaddv_f32(all, a0);
+        s[j + 1] = scale * svaddv_f32(all, a1);
+        s[j + 2] = scale * svaddv_f32(all, a2);
+        s[j + 3] = scale * svaddv_f32(all, a3);
+    }
+    for (; j < n; j++) {
+        const float *kj = k + j * k_stride;
+        svfloat32_t a0 = svdup_n_f32(0.0f);
+        for (size_t c = 0; c < d; c += vl) {
+            const svbool_t pg = svwhilelt_b32_u64(c, d);
+            a0 = svmla_f32_m(pg, a0, svld1_f32(pg, q + c), svld1_f32(pg, kj + c));
+        }
+        s[j] = scale * svaddv_f32(all, a0);
+    }
+}
+
+static float softmax_online_sve(float *s, size_t n, float *m, float *l)
+{
+    const svbool_t all = svptrue_b32();
+    const uint64_t vl = svcntw();
+    /* Block maximum with FMAX/FMAXV, which propagate NaN: a NaN score makes m_new, every p and
+       hence l NaN, even in a block whose other scores are all -inf. Merging keeps the lanes a
+       short tail does not reach at their -inf start. */
+    svfloat32_t vmx = svdup_n_f32(-INFINITY);
+    for (size_t i = 0; i < n; i += vl) {
+        const svbool_t pg = svwhilelt_b32_u64(i, n);
+        vmx = svmax_f32_m(pg, vmx, svld1_f32(pg, s + i));
+    }
+    const float m_old = *m;
+    const float m_new = svmaxv_f32(all, svmax_n_f32_x(all, vmx, m_old));
+    if (m_new == -INFINITY) { /* nothing but -inf so far: weights 0, state unchanged */
+        memset(s, 0, n * sizeof *s);
+        return 1.0f;
+    }
+    const float alpha = svlastb_f32(svptrue_pat_b32(SV_VL1), exp_sve_v(svdup_n_f32(m_old - m_new)));
+    svfloat32_t sum = svdup_n_f32(0.0f);
+    for (size_t i = 0; i < n; i += vl) {
+        const svbool_t pg = svwhilelt_b32_u64(i, n);
+        const svfloat32_t p = exp_sve_v(svsub_n_f32_x(all, svld1_f32(pg, s + i), m_new));
+        svst1_f32(pg, s + i, p);
+        sum = svadd_f32_m(pg, sum, p);
+    }
+    *m = m_new;
+    *l = alpha * *l + svaddv_f32(all, sum);
+    return alpha;
+}
+
+static void accumulate_sve(float *o, float alpha, const float *p, const float *v,
+                           size_t v_stride, size_t n, size_t dv)
+{
+    const svbool_t all = svptrue_b32();
+    const uint64_t vl = svcntw();
+    /* two vectors of columns stay in registers across all n value rows */
+    for (size_t c = 0; c < dv; c += 2 * vl) {
+        const svbool_t p0 = svwhilelt_b32_u64(c, dv), p1 = svwhilelt_b32_u64(c + vl, dv);
+        svfloat32_t a0 = svmul_n_f32_x(all, svld1_f32(p0, o + c), alpha);
+        svfloat32_t a1 = svmul_n_f32_x(all, svld1_f32(p1, o + c + vl), alpha);
+        for (size_t j = 0; j < n; j++) {
+            const float *vj = v + j * v_stride + c;
+            a0 = svmla_n_f32_x(all, a0, svld1_f32(p0, vj), p[j]);
+            a1 = svmla_n_f32_x(all, a1, svld1_f32(p1, vj + vl), p[j]);
+        }
+        svst1_f32(p0, o + c, a0);
+        svst1_f32(p1, o + c + vl, a1);
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Fused tile kernels for rows_loop.h                                                          */
+/* ------------------------------------------------------------------------------------------ */
+
+/* Packed keys of a block of nb: panels of W = min(2 * VL, keys left) keys; the panel starting at
+   key c0 sits at kp + c0 * d and holds element dd of its key c at [dd * W + c], so one vector
+   load gives the same dimension of consecutive keys: a score tile is then broadcast-q x K-vector
+   FMAs. The last, narrower panel is read with predicates; the layout needs exactly nb * d. */
+#define SDPA_KPAD(d) (d)
+#define SVE_MR 4 /* query rows per micro-kernel */
+
+SVE_INLINE svfloat32_t widen_sve(svbool_t pg, svuint32_t h, sdpa_dtype t)
+{
+    if (t == SDPA_F16) return svcvt_f32_f16_x(pg, svreinterpret_f16_u32(h)); /* exact */
+    return svreinterpret_f32_u32(svlsl_n_u32_x(pg, h, 16));                  /* bf16 */
+}
+
+/* One row of n elements converted to f32 (widening 16-bit loads for f16 / bf16). */
+SVE_INLINE void row_to_f32_sve(const void *src, ptrdiff_t off, size_t n, sdpa_dtype t, float *dst)
+{
+    for (size_t c = 0; c < n; c += svcntw()) {
+        const svbool_t pg = svwhilelt_b32_u64(c, n);
+        svfloat32_t x;
+        if (t == SDPA_F32)
+            x = svld1_f32(pg, (const float *)src + off + (ptrdiff_t)c);
+        else
+            x = widen_sve(pg, svld1uh_u32(pg, (const uint16_t *)src + off + (ptrdiff_t)c), t);
+        svst1_f32(pg, dst + c, x);
+    }
+}
+
+/* Lanes [0, W) of a panel column: element dd of W consecutive keys, gathered with a signed
+   32-bit index of lane * ks (the caller checks it fits). */
+SVE_INLINE svfloat32_t gather_sve(svbool_t pg, const void *src, ptrdiff_t off, svint32_t idx,
+                                  sdpa_dtype t)
+{
+    if (t == SDPA_F32) return svld1_gather_s32index_f32(pg, (const float *)src + off, idx);
+    return widen_sve(pg, svld1uh_gather_s32index_u32(pg, (const uint16_t *)src + off, idx), t);
+}
+
+SVE_INLINE void pack_k_typed_sve(const sdpa_rows *w, size_t j0, size_t nb, float *kp, sdpa_dtype t)
+{
+    const size_t d = w->d;
+    const ptrdiff_t ks = w->k_stride;
+    const uint64_t vl = svcntw();
+    const ptrdiff_t aks = ks < 0 ? -ks : ks;
+    if (aks > (ptrdiff_t)(INT32_MAX / (int64_t)(2 * vl))) {
+        /* strides too large for 32-bit gather indices: element by element */
+        for (size_t c0 = 0; c0 < nb; c0 += 2 * vl) {
+            const size_t W = nb - c0 < 2 * vl ? nb - c0 : 2 * vl;
+            float *panel = kp + c0 * d;
+            for (size_t c = 0; c < W; c++) {
+                const ptrdiff_t o = (ptrdiff_t)(j0 + c0 + c) * ks;
+                for (size_t dd = 0; dd < d; dd++) {
+                    const ptrdiff_t e = o + (ptrdiff_t)dd;
+                    const uint16_t h = t == SDPA_F32 ? 0 : ((const uint16_t *)w->k)[e];
+                    panel[dd * W + c] = t == SDPA_F32   ? ((const float *)w->k)[e]
+                                        : t == SDPA_F16 ? sdpa_f16_to_f32(h)
+                                                        : sdpa_bf16_to_f32(h);
+                }
+            }
+        }
+        return;
+    }
+    const svint32_t idx = svindex_s32(0, (int32_t)ks);
+    for (size_t c0 = 0; c0 < nb; c0 += 2 * vl) {
+        const size_t W = nb - c0 < 2 * vl ? nb - c0 : 2 * vl;
+        const svbool_t p0 = svwhilelt_b32_u64(0, W), p1 = svwhilelt_b32_u64(vl, W);
+        const ptrdiff_t r0 = (ptrdiff_t)(j0 + c0) * ks, r1 = r0 + (ptrdiff_t)vl * ks;
+        float *panel = kp + c0 * d;
+        for (size_t dd = 0; dd < d; dd++) {
+            svst1_f32(p0, panel + dd * W, gather_sve(p0, w->k, r0 + (ptrdiff_t)dd, idx, t));
+            if (W > vl)
+                svst1_f32(p1, panel + dd * W + vl,
+                          gather_sve(p1, w->k, r1 + (ptrdiff_t)dd, idx, t));
+        }
+    }
+}
+
+static void pack_k(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
+{
+    /* one specialised copy per storage type, so the per-element conversion is branch-free */
+    switch (w->k_type) {
+    case SDPA_F16: pack_k_typed_sve(w, j0, nb, kp, SDPA_F16); break;
+    case SDPA_BF16: pack_k_typed_sve(w, j0, nb, kp, SDPA_BF16); break;
+    default: pack_k_typed_sve(w, j0, nb, kp, SDPA_F32); break;
+    }
+}
+
+/* Apply OP(r, x) to every live accumulator of an mr x NV block (mr <= 4, NV <= 2 are
+   compile-time constants after inlining; sizeless SVE types cannot form arrays). */
+#define SVE_FOR_BLOCK(OP)                                                                     \
+    do {                                                                                      \
+        OP(0, 0);                                                                             \
+        if (NV > 1) OP(0, 1);                                                                 \
+        if (mr > 1) { OP(1, 0); if (NV > 1) OP(1, 1); }                                       \
+        if (mr > 2) { OP(2, 0); if (NV > 1) OP(2, 1); }                                       \
+        if (mr > 3) { OP(3, 0); if (NV > 1) OP(3, 1); }                                       \
+    } while (0)
+
+/* S[r][0..W) = dot(q_r, keys of a panel of width W <= NV * VL) for r < mr. Four dimensions per
+   step: LD1RQ puts q_r[dd..dd+3] in every 128-bit segment and FMLA (indexed) multiplies the K
+   vectors by one of them. */
+SVE_INLINE void score_sve_mxn(const float *q, size_t d, const float *kp, size_t W, float *S,
+                              size_t lds, const int mr, const int NV)
+{
+    const svbool_t all = svptrue_b32();
+    const uint64_t vl = svcntw();
+    const svbool_t p0 = svwhilelt_b32_u64(0, W), p1 = svwhilelt_b32_u64(vl, W);
+    const svfloat32_t z = svdup_n_f32(0.0f);
+    svfloat32_t a00 = z, a01 = z, a10 = z, a11 = z, a20 = z, a21 = z, a30 = z, a31 = z;
+    svfloat32_t q0 = z, q1 = z, q2 = z, q3 = z, k0 = z, k1 = z;
+    size_t dd = 0;
+#define SC_FMA_LANE(r, x, L) a##r##x = svmla_lane_f32(a##r##x, k##x, q##r, L)
+    for (; dd + 4 <= d; dd += 4) {
+        q0 = svld1rq_f32(all, q + dd);
+        if (mr > 1) q1 = svld1rq_f32(all, q + d + dd);
+        if (mr > 2) q2 = svld1rq_f32(all, q + 2 * d + dd);
+        if (mr > 3) q3 = svld1rq_f32(all, q + 3 * d + dd);
+#define SC_STEP(L)                                                                            \
+    do {                                                                                      \
+        k0 = svld1_f32(p0, kp + (dd + (L)) * W);                                              \
+        if (NV > 1) k1 = svld1_f32(p1, kp + (dd + (L)) * W + vl);                             \
+    } while (0)
+#define SC_OP0(r, x) SC_FMA_LANE(r, x, 0)
+#define SC_OP1(r, x) SC_FMA_LANE(r, x, 1)
+#define SC_OP2(r, x) SC_FMA_LANE(r, x, 2)
+#define SC_OP3(r, x) SC_FMA_LANE(r, x, 3)
+        SC_STEP(0);
+        SVE_FOR_BLOCK(SC_OP0);
+        SC_STEP(1);
+        SVE_FOR_BLOCK(SC_OP1);
+        SC_STEP(2);
+        SVE_FOR_BLOCK(SC_OP2);
+        SC_STEP(3);
+        SVE_FOR_BLOCK(SC_OP3);
+    }
+    for (; dd < d; dd++) {
+        k0 = svld1_f32(p0, kp + dd * W);
+        if (NV > 1) k1 = svld1_f32(p1, kp + dd * W + vl);
+#define SC_OPN(r, x) a##r##x = svmla_n_f32_x(all, a##r##x, k##x, q[(r) * d + dd])
+        SVE_FOR_BLOCK(SC_OPN);
+    }
+#define SC_STORE(r, x) svst1_f32(x ? p1 : p0, S + (r) * lds + (x) * vl, a##r##x)
+    SVE_FOR_BLOCK(SC_STORE);
+#undef SC_FMA_LANE
+#undef SC_STEP
+#undef SC_OP0
+#undef SC_OP1
+#undef SC_OP2
+#undef SC_OP3
+#undef SC_OPN
+#undef SC_STORE
+    (void)q1, (void)q2, (void)q3, (void)k1;
+}
+
+/* Instantiations named after their register block: rows x vectors of keys. */
+static void score_sve_4x2v(const float *q, size_t d, const float *kp, size_t W, float *S,
+                           size_t lds)
+{
+    score_sve_mxn(q, d, kp, W, S, lds, 4, 2);
+}
+
+static void score_tile(const float *q, size_t ra, size_t d, const float *kp, size_t nb, float *S,
+                       size_t lds)
+{
+    const uint64_t vl = svcntw();
+    for (size_t r0 = 0; r0 < ra; r0 += SVE_MR) {
+        const size_t mr = ra - r0 < SVE_MR ? ra - r0 : SVE_MR;
+        const float *qr = q + r0 * d;
+        float *Sr = S + r0 * lds;
+        for (size_t c0 = 0; c0 < nb; c0 += 2 * vl) {
+            const size_t W = nb - c0 < 2 * vl ? nb - c0 : 2 * vl;
+            const float *panel = kp + c0 * d;
+            if (W > vl) {
+                switch (mr) {
+                case 4: score_sve_4x2v(qr, d, panel, W, Sr + c0, lds); break;
+                case 3: score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 3, 2); break;
+                case 2: score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 2, 2); break;
+                default: score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 1, 2); break;
+                }
+            } else { /* a narrow last panel needs one vector of keys */
+                switch (mr) {
+                case 4: score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 4, 1); break;
+                case 3: score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 3, 1); break;
+                case 2: score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 2, 1); break;
+                default: score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 1, 1); break;
+                }
+            }
+        }
+    }
+}
+
+#define softmax_row softmax_online_sve
+
+static const float *pack_v(const sdpa_rows *w, size_t j0, size_t nb, float *vp, ptrdiff_t *vs)
+{
+    const ptrdiff_t stride = w->v_stride;
+    if (w->v_type == SDPA_F32) { /* f32 values are used in place */
+        *vs = stride;
+        return (const float *)w->v + (ptrdiff_t)j0 * stride;
+    }
+    const size_t dv = w->dv;
+    *vs = (ptrdiff_t)dv;
+    if (w->v_type == SDPA_F16)
+        for (size_t j = 0; j < nb; j++)
+            row_to_f32_sve(w->v, (ptrdiff_t)(j0 + j) * stride, dv, SDPA_F16, vp + j * dv);
+    else
+        for (size_t j = 0; j < nb; j++)
+            row_to_f32_sve(w->v, (ptrdiff_t)(j0 + j) * stride, dv, SDPA_BF16, vp + j * dv);
+    return vp;
+}
+
+/* acc[r][c..c+NV*VL) = alpha[r] * acc + sum_j P[r][j] * v[j][c..] for r < mr (columns past dv
+   masked off): the block stays in registers over all nb keys; four keys per step, P[r][j..j+3]
+   replicated per 128-bit segment and used by indexed FMLA. */
+SVE_INLINE void pv_sve_mxn(float *acc, size_t dv, size_t c, const float *alpha, const float *P,
+                           size_t lds, const float *v, ptrdiff_t vs, size_t nb, const int mr,
+                           const int NV)
+{
+    const svbool_t all = svptrue_b32();
+    const uint64_t vl = svcntw();
+    const svbool_t p0 = svwhilelt_b32_u64(c, dv), p1 = svwhilelt_b32_u64(c + vl, dv);
+    const svfloat32_t z = svdup_n_f32(0.0f);
+    svfloat32_t a00 = z, a01 = z, a10 = z, a11 = z, a20 = z, a21 = z, a30 = z, a31 = z;
+    svfloat32_t q0 = z, q1 = z, q2 = z, q3 = z, k0 = z, k1 = z; /* q: P values, k: V rows */
+#define PV_LOAD(r, x)                                                                         \
+    a##r##x = svmul_n_f32_x(all, svld1_f32(x ? p1 : p0, acc + (r) * dv + c + (x) * vl), alpha[r])
+    SVE_FOR_BLOCK(PV_LOAD);
+    size_t j = 0;
+#define PV_FMA_LANE(r, x, L) a##r##x = svmla_lane_f32(a##r##x, k##x, q##r, L)
+#define PV_OP0(r, x) PV_FMA_LANE(r, x, 0)
+#define PV_OP1(r, x) PV_FMA_LANE(r, x, 1)
+#define PV_OP2(r, x) PV_FMA_LANE(r, x, 2)
+#define PV_OP3(r, x) PV_FMA_LANE(r, x, 3)
+#define PV_ROW(L)                                                                             \
+    do {                                                                                      \
+        k0 = svld1_f32(p0, v + (ptrdiff_t)(j + (L)) * vs + c);                                \
+        if (NV > 1) k1 = svld1_f32(p1, v + (ptrdiff_t)(j + (L)) * vs + c + vl);               \
+    } while (0)
+    for (; j + 4 <= nb; j += 4) {
+        q0 = svld1rq_f32(all, P + j);
+        if (mr > 1) q1 = svld1rq_f32(all, P + lds + j);
+        if (mr > 2) q2 = svld1rq_f32(all, P + 2 * lds + j);
+        if (mr > 3) q3 = svld1rq_f32(all, P + 3 * lds + j);
+        PV_ROW(0);
+        SVE_FOR_BLOCK(PV_OP0);
+        PV_ROW(1);
+        SVE_FOR_BLOCK(PV_OP1);
+        PV_ROW(2);
+        SVE_FOR_BLOCK(PV_OP2);
+        PV_ROW(3);
+        SVE_FOR_BLOCK(PV_OP3);
+    }
+    for (; j < nb; j++) {
+        PV_ROW(0);
+#define PV_OPN(r, x) a##r##x = svmla_n_f32_x(all, a##r##x, k##x, P[(r) * lds + j])
+        SVE_FOR_BLOCK(PV_OPN);
+    }
+#define PV_STORE(r, x) svst1_f32(x ? p1 : p0, acc + (r) * dv + c + (x) * vl, a##r##x)
+    SVE_FOR_BLOCK(PV_STORE);
+#undef PV_LOAD
+#undef PV_FMA_LANE
+#undef PV_OP0
+#undef PV_OP1
+#undef PV_OP2
+#undef PV_OP3
+#undef PV_ROW
+#undef PV_OPN
+#undef PV_STORE
+    (void)q1, (void)q2, (void)q3, (void)k1;
+}
+
+static void pv_sve_4x2v(float *acc, size_t dv, size_t c, const float *alpha, const float *P,
+                        size_t lds, const float *v, ptrdiff_t vs, size_t nb)
+{
+    pv_sve_mxn(acc, dv, c, alpha, P, lds, v, vs, nb, 4, 2);
+}
+
+static void pv_tile(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,
+                    size_t ra, const float *v, ptrdiff_t vs, size_t nb)
+{
+    const uint64_t vl = svcntw();
+    for (size_t r0 = 0; r0 < ra; r0 += SVE_MR) {
+        const size_t mr = ra - r0 < SVE_MR ? ra - r0 : SVE_MR;
+        float *ar = acc + r0 * dv;
+        const float *Pr = P + r0 * lds, *al = alpha + r0;
+        for (size_t c = 0; c < dv; c += 2 * vl) {
+            if (dv - c > vl) {
+                switch (mr) {
+                case 4: pv_sve_4x2v(ar, dv, c, al, Pr, lds, v, vs, nb); break;
+                case 3: pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 3, 2); break;
+                case 2: pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 2, 2); break;
+                default: pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 1, 2); break;
+                }
+            } else { /* the last columns fit one vector */
+                switch (mr) {
+                case 4: pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 4, 1); break;
+                case 3: pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 3, 1); break;
+                case 2: pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 2, 1); break;
+                default: pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 1, 1); break;
+                }
+            }
+        }
+    }
+}
+
+#define SDPA_ROWS_FN rows_sve
+#define SDPA_WS_FN ws_floats_sve
+#include "rows_loop.h"
+
+const sdpa_kernels sdpa_kernels_sve = {
+    .score_f32 = score_sve,
+    .softmax_online_f32 = softmax_online_sve,
+    .accumulate_f32 = accumulate_sve,
+    .exp_f32 = exp_sve,
+    .exp_max_ulp = EXP_SVE_MAX_ULP,
+    .rows = rows_sve,
+    .ws_floats = ws_floats_sve,
+};
