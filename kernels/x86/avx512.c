@@ -38,13 +38,6 @@ AI __m512 load_bf16(const uint16_t *p, __mmask16 m)
     return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
 }
 
-AI __m512 load_any(const void *base, sdpa_dtype t, size_t off, __mmask16 m)
-{
-    if (t == SDPA_F32) return _mm512_maskz_loadu_ps(m, (const float *)base + off);
-    if (t == SDPA_F16) return load_f16((const uint16_t *)base + off, m);
-    return load_bf16((const uint16_t *)base + off, m);
-}
-
 /* Row j of a K/V view as a typed pointer offset, in elements (strides may be negative). */
 static inline ptrdiff_t row_off(ptrdiff_t stride, size_t j) { return (ptrdiff_t)j * stride; }
 
@@ -345,11 +338,16 @@ static void accumulate_f32_avx512(float *o, float alpha, const float *p, const f
 /*
  * Two paths, chosen by the number of rows R:
  *
- * Few rows (decode, R <= DEC_MAX_ROWS): the work is bound by reading K and V once. Keys go in
- * groups of 16: the group is converted to f32 into an L1-resident buffer, then every row takes
- * 16 dot products along d (accumulators per key, one shuffle tree per 16 scores), so each K
- * element is converted once and read from L1 by each row. V is converted in registers as it is
- * streamed, each V vector feeding all R rows.
+ * Few rows (decode, R <= DEC_MAX_ROWS): the work is bound by reading K and V once, and on the
+ * machines measured the core overlaps little of its arithmetic with the memory stream, so
+ * every operation per key counts. Per block of keys: scores in tiles of RP rows x 16/RP keys
+ * (RP = R rounded up to 1, 2, 4 or 8), each K chunk loaded and converted once, in a register,
+ * and used by every row, the 16 dot products of a tile reduced by one shuffle tree; then one
+ * online-softmax step per row for the whole block; then P·V with each V vector converted once
+ * in a register and used by every row, the accumulators of R rows x NV column vectors in
+ * registers. bf16 rows of a multiple of 32 elements are split even/odd (one integer operation
+ * converts 16 elements), with q and acc kept in the same split order for the call. K and V
+ * are prefetched into L2 a fixed number of keys ahead of their use.
  *
  * Many rows (prefill): two GEMMs per key block, computed transposed so that nothing but Q is
  * ever transposed: Sᵀ[j][r] = sum_c K[j][c] * Qᵀ[c][r] (keys broadcast, 16 query rows per
@@ -360,6 +358,9 @@ static void accumulate_f32_avx512(float *o, float alpha, const float *p, const f
  */
 
 #define DEC_MAX_ROWS 8
+/* Decode-path tuning, measured on K/V far larger than the caches: */
+#define DEC_PF 32 /* keys of software-prefetch distance (16..256 tried; 32..64 best) */
+#define DEC_PVG 32 /* keys per P·V group, whose V rows stay in L1 across column passes */
 #define DEC_BLOCK 256 /* keys per block on the few-rows path */
 #define BIG_BLOCK 512 /* keys per block on the many-rows path */
 #define PANEL 64      /* query rows per Qᵀ panel (4 vectors) */
@@ -373,9 +374,10 @@ static size_t big_block(size_t block) { return min_sz(block ? block : 1, BIG_BLO
 /* Per-call row state: m, l, alpha and the per-block key limit, padded to a multiple of 16. */
 static size_t state_floats(size_t rows) { return 4 * round16(rows); }
 
-static size_t dec_ws(size_t rows, size_t d, size_t block)
+static size_t dec_ws(size_t rows, size_t d, size_t dv, size_t block)
 {
-    return state_floats(rows) + rows * round16(dec_block(block)) + 16 * round16(d);
+    /* alpha | scores | q and acc in split-bf16 order */
+    return state_floats(rows) + rows * round16(dec_block(block)) + rows * d + rows * dv;
 }
 
 static size_t big_ws(size_t rows, size_t d, size_t dv, size_t block)
@@ -387,22 +389,190 @@ static size_t big_ws(size_t rows, size_t d, size_t dv, size_t block)
 
 static size_t ws_floats_avx512(size_t rows, size_t d, size_t dv, size_t block)
 {
-    return rows <= DEC_MAX_ROWS ? dec_ws(rows, d, block) : big_ws(rows, d, dv, block);
+    return rows <= DEC_MAX_ROWS ? dec_ws(rows, d, dv, block) : big_ws(rows, d, dv, block);
 }
 
 /* ---- few rows ---------------------------------------------------------------------------- */
 
+/* Software prefetch into L2 of rows [j, j + n) of a K/V view (bytes per row rb, element size
+   es), clipped to rows before jend: a prefetch never faults, but only rows the call reads are
+   named. Every line is named: on the machines measured, the hardware prefetchers alone left the
+   decode path at about half the read bandwidth, and naming every other line did no better. */
+static inline void prefetch_rows(const void *base, ptrdiff_t stride, size_t es, size_t j,
+                                 size_t n, size_t jend, size_t rb)
+{
+    if (j >= jend) return;
+    n = min_sz(n, jend - j);
+    for (size_t t = 0; t < n; t++) {
+        const uintptr_t p = (uintptr_t)((const char *)base + row_off(stride, j + t) * (ptrdiff_t)es);
+        for (uintptr_t a = p & ~(uintptr_t)63; a < p + rb; a += 64)
+            _mm_prefetch((const char *)a, _MM_HINT_T1);
+    }
+}
+
+/* 16 (or fewer, by mask) elements at element offset off of a K/V view of type t. Every caller
+   passes t as a compile-time constant, so each instance is a single load-and-convert. */
+AI __m512 load_kv(const void *base, sdpa_dtype t, ptrdiff_t off, __mmask16 m)
+{
+    /* a full chunk as a plain load, which the conversion can take as its memory operand */
+    if (__builtin_constant_p(m) && m == 0xFFFF) {
+        if (t == SDPA_F32) return _mm512_loadu_ps((const float *)base + off);
+        if (t == SDPA_F16)
+            return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + off)));
+        const __m512i w = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)((const uint16_t *)base + off)));
+        return _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+    }
+    if (t == SDPA_F32) return _mm512_maskz_loadu_ps(m, (const float *)base + off);
+    if (t == SDPA_F16) return load_f16((const uint16_t *)base + off, m);
+    return load_bf16((const uint16_t *)base + off, m);
+}
+
+/* One 16-element chunk (columns [c, c + 16), mask m) of the RP x NK score tile: each key chunk
+   is converted once, in a register, and feeds all RP rows; a[PERM16(r * NK + i)] holds the
+   16-lane partial sums of row r and key i. */
+AI void score_dec_step(int RP, int NK, sdpa_dtype kt, __m512 *a, const float *const *qr,
+                       const void *k, const ptrdiff_t *ko, size_t c, __mmask16 m)
+{
+    __m512 qv[DEC_MAX_ROWS];
+    UNROLL for (int r = 0; r < RP; r++) qv[r] = _mm512_maskz_loadu_ps(m, qr[r] + c);
+    UNROLL for (int i = 0; i < NK; i++) {
+        const __m512 kv = load_kv(k, kt, ko[i] + (ptrdiff_t)c, m);
+        UNROLL for (int r = 0; r < RP; r++)
+            a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qv[r], kv, a[PERM16(r * NK + i)]);
+    }
+}
+
+/* bf16 rows whose length is a multiple of 32 take a cheaper conversion: a 512-bit load holds 32
+   elements, and each 32-bit lane's high half (element 2i + 1) is already that element's f32
+   once the low half is masked off, its low half (element 2i) once shifted up: one integer
+   operation per 16 elements instead of a widening shuffle and a shift. The elements come out
+   split into even and odd halves, so the other operand (q, or acc for V) is kept in the same
+   split order: within every 32 columns, the 16 even ones first, then the 16 odd ones. */
+#define DEC_BF16P 3 /* key/value type code for split bf16 on the decode path */
+
+AI void bf16_pair(const uint16_t *p, __m512 *ev, __m512 *od)
+{
+    const __m512i x = _mm512_loadu_si512(p);
+    *ev = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
+    *od = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xFFFF0000u)));
+}
+
+/* The split-bf16 chunk [c, c + 32) of the score tile (q rows in split order). */
+AI void score_dec_step2(int RP, int NK, __m512 *a, const float *const *qr, const void *k,
+                        const ptrdiff_t *ko, size_t c)
+{
+    __m512 qe[DEC_MAX_ROWS], qo[DEC_MAX_ROWS];
+    UNROLL for (int r = 0; r < RP; r++) {
+        qe[r] = _mm512_loadu_ps(qr[r] + c);
+        qo[r] = _mm512_loadu_ps(qr[r] + c + 16);
+    }
+    UNROLL for (int i = 0; i < NK; i++) {
+        __m512 ev, od;
+        bf16_pair((const uint16_t *)k + ko[i] + (ptrdiff_t)c, &ev, &od);
+        UNROLL for (int r = 0; r < RP; r++) {
+            __m512 t = _mm512_fmadd_ps(qe[r], ev, a[PERM16(r * NK + i)]);
+            a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qo[r], od, t);
+        }
+    }
+}
+
+/* Scores of rows [0, R) (padded to RP in {1, 2, 4, 8}: the padding rows repeat the last real
+   row and are computed but never stored) against the keys [0, nk) of the block starting at key
+   j0, into S[r][0..nk). RP * NK = 16 dot products per tile, so a single shuffle tree reduces
+   them all and lane r * NK + i of its result is row r's score for key i: no horizontal sum per
+   key, and (unlike a per-row pass) K is read and converted once for all rows. A tail tile
+   repeats its last key (in bounds) in the missing lanes and stores only the real ones. */
+AI void score_dec_block(int RP, int kt, const float *const *qr, size_t R, size_t d,
+                        const void *k, ptrdiff_t ks, size_t j0, size_t nk, size_t jend, float *S,
+                        size_t lds)
+{
+    const int NK = 16 / RP;
+    const size_t es = kt == (int)SDPA_F32 ? 4 : 2;
+    for (size_t j = 0; j < nk; j += NK) {
+        prefetch_rows(k, ks, es, j0 + j + DEC_PF, NK, jend, d * es);
+        const size_t nv = min_sz(NK, nk - j);
+        ptrdiff_t ko[16];
+        UNROLL for (int i = 0; i < NK; i++) ko[i] = row_off(ks, j0 + j + min_sz((size_t)i, nv - 1));
+        __m512 a[16];
+        UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+        size_t c = 0;
+        if (kt == DEC_BF16P) {
+            _Pragma("GCC unroll 2")
+            for (; c < d; c += 32) score_dec_step2(RP, NK, a, qr, k, ko, c);
+        } else {
+            _Pragma("GCC unroll 2")
+            for (; c + 16 <= d; c += 16) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, c, 0xFFFF);
+            if (c < d) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, c, lanes(d - c));
+        }
+        const __m512 s = reduce16(a);
+        const unsigned keys = (1u << nv) - 1u;
+        /* row r's lanes [r * NK, r * NK + nv) go to S[r][j..); the pointer stays inside S */
+        UNROLL for (int r = 0; r < RP; r++)
+            if ((size_t)r < R)
+                _mm512_mask_storeu_ps(S + (size_t)r * lds + j - (size_t)r * NK,
+                                      (__mmask16)(keys << (r * NK)), s);
+    }
+}
+
+#define SCORE_DEC_KT(RP)                                                                    \
+    if (kt == SDPA_F32)                                                                     \
+        score_dec_block(RP, SDPA_F32, qr, R, d, k, ks, j0, nk, jend, S, lds);                      \
+    else if (kt == SDPA_F16)                                                                \
+        score_dec_block(RP, SDPA_F16, qr, R, d, k, ks, j0, nk, jend, S, lds);                      \
+    else if (kt == SDPA_BF16)                                                               \
+        score_dec_block(RP, SDPA_BF16, qr, R, d, k, ks, j0, nk, jend, S, lds);                     \
+    else                                                                                    \
+        score_dec_block(RP, DEC_BF16P, qr, R, d, k, ks, j0, nk, jend, S, lds);
+
+static void score_avx512_decode(const float *const *qr, size_t R, size_t d, const void *k,
+                                int kt, ptrdiff_t ks, size_t j0, size_t nk, size_t jend,
+                                float *S, size_t lds)
+{
+    if (R == 1) {
+        SCORE_DEC_KT(1)
+    } else if (R == 2) {
+        SCORE_DEC_KT(2)
+    } else if (R <= 4) {
+        SCORE_DEC_KT(4)
+    } else {
+        SCORE_DEC_KT(8)
+    }
+}
+
+/* NV vectors of a V row from element off (masks mk), converted; split bf16 (dv a multiple of
+   32, so every mask covers whole 32-column groups) gives each group's even then odd half. */
+AI void pv_dec_load(int NV, int full, __m512 *x, const void *v, int vt, ptrdiff_t off,
+                    const __mmask16 *mk)
+{
+    if (vt == DEC_BF16P) {
+        UNROLL for (int u = 0; u < NV / 2; u++) {
+            const uint16_t *p = (const uint16_t *)v + off + 32 * u;
+            if (full) {
+                bf16_pair(p, &x[2 * u], &x[2 * u + 1]);
+            } else {
+                const __m512i w = _mm512_maskz_loadu_epi16(mk[2 * u] ? ~(__mmask32)0 : 0, p);
+                x[2 * u] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+                x[2 * u + 1] = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xFFFF0000u)));
+            }
+        }
+    } else {
+        UNROLL for (int t = 0; t < NV; t++) x[t] = load_kv(v, (sdpa_dtype)vt, off + 16 * t, mk[t]);
+    }
+}
+
 /* acc[r][c0..) = alpha[r] * acc (alpha != NULL) + sum_{j in [ja, jb), j < nk[r]} S[r][j] *
    V[j][c0..) for r < R (nk non-decreasing in r), NV column vectors (masked past dv), V converted
-   in registers. Keys a row does not see are skipped rather than weighted by 0 (an inf or NaN
-   there stays out of that row). */
-AI void pv_dec_tile(int R, int NV, float *acc, size_t dv, size_t c0, const float *alpha,
-                    const float *S, size_t lds, const void *v, sdpa_dtype vt, ptrdiff_t vs,
+   in registers, each converted vector feeding all R rows. Keys a row does not see are skipped
+   rather than weighted by 0 (an inf or NaN there stays out of that row). */
+AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, const float *alpha,
+                    const float *S, size_t lds, const void *v, int vt, ptrdiff_t vs,
                     size_t j0, size_t ja, size_t jb, const size_t *nk)
 {
-    __m512 a[DEC_MAX_ROWS][4];
-    __mmask16 mk[4];
-    UNROLL for (int t = 0; t < NV; t++) mk[t] = c0 + 16 * t < dv ? lanes(dv - c0 - 16 * t) : 0;
+    __m512 a[DEC_MAX_ROWS][8];
+    __mmask16 mk[8];
+    /* full: all NV vectors lie inside dv, so every load is a plain one */
+    UNROLL for (int t = 0; t < NV; t++)
+        mk[t] = full ? (__mmask16)0xFFFF : c0 + 16 * t < dv ? lanes(dv - c0 - 16 * t) : 0;
     UNROLL for (int r = 0; r < R; r++) {
         UNROLL for (int t = 0; t < NV; t++)
             a[r][t] = _mm512_maskz_loadu_ps(mk[t], acc + r * dv + c0 + 16 * t);
@@ -413,19 +583,20 @@ AI void pv_dec_tile(int R, int NV, float *acc, size_t dv, size_t c0, const float
     }
     size_t j = ja;
     const size_t jall = min_sz(jb, nk[0]), jmax = min_sz(jb, nk[R - 1]);
+    _Pragma("GCC unroll 2")
     for (; j < jall; j++) {
-        const size_t off = (size_t)row_off(vs, j0 + j) + c0;
-        __m512 x[4];
-        UNROLL for (int t = 0; t < NV; t++) x[t] = load_any(v, vt, off + 16 * t, mk[t]);
+        const ptrdiff_t off = row_off(vs, j0 + j) + (ptrdiff_t)c0;
+        __m512 x[8];
+        pv_dec_load(NV, full, x, v, vt, off, mk);
         UNROLL for (int r = 0; r < R; r++) {
             const __m512 p = _mm512_set1_ps(S[r * lds + j]);
             UNROLL for (int t = 0; t < NV; t++) a[r][t] = _mm512_fmadd_ps(p, x[t], a[r][t]);
         }
     }
     for (; j < jmax; j++) {
-        const size_t off = (size_t)row_off(vs, j0 + j) + c0;
-        __m512 x[4];
-        UNROLL for (int t = 0; t < NV; t++) x[t] = load_any(v, vt, off + 16 * t, mk[t]);
+        const ptrdiff_t off = row_off(vs, j0 + j) + (ptrdiff_t)c0;
+        __m512 x[8];
+        pv_dec_load(NV, full, x, v, vt, off, mk);
         UNROLL for (int r = 1; r < R; r++) {
             if (j < nk[r]) {
                 const __m512 p = _mm512_set1_ps(S[r * lds + j]);
@@ -440,30 +611,42 @@ AI void pv_dec_tile(int R, int NV, float *acc, size_t dv, size_t c0, const float
 
 /* The value type is a template parameter so that each instance converts with one instruction
    sequence and no per-load branch. Keys go in groups of DEC_PVG, each group's V rows (a few KB)
-   staying in L1 while every column chunk passes over them; alpha is applied by the first. */
-#define DEC_PVG 16
+   staying in L1 while every column chunk passes over them; alpha is applied by the first. NV
+   (column vectors per pass) keeps R * NV accumulators at 8..24: at least 8 independent FMA
+   chains to cover the FMA latency, few enough to stay in registers. */
+#define PV_DEC_VT(R, NV, FULL)                                                              \
+    if (vt == SDPA_F32)                                                                     \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F32, vs, j0, ja, jb, nk);   \
+    else if (vt == SDPA_F16)                                                                \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F16, vs, j0, ja, jb, nk);   \
+    else if (vt == SDPA_BF16)                                                               \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_BF16, vs, j0, ja, jb, nk);  \
+    else                                                                                    \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, DEC_BF16P, vs, j0, ja, jb, nk);
 #define PV_DEC_CASE(R, NV)                                                                  \
     case R:                                                                                 \
-        for (size_t ja = 0; ja < nk[R - 1]; ja += DEC_PVG)                                   \
+        for (size_t ja = 0; ja < nk[R - 1]; ja += DEC_PVG) {                                 \
+            prefetch_rows(v, vs, ev, j0 + ja + DEC_PF, DEC_PVG, jend, dv * ev);              \
+            const float *al = ja == 0 ? alpha : NULL;                                       \
+            const size_t jb = min_sz(ja + DEC_PVG, nk[R - 1]);                              \
             for (size_t c0 = 0; c0 < dv; c0 += 16 * NV) {                                    \
-                const float *al = ja == 0 ? alpha : NULL;                                   \
-                const size_t jb = min_sz(ja + DEC_PVG, nk[R - 1]);                          \
-                if (vt == SDPA_F32)                                                         \
-                    pv_dec_tile(R, NV, acc, dv, c0, al, S, lds, v, SDPA_F32, vs, j0, ja, jb, nk); \
-                else if (vt == SDPA_F16)                                                    \
-                    pv_dec_tile(R, NV, acc, dv, c0, al, S, lds, v, SDPA_F16, vs, j0, ja, jb, nk); \
-                else                                                                        \
-                    pv_dec_tile(R, NV, acc, dv, c0, al, S, lds, v, SDPA_BF16, vs, j0, ja, jb, nk); \
+                if (c0 + 16 * NV <= dv) {                                                   \
+                    PV_DEC_VT(R, NV, 1)                                                     \
+                } else {                                                                    \
+                    PV_DEC_VT(R, NV, 0)                                                     \
+                }                                                                           \
             }                                                                               \
+        }                                                                                   \
         break;
 
 static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha, const float *S,
-                   size_t lds, const void *v, sdpa_dtype vt, ptrdiff_t vs, size_t j0,
-                   const size_t *nk)
+                   size_t lds, const void *v, int vt, ptrdiff_t vs, size_t j0,
+                   size_t jend, const size_t *nk)
 {
+    const size_t ev = vt == (int)SDPA_F32 ? 4 : 2;
     switch (R) {
-        PV_DEC_CASE(1, 4)
-        PV_DEC_CASE(2, 4)
+        PV_DEC_CASE(1, 8)
+        PV_DEC_CASE(2, 8)
         PV_DEC_CASE(3, 4)
         PV_DEC_CASE(4, 4)
         PV_DEC_CASE(5, 4)
@@ -474,82 +657,112 @@ static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha
     }
 }
 
-/* Software prefetch of rows [j, j + n) of a K/V view (bytes per row rb, stride in elements of
-   size es): the decode path reads each row once, in an order (key groups for K, column chunks
-   for V) that the hardware prefetchers follow poorly. A prefetch never faults, but only rows the
-   call will read are named. */
-static inline void prefetch_rows(const void *base, ptrdiff_t stride, size_t es, size_t j,
-                                 size_t n, size_t rb, int to_l1)
+/* n floats (a multiple of 32) into split order: in every 32, the even ones, then the odd ones;
+   pair_join is the inverse. */
+static void pair_split(const float *src, float *dst, size_t n)
 {
-    for (size_t t = 0; t < n; t++) {
-        const char *p = (const char *)base + row_off(stride, j + t) * (ptrdiff_t)es;
-        for (size_t o = 0; o < rb; o += 64) {
-            if (to_l1)
-                _mm_prefetch(p + o, _MM_HINT_T0);
-            else
-                _mm_prefetch(p + o, _MM_HINT_T1);
+    for (size_t c = 0; c < n; c += 32)
+        for (size_t i = 0; i < 16; i++) {
+            dst[c + i] = src[c + 2 * i];
+            dst[c + 16 + i] = src[c + 2 * i + 1];
         }
-        /* an unaligned row's last line */
-        if (to_l1)
-            _mm_prefetch(p + rb - 1, _MM_HINT_T0);
-        else
-            _mm_prefetch(p + rb - 1, _MM_HINT_T1);
-    }
 }
 
-#define DEC_PF 32 /* keys of prefetch distance on the decode path (measured best of 16..128) */
+static void pair_join(const float *src, float *dst, size_t n)
+{
+    for (size_t c = 0; c < n; c += 32)
+        for (size_t i = 0; i < 16; i++) {
+            dst[c + 2 * i] = src[c + i];
+            dst[c + 2 * i + 1] = src[c + 16 + i];
+        }
+}
+
+/* The online-softmax step of one decode row over its n scores s[0..n) (n >= 1), p written in
+   place; returns alpha. As softmax_lim, but with the fused kernel's cheaper exp for the p
+   values (flushes below 2^-126, where the sum they join is at least 1). */
+static float softmax_dec(float *s, size_t n, float *m, float *l)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mx0 = ninf, mx1 = ninf;
+    size_t i = 0;
+    /* MAXPS returns its second operand when either is NaN: NaN scores are skipped here */
+    for (; i + 32 <= n; i += 32) {
+        mx0 = _mm512_max_ps(_mm512_loadu_ps(s + i), mx0);
+        mx1 = _mm512_max_ps(_mm512_loadu_ps(s + i + 16), mx1);
+    }
+    for (; i < n; i += 16) mx0 = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, lanes(n - i), s + i), mx0);
+    const float bm = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
+    const float mo = *m;
+    const float mn = bm > mo ? bm : mo;
+    const __m512 msub = _mm512_set1_ps(mn == -INFINITY ? 0.0f : mn);
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 p0 = exp512_ftz(_mm512_sub_ps(_mm512_loadu_ps(s + i), msub));
+        const __m512 p1 = exp512_ftz(_mm512_sub_ps(_mm512_loadu_ps(s + i + 16), msub));
+        _mm512_storeu_ps(s + i, p0);
+        _mm512_storeu_ps(s + i + 16, p1);
+        s0 = _mm512_add_ps(s0, p0);
+        s1 = _mm512_add_ps(s1, p1);
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 mv = lanes(n - i);
+        const __m512 p = _mm512_maskz_mov_ps(mv, exp512_ftz(_mm512_sub_ps(_mm512_maskz_loadu_ps(mv, s + i), msub)));
+        _mm512_mask_storeu_ps(s + i, mv, p);
+        s0 = _mm512_add_ps(s0, p);
+    }
+    const float alpha = mn == -INFINITY ? 1.0f : exp1(mo - mn);
+    *l = alpha * *l + _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    *m = mn;
+    return alpha;
+}
 
 static void rows_avx512_decode(const sdpa_rows *w)
 {
-    const size_t R = w->rows, d = w->d, dv = w->dv, dp = round16(d);
+    const size_t R = w->rows, d = w->d, dv = w->dv;
     const size_t NB = dec_block(w->block), lds = round16(NB);
-    float *ml = w->ws;                       /* alpha [R] (the state stays in w->m, w->l) */
-    float *S = ml + state_floats(R);         /* [R][lds] */
-    float *kb = S + R * lds;                 /* [16][dp] converted key group */
-    const int kf32 = w->k_type == SDPA_F32;
-    const size_t ek = w->k_type == SDPA_F32 ? 4 : 2, ev = w->v_type == SDPA_F32 ? 4 : 2;
+    float *ml = w->ws;               /* alpha [R] (the state stays in w->m, w->l) */
+    float *S = ml + state_floats(R); /* [R][lds] */
+    float *qs = S + R * lds;         /* [R][d] q in split order (split-bf16 K) */
+    float *as = qs + R * d;          /* [R][dv] acc in split order (split-bf16 V) */
+    const int kt = w->k_type == SDPA_BF16 && d % 32 == 0 ? DEC_BF16P : (int)w->k_type;
+    const int vt = w->v_type == SDPA_BF16 && dv % 32 == 0 ? DEC_BF16P : (int)w->v_type;
+    const float *qbase = w->q;
+    float *acc = w->acc;
+    if (kt == DEC_BF16P) {
+        pair_split(w->q, qs, R * d);
+        qbase = qs;
+    }
+    if (vt == DEC_BF16P) {
+        pair_split(w->acc, as, R * dv);
+        acc = as;
+    }
+    const float *qr[DEC_MAX_ROWS];
+    for (size_t r = 0; r < DEC_MAX_ROWS; r++) qr[r] = qbase + min_sz(r, R - 1) * d;
+    {
+        /* the steady-state prefetches run DEC_PF keys ahead; the call's first keys are
+           requested here so that they too are on their way before they are needed */
+        const size_t ek = w->k_type == SDPA_F32 ? 4 : 2, ev = w->v_type == SDPA_F32 ? 4 : 2;
+        const size_t n0 = min_sz(w->kv_end, w->kv_limit[R - 1]) - w->kv_begin;
+        prefetch_rows(w->k, w->k_stride, ek, w->kv_begin, min_sz(n0, DEC_PF), w->kv_end, d * ek);
+        prefetch_rows(w->v, w->v_stride, ev, w->kv_begin, min_sz(n0, DEC_PF), w->kv_end, dv * ev);
+    }
 
     for (size_t j0 = w->kv_begin; j0 < w->kv_end; j0 += NB) {
         const size_t nb = min_sz(NB, w->kv_end - j0);
         /* keys past the last row's limit are never needed (rows are ordered by limit) */
         const size_t nk = min_sz(nb, w->kv_limit[R - 1] - j0);
-        size_t j = 0;
-        for (; j + 16 <= nk; j += 16) {
-            const float *kr;
-            ptrdiff_t ks;
-            /* K ahead into L1, V (read after this block's scores) into L2 */
-            if (j0 + j + DEC_PF < w->kv_end) {
-                const size_t jp = j0 + j + DEC_PF, np = min_sz(16, w->kv_end - jp);
-                prefetch_rows(w->k, w->k_stride, ek, jp, np, d * ek, 1);
-                prefetch_rows(w->v, w->v_stride, ev, jp, np, dv * ev, 0);
-            }
-            if (kf32) {
-                kr = (const float *)w->k + row_off(w->k_stride, j0 + j);
-                ks = w->k_stride;
-            } else {
-                convert_rows(w->k, w->k_type, w->k_stride, j0 + j, 16, d, kb, dp);
-                kr = kb;
-                ks = (ptrdiff_t)dp;
-            }
-            for (size_t r = 0; r < R; r++)
-                _mm512_store_ps(S + r * lds + j, score_avx512_1x16(w->q + r * d, kr, ks, d));
-        }
-        if (j < nk) {
-            const size_t nt = nk - j;
-            convert_rows(w->k, w->k_type, w->k_stride, j0 + j, nt, d, kb, dp);
-            for (size_t r = 0; r < R; r++)
-                for (size_t t = 0; t < nt; t++) S[r * lds + j + t] = dot1_f32(w->q + r * d, kb + t * dp, d);
-        }
+        score_avx512_decode(qr, R, d, w->k, kt, w->k_stride, j0, nk, w->kv_end, S, lds);
         size_t valid[DEC_MAX_ROWS];
         for (size_t r = 0; r < R; r++) {
             const size_t lim = w->kv_limit[r];
             valid[r] = lim <= j0 ? 0 : min_sz(nk, lim - j0);
             /* a row that sees none of the block keeps its state: alpha 1 */
-            ml[r] = valid[r] ? softmax_lim(S + r * lds, valid[r], valid[r], &w->m[r], &w->l[r])
-                             : 1.0f;
+            ml[r] = valid[r] ? softmax_dec(S + r * lds, valid[r], &w->m[r], &w->l[r]) : 1.0f;
         }
-        pv_avx512_decode(R, w->acc, dv, ml, S, lds, w->v, w->v_type, w->v_stride, j0, valid);
+        pv_avx512_decode(R, acc, dv, ml, S, lds, w->v, vt, w->v_stride, j0, w->kv_end, valid);
     }
+    if (vt == DEC_BF16P) pair_join(as, w->acc, R * dv);
 }
 
 /* ---- many rows --------------------------------------------------------------------------- */
