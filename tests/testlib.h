@@ -34,9 +34,26 @@ static int  tl_points, tl_npass, tl_nfail, tl_nskip;
 static long tl_case_failures;
 static char tl_label[200];
 
+/* SDPA_TEST_SAMPLE=N (default 1: everything) makes the heaviest loops run every Nth case, for
+   emulated CPUs (qemu) where vector code is tens of times slower; tests print when it is on. */
+static inline size_t tl_sample(void)
+{
+    static size_t n;
+    if (n == 0) {
+        const char *e = getenv("SDPA_TEST_SAMPLE");
+        const long v = e ? strtol(e, NULL, 10) : 1;
+        n = v > 1 ? (size_t)v : 1;
+    }
+    return n;
+}
+
+/* True when case number i is left out by the sampling above. */
+static inline bool tl_sampled_out(size_t i) { return i % tl_sample() != 0; }
+
 static inline void tl_header(const char *what)
 {
     printf("TAP version 13\n# %s\n", what);
+    if (tl_sample() > 1) printf("# SDPA_TEST_SAMPLE=%zu: the heaviest loops run every %zuth case\n", tl_sample(), tl_sample());
     fflush(stdout);
 }
 
