@@ -236,8 +236,15 @@ static void finish_row(const plan *pl, size_t b, size_t h, size_t i, float m, fl
         if (pl->lse) pl->lse[(b * pl->Hq + h) * pl->Lq + i] = -INFINITY;
         return;
     }
-    for (size_t c = 0; c < pl->Dv; c++) o[c] = acc[c] / l;
+    /* one division per row: a per-element divide costs more than the rest of finishing */
+    const float inv = 1.0f / l;
+    for (size_t c = 0; c < pl->Dv; c++) o[c] = acc[c] * inv;
     if (pl->lse) pl->lse[(b * pl->Hq + h) * pl->Lq + i] = m + logf(l);
+}
+
+static void scale_row(float *restrict dst, const float *restrict src, float scale, size_t n)
+{
+    for (size_t c = 0; c < n; c++) dst[c] = scale * src[c];
 }
 
 typedef struct item {
@@ -279,7 +286,7 @@ static void run_item(void *arg, size_t t, size_t thread)
             const float *src = (const float *)pl->q->data + (ptrdiff_t)it.b * pl->q->batch_stride +
                                (ptrdiff_t)h * pl->q->head_stride +
                                (ptrdiff_t)(it.i0 + i) * pl->q->token_stride;
-            for (size_t c = 0; c < D; c++) qp[r * D + c] = pl->scale * src[c];
+            scale_row(qp + r * D, src, pl->scale, D);
             lim[r] = li;
             m[r] = -INFINITY;
             l[r] = 0.0f;
