@@ -361,23 +361,8 @@ static void score_tile(const float *q, size_t ra, size_t d, const float *kp, siz
 
 #define softmax_row softmax_online_sve
 
-static const float *pack_v(const sdpa_rows *w, size_t j0, size_t nb, float *vp, ptrdiff_t *vs)
-{
-    const ptrdiff_t stride = w->v_stride;
-    if (w->v_type == SDPA_F32) { /* f32 values are used in place */
-        *vs = stride;
-        return (const float *)w->v + (ptrdiff_t)j0 * stride;
-    }
-    const size_t dv = w->dv;
-    *vs = (ptrdiff_t)dv;
-    if (w->v_type == SDPA_F16)
-        for (size_t j = 0; j < nb; j++)
-            row_to_f32_sve(w->v, (ptrdiff_t)(j0 + j) * stride, dv, SDPA_F16, vp + j * dv);
-    else
-        for (size_t j = 0; j < nb; j++)
-            row_to_f32_sve(w->v, (ptrdiff_t)(j0 + j) * stride, dv, SDPA_BF16, vp + j * dv);
-    return vp;
-}
+/* pack_v: the generic one in rows_loop.h, converting with this ISA's row converter */
+#define SDPA_ROW_TO_F32 row_to_f32_sve
 
 /* acc[r][c..c+NV*VL) = alpha[r] * acc + sum_j P[r][j] * v[j][c..] for r < mr (columns past dv
    masked off): the block stays in registers over all nb keys; four keys per step, P[r][j..j+3]

@@ -14,7 +14,9 @@
  *         the online-softmax primitive (sdpa.h contract)
  *   const float *pack_v(const sdpa_rows *w, size_t j0, size_t nb, float *vp, ptrdiff_t *vs)
  *         f32 rows of values [j0, j0 + nb): either straight from w->v (f32) or converted into vp
- *         (room: nb * dv floats); *vs receives the row stride in floats
+ *         (room: nb * dv floats); *vs receives the row stride in floats. Instead, an ISA may
+ *         define SDPA_ROW_TO_F32(src, element_offset, n, dtype, dst), its converter of one
+ *         f16/bf16 row, and take the pack_v below
  *   void  pv_tile(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,
  *                 size_t ra, const float *v, ptrdiff_t vs, size_t nb)
  *         acc[r] = alpha[r] * acc[r] + sum_j P[r * lds + j] * v[j * vs ..] for r < ra
@@ -27,6 +29,28 @@
 
 #ifndef SDPA_ROWS_ALIGN
 #define SDPA_ROWS_ALIGN 16 /* floats: 64 bytes, so every sub-buffer starts on a cache line */
+#endif
+
+#ifdef SDPA_ROW_TO_F32
+/* f32 values are used in place; f16/bf16 rows are converted into vp (the dtype a constant in
+   each loop, so the converter specialises when it inlines). */
+static const float *pack_v(const sdpa_rows *w, size_t j0, size_t nb, float *vp, ptrdiff_t *vs)
+{
+    const ptrdiff_t stride = w->v_stride;
+    if (w->v_type == SDPA_F32) {
+        *vs = stride;
+        return (const float *)w->v + (ptrdiff_t)j0 * stride;
+    }
+    const size_t dv = w->dv;
+    *vs = (ptrdiff_t)dv;
+    if (w->v_type == SDPA_F16)
+        for (size_t j = 0; j < nb; j++)
+            SDPA_ROW_TO_F32(w->v, (ptrdiff_t)(j0 + j) * stride, dv, SDPA_F16, vp + j * dv);
+    else
+        for (size_t j = 0; j < nb; j++)
+            SDPA_ROW_TO_F32(w->v, (ptrdiff_t)(j0 + j) * stride, dv, SDPA_BF16, vp + j * dv);
+    return vp;
+}
 #endif
 
 static inline size_t sdpa_rows_round(size_t n)
