@@ -288,6 +288,13 @@ static void test_determinism(const sdpa_impl *impl)
 static void test_active_forward(void)
 {
     tl_start("sdpa_forward is sdpa_impl_forward(active)", sdpa_impl_name(sdpa_active()));
+    /* when the suite is rerun with SDPA_ISA forcing a supported implementation, that one runs */
+    const char *forced = getenv("SDPA_ISA");
+    const sdpa_impl *want = forced ? sdpa_impl_find(forced) : NULL;
+    if (want && sdpa_impl_supported(want))
+        CHECK(sdpa_active() == want && sdpa_selection_reason() == SDPA_SELECTED_ENV,
+              "SDPA_ISA=%s but %s is active (%s)", forced, sdpa_impl_name(sdpa_active()),
+              sdpa_selection_str(sdpa_selection_reason()));
     const dcase *c = &dcases[1];
     run_out a, b;
     make_inputs(c);

@@ -24,6 +24,20 @@ run_suite() { # name builddir [meson setup args...]
 }
 
 run_suite native build-test -Dbuildtype=release -Db_ndebug=false -Dbench=enabled
+
+# The fused-attention and API suites once more with each implementation forced through SDPA_ISA
+# (every test also asserts that sdpa_forward runs the active one); unsupported ones are skipped.
+if [ -x build-test/tools/sdpa-cpuinfo ]; then
+  for isa in $(build-test/tools/sdpa-cpuinfo --json | python3 -c 'import json, sys
+for i in json.load(sys.stdin)["implementations"]:
+    if i["supported"]: print(i["name"])'); do
+    echo "=== native, SDPA_ISA=$isa: forward and api suites"
+    SDPA_ISA=$isa meson test -C build-test --no-rebuild --print-errorlogs --num-processes "$(nproc)" \
+      --suite forward --suite api --logbase "testlog-isa-$isa" >"$logs/isa-$isa.log" 2>&1 || { cat "$logs/isa-$isa.log"; status=1; }
+    grep -E "^(Ok|Fail|Skipped):" "$logs/isa-$isa.log" | tr -s ' ' | paste -sd' '
+    cp "build-test/meson-logs/testlog-isa-$isa.json" "$logs/" || status=1
+  done
+fi
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
   run_suite asan build-asan -Dbuildtype=debugoptimized -Db_sanitize=address,undefined \
   -Db_lundef=false -Dbench=disabled
