@@ -66,6 +66,19 @@ static void convert_rows(const void *src, sdpa_dtype t, ptrdiff_t stride, size_t
 /* exp                                                                                         */
 /* ------------------------------------------------------------------------------------------ */
 
+/* e^r for |r| <= ln2/2: the degree-7 Taylor polynomial in Horner form (both exps below). */
+AI __m512 exp512_poly(__m512 r)
+{
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+}
+
 /* exp(x) for 16 lanes.
    - Range reduction (Cody-Waite): x = n*ln2 + r with n = nearest integer to x*log2(e), found by
      adding 1.5*2^23 inside an FMA (the sum's low mantissa bits are then n); ln2 is split into a
@@ -93,14 +106,7 @@ AI __m512 exp512(__m512 x)
     __m512 r = _mm512_fnmadd_ps(n, ln2_hi, x);
     r = _mm512_fnmadd_ps(n, ln2_lo, r);
 
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512 p = exp512_poly(r);
 
     const __m512i ni = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(magic));
     const __m512i n1 = _mm512_srai_epi32(ni, 1);
@@ -143,14 +149,7 @@ AI __m512 exp512_ftz(__m512 x)
     const __m512 n = _mm512_sub_ps(t, magic);
     __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
     r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606820309417232e-6f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    const __m512 p = exp512_poly(r);
     /* t's low mantissa bits hold n and the magic constant's bits all shift out */
     const __m512i e = _mm512_add_epi32(_mm512_slli_epi32(_mm512_castps_si512(t), 23),
                                        _mm512_set1_epi32(127 << 23));
