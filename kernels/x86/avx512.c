@@ -780,6 +780,7 @@ AI void score_t_tile(int MR, int NV, const float *qt, size_t pw, const float *k,
         kr[i] = k + i * ks;
         UNROLL for (int t = 0; t < NV; t++) a[i][t] = _mm512_setzero_ps();
     }
+    _Pragma("GCC unroll 2")
     for (size_t c = 0; c < d; c++) {
         __m512 qv[4];
         UNROLL for (int t = 0; t < NV; t++) qv[t] = _mm512_load_ps(qt + c * pw + 16 * t);
@@ -857,12 +858,14 @@ static void score_t(const float *qt, size_t pw, const float *k, ptrdiff_t ks, si
    V[j][c0..) for MR rows i and keys j < nk[i] (non-decreasing in i); columns past dv masked
    off. A row's excluded keys are skipped, not multiplied by p = 0, so that an inf or NaN in a
    value row that only later rows see cannot reach it. */
-AI void pv_t_tile(int MR, float *acc, size_t dv, size_t c0, const float *alpha, const float *P,
-                  size_t pw, const float *v, ptrdiff_t vs, const size_t *nk)
+AI void pv_t_tile(int MR, int full, float *acc, size_t dv, size_t c0, const float *alpha,
+                  const float *P, size_t pw, const float *v, ptrdiff_t vs, const size_t *nk)
 {
     __m512 a[PV_MR][4];
     __mmask16 mk[4];
-    UNROLL for (int t = 0; t < 4; t++) mk[t] = c0 + 16 * t < dv ? lanes(dv - c0 - 16 * t) : 0;
+    /* full: all 64 columns inside dv, every load a plain one */
+    UNROLL for (int t = 0; t < 4; t++)
+        mk[t] = full ? (__mmask16)0xFFFF : c0 + 16 * t < dv ? lanes(dv - c0 - 16 * t) : 0;
     UNROLL for (int i = 0; i < MR; i++) {
         UNROLL for (int t = 0; t < 4; t++)
             a[i][t] = _mm512_maskz_loadu_ps(mk[t], acc + i * dv + c0 + 16 * t);
@@ -871,17 +874,22 @@ AI void pv_t_tile(int MR, float *acc, size_t dv, size_t c0, const float *alpha, 
             UNROLL for (int t = 0; t < 4; t++) a[i][t] = _mm512_mul_ps(a[i][t], al);
         }
     }
+    /* pointers stepped per key (no index multiply), the bound in a register: the integer
+       work shares ports with the 512-bit FMAs */
+    const float *vp = v + c0, *pp = P;
     size_t j = 0;
-    for (; j < nk[0]; j++) {
+    const size_t n0 = nk[0], n1 = nk[MR - 1];
+    _Pragma("GCC unroll 2")
+    for (; j < n0; j++, vp += vs, pp += pw) {
         __m512 x[4];
         UNROLL for (int t = 0; t < 4; t++)
-            x[t] = _mm512_maskz_loadu_ps(mk[t], v + (ptrdiff_t)j * vs + (ptrdiff_t)(c0 + 16 * t));
+            x[t] = full ? _mm512_loadu_ps(vp + 16 * t) : _mm512_maskz_loadu_ps(mk[t], vp + 16 * t);
         UNROLL for (int i = 0; i < MR; i++) {
-            const __m512 p = _mm512_set1_ps(P[j * pw + i]);
+            const __m512 p = _mm512_set1_ps(pp[i]);
             UNROLL for (int t = 0; t < 4; t++) a[i][t] = _mm512_fmadd_ps(p, x[t], a[i][t]);
         }
     }
-    for (; j < nk[MR - 1]; j++) { /* the diagonal: some rows stop earlier */
+    for (; j < n1; j++) { /* the diagonal: some rows stop earlier */
         __m512 x[4];
         UNROLL for (int t = 0; t < 4; t++)
             x[t] = _mm512_maskz_loadu_ps(mk[t], v + (ptrdiff_t)j * vs + (ptrdiff_t)(c0 + 16 * t));
@@ -900,13 +908,17 @@ AI void pv_t_tile(int MR, float *acc, size_t dv, size_t c0, const float *alpha, 
 static void pv_avx512_6x64(size_t mr, float *acc, size_t dv, size_t c0, const float *alpha,
                      const float *P, size_t pw, const float *v, ptrdiff_t vs, const size_t *nk)
 {
+    if (mr == PV_MR && c0 + 64 <= dv) {
+        pv_t_tile(PV_MR, 1, acc, dv, c0, alpha, P, pw, v, vs, nk);
+        return;
+    }
     switch (mr) {
-    case 5: pv_t_tile(5, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
-    case 6: pv_t_tile(6, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
-    case 1: pv_t_tile(1, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
-    case 2: pv_t_tile(2, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
-    case 3: pv_t_tile(3, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
-    case 4: pv_t_tile(4, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 1: pv_t_tile(1, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 2: pv_t_tile(2, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 3: pv_t_tile(3, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 4: pv_t_tile(4, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 5: pv_t_tile(5, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 6: pv_t_tile(6, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
     default: break;
     }
 }
