@@ -395,8 +395,11 @@ static size_t ws_floats_avx512(size_t rows, size_t d, size_t dv, size_t block)
 
 /* Software prefetch into L2 of rows [j, j + n) of a K/V view (bytes per row rb, element size
    es), clipped to rows before jend: a prefetch never faults, but only rows the call reads are
-   named. Every line is named: on the machines measured, the hardware prefetchers alone left the
-   decode path at about half the read bandwidth, and naming every other line did no better. */
+   named. Used for a call's first keys; in the steady state the score and P·V loops request the
+   row DEC_PF keys ahead a line at a time, spread among their arithmetic: on the machine
+   measured, the hardware prefetchers alone left decode at about half the read bandwidth, and a
+   burst of a whole group's lines at once (which stalls on the few line-fill buffers while no
+   arithmetic runs) was about 10 % slower than the spread requests. */
 static inline void prefetch_rows(const void *base, ptrdiff_t stride, size_t es, size_t j,
                                  size_t n, size_t jend, size_t rb)
 {
@@ -430,8 +433,13 @@ AI __m512 load_kv(const void *base, sdpa_dtype t, ptrdiff_t off, __mmask16 m)
    is converted once, in a register, and feeds all RP rows; a[PERM16(r * NK + i)] holds the
    16-lane partial sums of row r and key i. */
 AI void score_dec_step(int RP, int NK, sdpa_dtype kt, __m512 *a, const float *const *qr,
-                       const void *k, const ptrdiff_t *ko, size_t c, __mmask16 m)
+                       const void *k, const ptrdiff_t *ko, const ptrdiff_t *po, size_t c,
+                       __mmask16 m)
 {
+    const size_t es = kt == SDPA_F32 ? 4 : 2;
+    if (((c * es) & 63) == 0) /* each line of the row DEC_PF keys ahead, once */
+        UNROLL for (int i = 0; i < NK; i++)
+            _mm_prefetch((const char *)k + (po[i] + (ptrdiff_t)c) * (ptrdiff_t)es, _MM_HINT_T1);
     __m512 qv[DEC_MAX_ROWS];
     UNROLL for (int r = 0; r < RP; r++) qv[r] = _mm512_maskz_loadu_ps(m, qr[r] + c);
     UNROLL for (int i = 0; i < NK; i++) {
@@ -458,8 +466,10 @@ AI void bf16_pair(const uint16_t *p, __m512 *ev, __m512 *od)
 
 /* The split-bf16 chunk [c, c + 32) of the score tile (q rows in split order). */
 AI void score_dec_step2(int RP, int NK, __m512 *a, const float *const *qr, const void *k,
-                        const ptrdiff_t *ko, size_t c)
+                        const ptrdiff_t *ko, const ptrdiff_t *po, size_t c)
 {
+    UNROLL for (int i = 0; i < NK; i++)
+            _mm_prefetch((const char *)k + (po[i] + (ptrdiff_t)c) * 2, _MM_HINT_T1);
     __m512 qe[DEC_MAX_ROWS], qo[DEC_MAX_ROWS];
     UNROLL for (int r = 0; r < RP; r++) {
         qe[r] = _mm512_loadu_ps(qr[r] + c);
@@ -486,22 +496,24 @@ AI void score_dec_block(int RP, int kt, const float *const *qr, size_t R, size_t
                         size_t lds)
 {
     const int NK = 16 / RP;
-    const size_t es = kt == (int)SDPA_F32 ? 4 : 2;
     for (size_t j = 0; j < nk; j += NK) {
-        prefetch_rows(k, ks, es, j0 + j + DEC_PF, NK, jend, d * es);
         const size_t nv = min_sz(NK, nk - j);
-        ptrdiff_t ko[16];
-        UNROLL for (int i = 0; i < NK; i++) ko[i] = row_off(ks, j0 + j + min_sz((size_t)i, nv - 1));
+        ptrdiff_t ko[16], po[16];
+        UNROLL for (int i = 0; i < NK; i++) {
+            ko[i] = row_off(ks, j0 + j + min_sz((size_t)i, nv - 1));
+            /* the key DEC_PF ahead (or the call's last), requested a line per step */
+            po[i] = row_off(ks, min_sz(j0 + j + i + DEC_PF, jend - 1));
+        }
         __m512 a[16];
         UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
         size_t c = 0;
         if (kt == DEC_BF16P) {
             _Pragma("GCC unroll 2")
-            for (; c < d; c += 32) score_dec_step2(RP, NK, a, qr, k, ko, c);
+            for (; c < d; c += 32) score_dec_step2(RP, NK, a, qr, k, ko, po, c);
         } else {
             _Pragma("GCC unroll 2")
-            for (; c + 16 <= d; c += 16) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, c, 0xFFFF);
-            if (c < d) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, c, lanes(d - c));
+            for (; c + 16 <= d; c += 16) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, po, c, 0xFFFF);
+            if (c < d) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, po, c, lanes(d - c));
         }
         const __m512 s = reduce16(a);
         const unsigned keys = (1u << nv) - 1u;
@@ -565,8 +577,11 @@ AI void pv_dec_load(int NV, int full, __m512 *x, const void *v, int vt, ptrdiff_
    rather than weighted by 0 (an inf or NaN there stays out of that row). */
 AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, const float *alpha,
                     const float *S, size_t lds, const void *v, int vt, ptrdiff_t vs,
-                    size_t j0, size_t ja, size_t jb, const size_t *nk)
+                    size_t j0, size_t ja, size_t jb, const size_t *nk, size_t jpf)
 {
+    /* jpf != 0 (first column pass only): with each key, every line of the V row DEC_PF keys
+       ahead (clipped to row jpf - 1, the call's last) is requested */
+    const size_t ev = vt == SDPA_F32 ? 4 : 2, rbytes = dv * ev;
     __m512 a[DEC_MAX_ROWS][8];
     __mmask16 mk[8];
     /* full: all NV vectors lie inside dv, so every load is a plain one */
@@ -585,6 +600,10 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
     _Pragma("GCC unroll 2")
     for (; j < jall; j++) {
         const ptrdiff_t off = row_off(vs, j0 + j) + (ptrdiff_t)c0;
+        if (jpf) {
+            const char *pr = (const char *)v + row_off(vs, min_sz(j0 + j + DEC_PF, jpf - 1)) * (ptrdiff_t)ev;
+            for (size_t b = 0; b < rbytes; b += 64) _mm_prefetch(pr + b, _MM_HINT_T1);
+        }
         __m512 x[8];
         pv_dec_load(NV, full, x, v, vt, off, mk);
         UNROLL for (int r = 0; r < R; r++) {
@@ -594,6 +613,10 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
     }
     for (; j < jmax; j++) {
         const ptrdiff_t off = row_off(vs, j0 + j) + (ptrdiff_t)c0;
+        if (jpf) {
+            const char *pr = (const char *)v + row_off(vs, min_sz(j0 + j + DEC_PF, jpf - 1)) * (ptrdiff_t)ev;
+            for (size_t b = 0; b < rbytes; b += 64) _mm_prefetch(pr + b, _MM_HINT_T1);
+        }
         __m512 x[8];
         pv_dec_load(NV, full, x, v, vt, off, mk);
         UNROLL for (int r = 1; r < R; r++) {
@@ -615,17 +638,16 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
    chains to cover the FMA latency, few enough to stay in registers. */
 #define PV_DEC_VT(R, NV, FULL)                                                              \
     if (vt == SDPA_F32)                                                                     \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F32, vs, j0, ja, jb, nk);   \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F32, vs, j0, ja, jb, nk, c0 == 0 ? jend : 0);   \
     else if (vt == SDPA_F16)                                                                \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F16, vs, j0, ja, jb, nk);   \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F16, vs, j0, ja, jb, nk, c0 == 0 ? jend : 0);   \
     else if (vt == SDPA_BF16)                                                               \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_BF16, vs, j0, ja, jb, nk);  \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_BF16, vs, j0, ja, jb, nk, c0 == 0 ? jend : 0);  \
     else                                                                                    \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, DEC_BF16P, vs, j0, ja, jb, nk);
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, DEC_BF16P, vs, j0, ja, jb, nk, c0 == 0 ? jend : 0);
 #define PV_DEC_CASE(R, NV)                                                                  \
     case R:                                                                                 \
         for (size_t ja = 0; ja < nk[R - 1]; ja += DEC_PVG) {                                 \
-            prefetch_rows(v, vs, ev, j0 + ja + DEC_PF, DEC_PVG, jend, dv * ev);              \
             const float *al = ja == 0 ? alpha : NULL;                                       \
             const size_t jb = min_sz(ja + DEC_PVG, nk[R - 1]);                              \
             for (size_t c0 = 0; c0 < dv; c0 += 16 * NV) {                                    \
@@ -642,7 +664,6 @@ static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha
                    size_t lds, const void *v, int vt, ptrdiff_t vs, size_t j0,
                    size_t jend, const size_t *nk)
 {
-    const size_t ev = vt == (int)SDPA_F32 ? 4 : 2;
     switch (R) {
         PV_DEC_CASE(1, 8)
         PV_DEC_CASE(2, 8)
