@@ -208,6 +208,7 @@ typedef struct plan {
     size_t ws_stride; /* floats of per-thread scratch: qp [R*D] | limits | state | kernel scratch */
     size_t lim_off;   /* where the key limits (size_t) start in it */
     size_t state_off; /* where m, l, acc start (unsplit problems) */
+    size_t pf_off;    /* where the prefetch hints (2R spans) start */
     size_t kws_off;   /* where the kernel's scratch starts */
     size_t partial_off; /* where the split-K partial states start, after the workspaces */
     float *ws;        /* n_threads * ws_stride floats, 64-byte aligned */
@@ -294,6 +295,28 @@ static void run_item(void *arg, size_t t, size_t thread)
     }
     memset(acc, 0, R * Dv * sizeof *acc);
 
+    /* what this thread most likely touches next: the rows it writes when the kernel returns
+       (unsplit problems) and the next item's query rows (its own next item when run serially) */
+    sdpa_span *pf = (sdpa_span *)(void *)(ws + pl->pf_off);
+    size_t n_pf = 0;
+    if (pl->n_chunks == 1)
+        for (size_t r = 0; r < R; r++) {
+            const size_t h = it.kvh * pl->G + r % pl->G, i = it.i0 + r / pl->G;
+            pf[n_pf].p = (const float *)pl->o->data + (ptrdiff_t)it.b * pl->o->batch_stride +
+                         (ptrdiff_t)h * pl->o->head_stride + (ptrdiff_t)i * pl->o->token_stride;
+            pf[n_pf++].bytes = Dv * sizeof(float);
+        }
+    if (t + 1 < pl->n_items) {
+        const item nx = item_at(pl, t + 1);
+        if (nx.chunk == 0)
+            for (size_t r = 0; r < nx.qn * pl->G; r++) {
+                const size_t h = nx.kvh * pl->G + r % pl->G, i = nx.i0 + r / pl->G;
+                pf[n_pf].p = (const float *)pl->q->data + (ptrdiff_t)nx.b * pl->q->batch_stride +
+                             (ptrdiff_t)h * pl->q->head_stride + (ptrdiff_t)i * pl->q->token_stride;
+                pf[n_pf++].bytes = D * sizeof(float);
+            }
+    }
+
     const size_t c0 = it.chunk * pl->chunk;
     size_t c1 = c0 + pl->chunk < pl->Lk ? c0 + pl->chunk : pl->Lk;
     if (c1 > lim[R - 1]) c1 = lim[R - 1]; /* keys no row of the item sees are never read */
@@ -312,6 +335,7 @@ static void run_item(void *arg, size_t t, size_t thread)
             .kv_begin = c0, .kv_end = c1,
             .m = m, .l = l, .acc = acc,
             .ws = ws + pl->kws_off, .block = pl->block,
+            .pf = pf, .n_pf = n_pf,
         };
         pl->k->rows(&w);
     }
@@ -403,7 +427,8 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
     size_t n_items, ws_floats, pf = 0;
     pl->lim_off = round16(pl->R * pl->D);
     pl->state_off = pl->lim_off + lim_floats;
-    pl->kws_off = pl->state_off + round16(pl->R * (pl->Dv + 2));
+    pl->pf_off = pl->state_off + round16(pl->R * (pl->Dv + 2));
+    pl->kws_off = pl->pf_off + round16(2 * pl->R * sizeof(sdpa_span) / sizeof(float));
     if (!mul_sz(pl->B * pl->Hkv, pl->n_qblk, &n_items) || !mul_sz(n_items, pl->n_chunks, &n_items) ||
         !add_sz(pl->kws_off, round16(kws), &pl->ws_stride) ||
         !mul_sz(pl->ws_stride, threads, &ws_floats) ||

@@ -22,7 +22,15 @@
      row, acc = sum_j exp(s_j - m) v_j and l = sum_j exp(s_j - m) over every key seen so far.
    - ws is scratch of at least ws_floats(R, d, dv, block) floats, 64-byte aligned, private to
      this call. block is the number of keys the driver wants processed per inner step (a hint
-     derived from cache sizes; the kernel may use any block up to it). */
+     derived from cache sizes; the kernel may use any block up to it).
+   - pf[0..n_pf) name memory the driver touches next (the output rows it writes after the call,
+     the next unit's query rows): a hint only. A kernel may prefetch them, spread over its own
+     work, so that the driver's memory-bound steps do not wait on them; it must not read them. */
+typedef struct sdpa_span {
+    const void *p;
+    size_t      bytes;
+} sdpa_span;
+
 typedef struct sdpa_rows {
     size_t        rows, d, dv;
     const float  *q;
@@ -35,6 +43,8 @@ typedef struct sdpa_rows {
     float        *m, *l, *acc;
     float        *ws;
     size_t        block;
+    const sdpa_span *pf;
+    size_t        n_pf;
 } sdpa_rows;
 
 typedef struct sdpa_kernels {
