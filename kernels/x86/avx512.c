@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kernel_table.h"
+#include "prefetch.h"
 
 /* Micro-kernels are written as loops over small compile-time bounds; forcing them inline with
    constant bounds lets the compiler unroll them and keep every accumulator in a register. */
@@ -787,28 +788,7 @@ static void rows_avx512_decode(const sdpa_rows *w)
 
 /* ---- many rows --------------------------------------------------------------------------- */
 
-/* The driver's prefetch hints (sdpa_rows.pf), requested a few lines at a time between tiles:
-   its query packing and output writes are memory-bound and, left alone, wait on every line. */
-typedef struct pf_cursor {
-    const sdpa_span *s, *e;
-    size_t           off;
-} pf_cursor;
-
-#define PF_LINES 8 /* lines per tile: half the line-fill buffers, so the requests never stall */
-
-static inline void pf_lines(pf_cursor *c)
-{
-    for (int n = 0; n < PF_LINES && c->s < c->e;) {
-        if (c->off >= c->s->bytes) {
-            c->s++;
-            c->off = 0;
-            continue;
-        }
-        _mm_prefetch((const char *)c->s->p + c->off, _MM_HINT_T1);
-        c->off += 64;
-        n++;
-    }
-}
+#define PF_LINES 8 /* hint lines requested per score tile (sdpa_pf_lines) */
 
 /* Sᵀ tile: st[i][0..16*NV) = sum_c k[i][c] * qt[c][0..16*NV) for MR keys i (key index j + i
    within the block). qt is a Qᵀ panel [d][pw]; each step broadcasts MR key elements against NV
@@ -882,7 +862,7 @@ static void score_avx512_6x64(size_t mr, size_t nv, const float *qt, size_t pw, 
 /* The whole Sᵀ of a panel: keys [0, nk) (rows k, stride ks) against its pw rows, masked by the
    rows' limits lim[], with the row maxima left in mx[0..pw) (-inf where nothing is seen). */
 static void score_t(const float *qt, size_t pw, const float *k, ptrdiff_t ks, size_t d,
-                    size_t nk, float *st, const int32_t *lim, float *mx, pf_cursor *pf)
+                    size_t nk, float *st, const int32_t *lim, float *mx, sdpa_pf_cursor *pf)
 {
     const size_t nv = pw / 16;
     /* limits are non-decreasing over the panel: keys below the first row's need no mask */
@@ -894,12 +874,12 @@ static void score_t(const float *qt, size_t pw, const float *k, ptrdiff_t ks, si
         {
             score_t_tile(SC_MR, PANEL / 16, qt, pw, k + (ptrdiff_t)j * ks, ks, d, st + j * pw, j, 0, lim,
                          mx);
-            pf_lines(pf);
+            sdpa_pf_lines(pf, PF_LINES);
         }
     for (; j < nk; j += SC_MR) {
         score_avx512_6x64(min_sz(SC_MR, nk - j), nv, qt, pw, k + (ptrdiff_t)j * ks, ks, d,
                          st + j * pw, j, lim, mx);
-        pf_lines(pf);
+        sdpa_pf_lines(pf, PF_LINES);
     }
 }
 
@@ -1019,7 +999,7 @@ static void rows_avx512_prefill(const sdpa_rows *w)
     float *kc = st + NB * PANEL;      /* [NB][dp] */
     float *vc = kc + NB * dp;         /* [NB][dvp] */
     float *bm = vc + NB * dvp;        /* [PANEL] block maxima of a panel's rows */
-    pf_cursor pfc = {w->pf, w->pf + w->n_pf, 0};
+    sdpa_pf_cursor pfc = sdpa_pf_begin(w);
 
     /* Pack Qᵀ once per call (padding rows are zero), load the row state (padding rows: dead). */
     for (size_t p0 = 0; p0 < Rp; p0 += PANEL) {
