@@ -877,8 +877,13 @@ static void score_t(const float *qt, size_t pw, const float *k, ptrdiff_t ks, si
             sdpa_pf_lines(pf, PF_LINES);
         }
     for (; j < nk; j += SC_MR) {
-        score_avx512_6x64(min_sz(SC_MR, nk - j), nv, qt, pw, k + (ptrdiff_t)j * ks, ks, d,
-                         st + j * pw, j, lim, mx);
+        /* on the diagonal, a 16-row vector whose last row's limit is at or before key j sees
+           none of the tile: skipped (its softmax stops at that limit and never reads here) */
+        size_t t0 = 0;
+        while ((size_t)lim[16 * t0 + 15] <= j) t0++; /* ends: the panel's last limit is nk */
+        score_avx512_6x64(min_sz(SC_MR, nk - j), nv - t0, qt + 16 * t0, pw,
+                         k + (ptrdiff_t)j * ks, ks, d, st + j * pw + 16 * t0, j, lim + 16 * t0,
+                         mx + 16 * t0);
         sdpa_pf_lines(pf, PF_LINES);
     }
 }
@@ -1052,8 +1057,10 @@ static void rows_avx512_prefill(const sdpa_rows *w)
             const size_t np = (size_t)lim[rl];          /* keys any row of the panel sees */
             if (np == 0) continue;                      /* nothing seen: state unchanged */
             score_t(qt + p0 * d, pw, kr, ks, d, np, st, lim + p0, bm, &pfc);
+            /* a vector's keys stop at its last row's limit: P past a row's limit is never read */
             for (size_t t = 0; t < pw; t += 16)
-                softmax_t16(st + t, pw, np, bm + t, mw + p0 + t, lw + p0 + t, aw + p0 + t);
+                softmax_t16(st + t, pw, min_sz(np, (size_t)lim[p0 + t + 15]), bm + t, mw + p0 + t,
+                            lw + p0 + t, aw + p0 + t);
             /* P·V over the panel's real rows, keys in L1-sized sub-blocks */
             const size_t nrow = rl + 1 - p0;
             for (size_t kb = 0; kb < np; kb += PV_KB) {
