@@ -580,9 +580,12 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
                     const float *S, size_t lds, const void *v, int vt, ptrdiff_t vs,
                     size_t j0, size_t ja, size_t jb, const size_t *nk, size_t jpf)
 {
-    /* jpf != 0 (first column pass only): with each key, every line of the V row DEC_PF keys
-       ahead (clipped to row jpf - 1, the call's last) is requested */
-    const size_t ev = vt == SDPA_F32 ? 4 : 2, rbytes = dv * ev;
+    /* With each key, the lines of this pass's columns of the V row DEC_PF keys ahead (clipped
+       to row jpf - 1, the call's last) are requested: every pass requests what it will read,
+       so the requests spread evenly over the P·V work (a first pass requesting whole rows
+       leaves memory idle during the others) */
+    const size_t ev = vt == SDPA_F32 ? 4 : 2;
+    const size_t pb0 = c0 * ev, pb1 = min_sz(dv, c0 + 16 * (size_t)NV) * ev;
     __m512 a[DEC_MAX_ROWS][8];
     __mmask16 mk[8];
     /* full: all NV vectors lie inside dv, so every load is a plain one */
@@ -601,9 +604,9 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
     _Pragma("GCC unroll 2")
     for (; j < jall; j++) {
         const ptrdiff_t off = row_off(vs, j0 + j) + (ptrdiff_t)c0;
-        if (jpf) {
+        {
             const char *pr = (const char *)v + row_off(vs, min_sz(j0 + j + DEC_PF, jpf - 1)) * (ptrdiff_t)ev;
-            for (size_t b = 0; b < rbytes; b += 64) _mm_prefetch(pr + b, _MM_HINT_T1);
+            for (size_t b = pb0; b < pb1; b += 64) _mm_prefetch(pr + b, _MM_HINT_T1);
         }
         __m512 x[8];
         pv_dec_load(NV, full, x, v, vt, off, mk);
@@ -614,9 +617,9 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
     }
     for (; j < jmax; j++) {
         const ptrdiff_t off = row_off(vs, j0 + j) + (ptrdiff_t)c0;
-        if (jpf) {
+        {
             const char *pr = (const char *)v + row_off(vs, min_sz(j0 + j + DEC_PF, jpf - 1)) * (ptrdiff_t)ev;
-            for (size_t b = 0; b < rbytes; b += 64) _mm_prefetch(pr + b, _MM_HINT_T1);
+            for (size_t b = pb0; b < pb1; b += 64) _mm_prefetch(pr + b, _MM_HINT_T1);
         }
         __m512 x[8];
         pv_dec_load(NV, full, x, v, vt, off, mk);
@@ -639,13 +642,13 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
    chains to cover the FMA latency, few enough to stay in registers. */
 #define PV_DEC_VT(R, NV, FULL)                                                              \
     if (vt == SDPA_F32)                                                                     \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F32, vs, j0, ja, jb, nk, c0 == 0 ? jend : 0);   \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F32, vs, j0, ja, jb, nk, jend);   \
     else if (vt == SDPA_F16)                                                                \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F16, vs, j0, ja, jb, nk, c0 == 0 ? jend : 0);   \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F16, vs, j0, ja, jb, nk, jend);   \
     else if (vt == SDPA_BF16)                                                               \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_BF16, vs, j0, ja, jb, nk, c0 == 0 ? jend : 0);  \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_BF16, vs, j0, ja, jb, nk, jend);  \
     else                                                                                    \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, DEC_BF16P, vs, j0, ja, jb, nk, c0 == 0 ? jend : 0);
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, DEC_BF16P, vs, j0, ja, jb, nk, jend);
 #define PV_DEC_CASE(R, NV)                                                                  \
     case R:                                                                                 \
         for (size_t ja = 0; ja < nk[R - 1]; ja += DEC_PVG) {                                 \
