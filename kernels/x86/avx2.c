@@ -712,18 +712,30 @@ AVX2_INLINE void pv_direct_mk(size_t mr, size_t nv, sdpa_dtype t, float *acc, si
             a[r * nv + i] = _mm256_mul_ps(al, full ? _mm256_loadu_ps(o) : _mm256_maskload_ps(o, mk));
         }
     }
-    for (size_t j = 0; j < nb; j++) {
-        if (j == pf_at) {
-            if (pf->next + j < pf->end) prefetch_row(v, pf->es, vs, pf->next + j, dv);
-            pf_at += pf->np;
+    /* keys in runs between two prefetches (one every np keys), so the per-key body is only
+       loads and FMAs: V and P are stepped by pointer, with no index arithmetic, which on a
+       16-FMA body would compete with the FMAs for issue slots */
+    const char *vb = (const char *)v + ((ptrdiff_t)j0 * vs + (ptrdiff_t)c0) * (ptrdiff_t)pf->es;
+    const ptrdiff_t vstep = vs * (ptrdiff_t)pf->es;
+    const float *pj = P;
+    size_t j = 0;
+    while (j < nb) {
+        size_t run_end = nb;
+        if (pf_at < nb) {
+            if (j == pf_at) {
+                if (pf->next + j < pf->end) prefetch_row(v, pf->es, vs, pf->next + j, dv);
+                pf_at += pf->np;
+            }
+            if (pf_at < run_end) run_end = pf_at;
         }
-        const ptrdiff_t off = (ptrdiff_t)(j0 + j) * vs + (ptrdiff_t)c0;
-        __m256 b[8];
-        for (size_t i = 0; i < nv; i++)
-            b[i] = full ? load8_any(v, t, off + 8 * (ptrdiff_t)i) : loadn_any(v, t, off, cnt);
-        for (size_t r = 0; r < mr; r++) {
-            const __m256 p = _mm256_broadcast_ss(P + r * lds + j);
-            for (size_t i = 0; i < nv; i++) a[r * nv + i] = _mm256_fmadd_ps(p, b[i], a[r * nv + i]);
+        for (; j < run_end; j++, vb += vstep, pj++) {
+            __m256 b[8];
+            for (size_t i = 0; i < nv; i++)
+                b[i] = full ? load8_any(vb, t, 8 * (ptrdiff_t)i) : loadn_any(vb, t, 0, cnt);
+            for (size_t r = 0; r < mr; r++) {
+                const __m256 p = _mm256_broadcast_ss(pj + r * lds);
+                for (size_t i = 0; i < nv; i++) a[r * nv + i] = _mm256_fmadd_ps(p, b[i], a[r * nv + i]);
+            }
         }
     }
     for (size_t r = 0; r < mr; r++)
