@@ -607,7 +607,10 @@ AVX2_INLINE void score_direct_mk(size_t mr, size_t nk, sdpa_dtype t, const float
         __m256 kv[8];
         for (size_t i = 0; i < nk; i++) kv[i] = load8_any(k, t, (ptrdiff_t)(j + i) * ks + (ptrdiff_t)c);
         for (size_t r = 0; r < mr; r++) {
-            const __m256 qv = _mm256_loadu_ps(q + r * d + c);
+            __m256 qv = _mm256_loadu_ps(q + r * d + c);
+            /* one load per query vector: left alone, the compiler folds it into every FMA that
+               uses it, and the loads (not the FMAs) become the limit */
+            if (nk > 1) __asm__("" : "+x"(qv));
             for (size_t i = 0; i < nk; i++) a[r * nk + i] = _mm256_fmadd_ps(qv, kv[i], a[r * nk + i]);
         }
     }
