@@ -600,8 +600,10 @@ static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float 
 AVX2_INLINE void score_direct_mk(size_t mr, size_t nk, sdpa_dtype t, const float *q, size_t d,
                                  const void *k, ptrdiff_t ks, size_t j, float *S, size_t lds)
 {
-    __m256 a[8];
-    for (size_t i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+    /* mr * nk <= 12 accumulators (12: four rows by three keys, whose 12 FMA chains leave the
+       FMA units slack that 8 chains of 4-cycle latency would not) */
+    __m256 a[16];
+    for (size_t i = 0; i < 16; i++) a[i] = _mm256_setzero_ps();
     size_t c = 0;
     for (; c + 8 <= d; c += 8) {
         __m256 kv[8];
@@ -624,8 +626,9 @@ AVX2_INLINE void score_direct_mk(size_t mr, size_t nk, sdpa_dtype t, const float
             for (size_t i = 0; i < nk; i++) a[r * nk + i] = _mm256_fmadd_ps(qv, kv[i], a[r * nk + i]);
         }
     }
-    float out[8];
+    float out[16];
     _mm256_storeu_ps(out, reduce8x8(a));
+    if (mr * nk > 8) _mm256_storeu_ps(out + 8, reduce8x8(a + 8)); /* a[12..16) stay zero */
     for (size_t r = 0; r < mr; r++)
         for (size_t i = 0; i < nk; i++) S[r * lds + i] = out[r * nk + i];
 }
@@ -648,7 +651,7 @@ AVX2_INLINE void score_direct_t(sdpa_dtype t, size_t R, const float *q, size_t d
                                 ptrdiff_t ks, size_t j0, size_t nb, float *S, size_t lds,
                                 const sdpa_rows *w)
 {
-    const size_t nk = 8 / R;
+    const size_t nk = R == 4 ? 3 : 8 / R; /* keys per tile: see score_direct_mk */
     const size_t ke = t == SDPA_F32 ? 4 : 2, ve = w->v_type == SDPA_F32 ? 4 : 2;
     const int first = j0 == w->kv_begin; /* nothing prefetched this block's V: do it now */
     size_t j = 0;
@@ -661,7 +664,7 @@ AVX2_INLINE void score_direct_t(sdpa_dtype t, size_t R, const float *q, size_t d
         case 1: score_direct_mk(1, 8, t, q, d, k, ks, j0 + j, S + j, lds); break;
         case 2: score_direct_mk(2, 4, t, q, d, k, ks, j0 + j, S + j, lds); break;
         case 3: score_direct_mk(3, 2, t, q, d, k, ks, j0 + j, S + j, lds); break;
-        case 4: score_direct_mk(4, 2, t, q, d, k, ks, j0 + j, S + j, lds); break;
+        case 4: score_direct_mk(4, 3, t, q, d, k, ks, j0 + j, S + j, lds); break;
         case 5: score_direct_mk(5, 1, t, q, d, k, ks, j0 + j, S + j, lds); break;
         case 6: score_direct_mk(6, 1, t, q, d, k, ks, j0 + j, S + j, lds); break;
         case 7: score_direct_mk(7, 1, t, q, d, k, ks, j0 + j, S + j, lds); break;
