@@ -756,21 +756,31 @@ AVX2_INLINE void pv_direct_mk(size_t mr, size_t nv, sdpa_dtype t, float *acc, si
         }
 }
 
-/* Columns in panels of 8 * NV(R) (NV chosen so R * NV accumulators fill the registers), then
-   8-column panels, then one element-safe tail panel. */
+/* Keys in groups of PV_GROUP, every column pass over one group before the next: the group's V
+   rows stay in L1 across the passes, and the rows a pass requests PF_KEYS keys ahead arrive
+   in the time of whole groups, not of one fast pass. alpha is applied by the first group
+   only. Columns in panels of 8 * NV(R) (NV chosen so R * NV accumulators fill the registers),
+   then 8-column panels, then one element-safe tail panel. */
+#define PV_GROUP 32
 #define PV_DIRECT_CASE(m, nv)                                                                  \
     case m:                                                                                    \
-        for (; c + 8 * (nv) <= dv; c += 8 * (nv))                                              \
-            pv_direct_mk(m, nv, t, acc, dv, alpha, P, lds, v, vs, j0, nb, c, 8 * (nv), &pf);        \
-        for (; c + 8 <= dv; c += 8) pv_direct_mk(m, 1, t, acc, dv, alpha, P, lds, v, vs, j0, nb, c, 8, &pf); \
-        if (c < dv) pv_direct_mk(m, 1, t, acc, dv, alpha, P, lds, v, vs, j0, nb, c, dv - c, &pf);   \
+        for (size_t g = 0; g < nb; g += PV_GROUP) {                                            \
+            const size_t ng = nb - g < PV_GROUP ? nb - g : PV_GROUP;                           \
+            const float *al = g == 0 ? alpha : ones;                                           \
+            size_t c = 0;                                                                      \
+            for (; c + 8 * (nv) <= dv; c += 8 * (nv))                                          \
+                pv_direct_mk(m, nv, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, 8 * (nv), &pf); \
+            for (; c + 8 <= dv; c += 8)                                                        \
+                pv_direct_mk(m, 1, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, 8, &pf);  \
+            if (c < dv) pv_direct_mk(m, 1, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, dv - c, &pf); \
+        }                                                                                      \
         break;
 
 AVX2_INLINE void pv_direct_t(sdpa_dtype t, size_t R, float *acc, size_t dv, const float *alpha,
                              const float *P, size_t lds, const void *v, ptrdiff_t vs, size_t j0,
                              size_t nb, size_t kv_end)
 {
-    size_t c = 0;
+    static const float ones[DIRECT_MAX_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1};
     pv_prefetch pf = {kv_end, t == SDPA_F32 ? 4 : 2};
     switch (R) {
         PV_DIRECT_CASE(1, 8)
