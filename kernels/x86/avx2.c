@@ -786,7 +786,7 @@ AVX2_INLINE void pv_direct_t(sdpa_dtype t, size_t R, float *acc, size_t dv, cons
         PV_DIRECT_CASE(1, 8)
         PV_DIRECT_CASE(2, 4)
         PV_DIRECT_CASE(3, 4)
-        PV_DIRECT_CASE(4, 2)
+        PV_DIRECT_CASE(4, 3)
         PV_DIRECT_CASE(5, 2)
         PV_DIRECT_CASE(6, 2)
         PV_DIRECT_CASE(7, 1)
