@@ -598,14 +598,22 @@ static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float 
 
 /* Scores of mr rows against nk keys (mr * nk <= 8), S[r][i] for keys j..j+nk. */
 AVX2_INLINE void score_direct_mk(size_t mr, size_t nk, sdpa_dtype t, const float *q, size_t d,
-                                 const void *k, ptrdiff_t ks, size_t j, float *S, size_t lds)
+                                 const void *k, ptrdiff_t ks, size_t j, float *S, size_t lds,
+                                 ptrdiff_t pfo)
 {
+    /* pfo != 0: the rows pfo elements past this tile's keys exist, and each step that starts
+       a cache line of them requests it: the requests spread over the arithmetic */
+    const ptrdiff_t es = t == SDPA_F32 ? 4 : 2;
     /* mr * nk <= 12 accumulators (12: four rows by three keys, whose 12 FMA chains leave the
        FMA units slack that 8 chains of 4-cycle latency would not) */
     __m256 a[16];
     for (size_t i = 0; i < 16; i++) a[i] = _mm256_setzero_ps();
     size_t c = 0;
     for (; c + 8 <= d; c += 8) {
+        if (pfo && (((ptrdiff_t)c * es) & 63) == 0)
+            for (size_t i = 0; i < nk; i++)
+                _mm_prefetch((const char *)k + ((ptrdiff_t)(j + i) * ks + (ptrdiff_t)c + pfo) * es,
+                             _MM_HINT_T1);
         __m256 kv[8];
         for (size_t i = 0; i < nk; i++) kv[i] = load8_any(k, t, (ptrdiff_t)(j + i) * ks + (ptrdiff_t)c);
         for (size_t r = 0; r < mr; r++) {
@@ -661,28 +669,34 @@ AVX2_INLINE void score_direct_t(sdpa_dtype t, size_t R, const float *q, size_t d
     size_t j = 0;
     if (first)
         for (size_t i = 0; i < PF_KEYS && j0 + i < w->kv_end; i++) prefetch_row(k, ke, ks, j0 + i, d);
-    for (; j + nk <= nb; j += nk) {
-        for (size_t i = 0; i < nk; i++) {
-            if (j0 + j + i + PF_KEYS < w->kv_end) prefetch_row(k, ke, ks, j0 + j + i + PF_KEYS, d);
+    for (; j < nb; j += nk) {
+        const size_t n = nb - j < nk ? nb - j : nk; /* only R <= 4 has nk > 1, hence a tail */
+        /* the rows PF_KEYS ahead: requested inside the tile when they all exist, else here */
+        const ptrdiff_t pfo = j0 + j + n - 1 + PF_KEYS < w->kv_end ? PF_KEYS * ks : 0;
+        for (size_t i = 0; i < n; i++) {
+            if (!pfo && j0 + j + i + PF_KEYS < w->kv_end) prefetch_row(k, ke, ks, j0 + j + i + PF_KEYS, d);
             if (first && j + i < PF_KEYS) prefetch_row(w->v, ve, w->v_stride, j0 + j + i, w->dv);
         }
-        switch (R) { /* constant shapes, so the accumulators live in registers */
-        case 1: score_direct_mk(1, 8, t, q, d, k, ks, j0 + j, S + j, lds); break;
-        case 2: score_direct_mk(2, 4, t, q, d, k, ks, j0 + j, S + j, lds); break;
-        case 3: score_direct_mk(3, 2, t, q, d, k, ks, j0 + j, S + j, lds); break;
-        case 4: score_direct_mk(4, 3, t, q, d, k, ks, j0 + j, S + j, lds); break;
-        case 5: score_direct_mk(5, 1, t, q, d, k, ks, j0 + j, S + j, lds); break;
-        case 6: score_direct_mk(6, 1, t, q, d, k, ks, j0 + j, S + j, lds); break;
-        case 7: score_direct_mk(7, 1, t, q, d, k, ks, j0 + j, S + j, lds); break;
-        default: score_direct_mk(8, 1, t, q, d, k, ks, j0 + j, S + j, lds); break;
-        }
-    }
-    for (; j < nb; j++) { /* only R <= 4 has nk > 1, hence a remainder */
-        switch (R) {
-        case 1: score_direct_mk(1, 1, t, q, d, k, ks, j0 + j, S + j, lds); break;
-        case 2: score_direct_mk(2, 1, t, q, d, k, ks, j0 + j, S + j, lds); break;
-        case 3: score_direct_mk(3, 1, t, q, d, k, ks, j0 + j, S + j, lds); break;
-        default: score_direct_mk(4, 1, t, q, d, k, ks, j0 + j, S + j, lds); break;
+        if (n == nk) {
+            switch (R) { /* constant shapes, so the accumulators live in registers */
+            case 1: score_direct_mk(1, 8, t, q, d, k, ks, j0 + j, S + j, lds, pfo); break;
+            case 2: score_direct_mk(2, 4, t, q, d, k, ks, j0 + j, S + j, lds, pfo); break;
+            case 3: score_direct_mk(3, 2, t, q, d, k, ks, j0 + j, S + j, lds, pfo); break;
+            case 4: score_direct_mk(4, 3, t, q, d, k, ks, j0 + j, S + j, lds, pfo); break;
+            case 5: score_direct_mk(5, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo); break;
+            case 6: score_direct_mk(6, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo); break;
+            case 7: score_direct_mk(7, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo); break;
+            default: score_direct_mk(8, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo); break;
+            }
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                switch (R) {
+                case 1: score_direct_mk(1, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo); break;
+                case 2: score_direct_mk(2, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo); break;
+                case 3: score_direct_mk(3, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo); break;
+                default: score_direct_mk(4, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo); break;
+                }
+            }
         }
     }
 }
