@@ -32,6 +32,10 @@ typedef struct bench_machine {
     const char *read_isa;                                    /* the loads the read test used */
     size_t      read_bytes;                                  /* size of the buffer read */
     double      read_bw[BENCH_MAX_THREADS + 1];              /* bytes/s, [threads] */
+    /* kept for the paired measurements below */
+    void       *fma_fns[BENCH_MAX_ISAS];
+    void       *read_fn;
+    float      *read_buf;
 } bench_machine;
 
 /* Measures the FMA peak of every ISA this CPU and OS support (best of a few repeats) and the
@@ -45,6 +49,17 @@ double bench_fma_peak_for(const bench_machine *m, const char *impl, size_t threa
                           const char **isa);
 /* The best FMA peak of any ISA at this thread count (for the BLAS baseline). */
 double bench_fma_peak_best(const bench_machine *m, size_t threads, const char **isa);
+
+/* Paired measurements, taken right before a benchmark runs: on a shared machine the speed
+   available changes from one minute to the next (by half and more, measured), so a ratio
+   against a limit measured at start-up can mislead either way. The FMA peak of the ISA that
+   bench_fma_peak_for would pick (or of the best ISA when impl is NULL), best of short runs over
+   about 60 ms; and the read bandwidth, best of 3 reads of the start-up buffer (0 when there is
+   none). */
+double bench_fma_peak_now(const bench_machine *m, bench_pool *const *pools, const char *impl,
+                          size_t threads);
+double bench_read_bw_now(const bench_machine *m, bench_pool *const *pools, size_t threads);
+void   bench_machine_release(bench_machine *m);
 
 /* The per-ISA kernels (peak_<isa>.c, each compiled with only its own ISA flags). Each FMA
    kernel runs iters rounds of independent multiply-add chains and returns the FLOPs done; the

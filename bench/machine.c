@@ -110,7 +110,7 @@ static double gang_run(gang *g, bench_pool *pool, sdpa_task_fn task)
 /* Best of many short (~2 ms) runs spread over ~0.3 s: on a shared machine the best run is the
    one the scheduler left alone, and a run much shorter than a time slice has a fair chance of
    being one. */
-static double measure_fma(fma_fn fn, bench_pool *pool, size_t threads)
+static double measure_fma_for(fma_fn fn, bench_pool *pool, size_t threads, double seconds)
 {
     gang g;
     memset(&g, 0, sizeof g);
@@ -130,9 +130,32 @@ static double measure_fma(fma_fn fn, bench_pool *pool, size_t threads)
         g.iters *= 4;
     }
     double best = 0;
-    const double until = now_s() + 0.3;
+    const double until = now_s() + seconds;
     for (int rep = 0; rep < 200 && (rep < 10 || now_s() < until); rep++) {
         double r = gang_run(&g, pool, fma_task);
+        if (r > best) best = r;
+    }
+    return best;
+}
+
+static double measure_fma(fma_fn fn, bench_pool *pool, size_t threads)
+{
+    return measure_fma_for(fn, pool, threads, 0.3);
+}
+
+static double measure_read(read_fn fn, float *buf, size_t floats, bench_pool *pool,
+                           size_t threads, int reps)
+{
+    gang g;
+    memset(&g, 0, sizeof g);
+    g.floats = floats;
+    g.buf = buf;
+    g.wbuf = buf;
+    g.read = fn;
+    g.n = threads;
+    double best = 0;
+    for (int rep = 0; rep < reps; rep++) {
+        double r = gang_run(&g, pool, read_task);
         if (r > best) best = r;
     }
     return best;
@@ -176,9 +199,11 @@ int bench_measure_machine(bench_machine *m, bench_pool *const *pools, size_t rea
     (void)f;
 #endif
 
-    for (size_t i = 0; i < m->n_isa; i++)
+    for (size_t i = 0; i < m->n_isa; i++) {
+        m->fma_fns[i] = (void *)fmas[i];
         for (size_t t = 1; t <= BENCH_MAX_THREADS; t++)
             m->fma_flops[i][t] = measure_fma(fmas[i], pools[t], t);
+    }
 
     /* read bandwidth: a buffer far larger than the last-level cache, read whole each run */
     gang g;
@@ -192,17 +217,24 @@ int bench_measure_machine(bench_machine *m, bench_pool *const *pools, size_t rea
     g.read = widest;
     g.n = BENCH_MAX_THREADS;
     bench_pool_parallel_for(pools[BENCH_MAX_THREADS], BENCH_MAX_THREADS, fill_task, &g);
-    for (size_t t = 1; t <= BENCH_MAX_THREADS; t++) {
-        g.n = t;
-        double best = 0;
-        for (int rep = 0; rep < 8; rep++) {
-            double r = gang_run(&g, pools[t], read_task);
-            if (r > best) best = r;
-        }
-        m->read_bw[t] = best;
-    }
-    bench_free(buf);
+    for (size_t t = 1; t <= BENCH_MAX_THREADS; t++)
+        m->read_bw[t] = measure_read(widest, buf, g.floats, pools[t], t, 8);
+    m->read_buf = buf; /* kept for bench_read_bw_now */
+    m->read_fn = (void *)widest;
     return 0;
+}
+
+void bench_machine_release(bench_machine *m)
+{
+    bench_free(m->read_buf);
+    m->read_buf = NULL;
+}
+
+double bench_read_bw_now(const bench_machine *m, bench_pool *const *pools, size_t threads)
+{
+    if (!m->read_buf || threads < 1 || threads > BENCH_MAX_THREADS) return 0;
+    return measure_read((read_fn)m->read_fn, m->read_buf, m->read_bytes / sizeof(float),
+                        pools[threads], threads, 3);
 }
 
 static int isa_index(const bench_machine *m, const char *name)
@@ -223,6 +255,38 @@ double bench_fma_peak_best(const bench_machine *m, size_t threads, const char **
             *isa = m->isa[i];
         }
     return best;
+}
+
+static int peak_index(const bench_machine *m, const char *impl, size_t threads);
+
+double bench_fma_peak_now(const bench_machine *m, bench_pool *const *pools, const char *impl,
+                          size_t threads)
+{
+    if (threads < 1 || threads > BENCH_MAX_THREADS) return 0;
+    const int i = peak_index(m, impl, threads);
+    if (i < 0 || !m->fma_fns[i]) return 0;
+    return measure_fma_for((fma_fn)m->fma_fns[i], pools[threads], threads, 0.06);
+}
+
+/* The ISA bench_fma_peak_for judges impl against (NULL: the best at start-up), or -1. */
+static int peak_index(const bench_machine *m, const char *impl, size_t threads)
+{
+    int i = impl ? isa_index(m, impl) : -1;
+    if (impl) {
+        if (i < 0 && strncmp(impl, "avx512", 6) == 0) i = isa_index(m, "avx512");
+        if (i < 0 && strncmp(impl, "avx2", 4) == 0) i = isa_index(m, "avx2");
+        if (i < 0 && (strncmp(impl, "sve", 3) == 0 || strncmp(impl, "neon", 4) == 0))
+            i = isa_index(m, "neon");
+    }
+    if (i < 0) {
+        double best = 0;
+        for (size_t k = 0; k < m->n_isa; k++)
+            if (m->fma_flops[k][threads] > best) {
+                best = m->fma_flops[k][threads];
+                i = (int)k;
+            }
+    }
+    return i;
 }
 
 double bench_fma_peak_for(const bench_machine *m, const char *impl, size_t threads,

@@ -6,8 +6,9 @@ Usage:
     bench_table.py run.json [--png chart.png]
 
 Every ratio comes from the same run: the FMA peaks and the read bandwidth that sdpa-bench
-measured at start-up are in the JSON's "context", and each benchmark carries its own
-percentage counters computed from them. "x BLAS" compares a prefill result with the unfused
+measured at start-up are in the JSON's "context", and each prefill, decode and BLAS benchmark
+carries its own percentage, against the limit measured again right before it (limit_flops,
+limit_bytes_per_s). "x BLAS" compares a prefill result with the unfused
 OpenBLAS baseline on the same shape at 1 thread (the baseline only runs at 1 thread).
 """
 import argparse
@@ -87,12 +88,12 @@ def load_rows(doc):
 def print_context(ctx):
     peaks = sorted((k, v) for k, v in ctx.items() if k.startswith("fma_peak_flops/"))
     if peaks:
-        print("FMA peak (measured in this run): " + ", ".join(
+        print("FMA peak (measured at start-up): " + ", ".join(
             f"{k.split('/')[1]} {k.split('/')[2]} {float(v) / 1e9:.1f} GFLOP/s" for k, v in peaks))
     bws = sorted((k, v) for k, v in ctx.items() if k.startswith("read_bw_bytes_per_s/"))
     if bws:
         size = int(ctx.get("read_bw_buffer_bytes", "0"))
-        print(f"Read bandwidth ({ctx.get('read_bw_loads', '?')} loads, {fmt_bytes(size)} buffer): " + ", ".join(
+        print(f"Read bandwidth at start-up ({ctx.get('read_bw_loads', '?')} loads, {fmt_bytes(size)} buffer): " + ", ".join(
             f"{k.split('/')[1]} {float(v) / 1e9:.2f} GB/s" for k, v in bws))
     if "openblas_core" in ctx:
         print(f"OpenBLAS core: {ctx['openblas_core']} ({ctx.get('openblas_config', '')})")
@@ -106,7 +107,8 @@ def print_table(rows):
     head = ["kind", "implementation", "shape", "threads", "GFLOP/s", "% FMA peak", "GB/s",
             "% bandwidth", "x BLAS", "extra memory"]
     if reps > 1:
-        print(f"Each row: the fastest of {reps} repetitions; \"median %\": the median of their "
+        print(f"Each row: the fastest of {reps} repetitions, its percentage against the limit "
+              "measured right before it; \"median %\": the median of the repetitions' "
               "percentages.\n")
         head.insert(8, "median %")
     print("| " + " | ".join(head) + " |")
