@@ -112,6 +112,16 @@ static const fcase shapes[] = {
     {.name = "K bf16 V f32", .batch = 1, .qh = 3, .kvh = 1, .ql = 5, .kvl = 66, .d = 80, .kt = BF16},
     {.name = "K f32 V f16 odd", .batch = 1, .qh = 1, .kvh = 1, .ql = 3, .kvl = 19, .d = 17, .dv = 33, .vt = F16},
     {.name = "f16 decode", .batch = 1, .qh = 8, .kvh = 2, .ql = 1, .kvl = 1000, .d = 128, .kt = F16, .vt = F16},
+    /* decode paths by GQA group size (4: three-key score tiles, 24-column P·V passes), split
+       into KV chunks whose last one is short, with prefetch distances running past kv_end */
+    {.name = "GQA 4 decode bf16 split-K", .batch = 1, .qh = 8, .kvh = 2, .ql = 1, .kvl = 4099, .d = 128,
+     .kt = BF16, .vt = BF16},
+    {.name = "GQA 4 decode f16 odd dims split-K", .batch = 2, .qh = 4, .kvh = 1, .ql = 1, .kvl = 2500, .d = 72,
+     .dv = 40, .kt = F16, .vt = F16},
+    {.name = "GQA 4 two-token decode causal", .batch = 1, .qh = 8, .kvh = 2, .ql = 2, .kvl = 3001, .d = 64,
+     .causal = true, .kt = F16, .vt = BF16},
+    {.name = "GQA 3 decode bf16", .batch = 1, .qh = 6, .kvh = 2, .ql = 1, .kvl = 777, .d = 96, .kt = BF16,
+     .vt = BF16},
     {.name = "padded strides", .batch = 2, .qh = 2, .kvh = 2, .ql = 9, .kvl = 31, .d = 24, .causal = true,
      .lq = L_PADDED, .lkv = L_PADDED, .lo = L_PADDED},
     {.name = "padded strides f16", .batch = 2, .qh = 4, .kvh = 2, .ql = 6, .kvl = 23, .d = 20, .dv = 12,
