@@ -226,12 +226,18 @@ static size_t kv_limit(const plan *pl, size_t i)
     return lim < pl->Lk ? lim : pl->Lk;
 }
 
+/* Row (b, h, i) of an f32 view (q or o). */
+static float *f32_row(const sdpa_tensor *t, size_t b, size_t h, size_t i)
+{
+    return (float *)t->data + (ptrdiff_t)b * t->batch_stride + (ptrdiff_t)h * t->head_stride +
+           (ptrdiff_t)i * t->token_stride;
+}
+
 /* Writes one finished row: o = acc / l, and lse = m + log(l); zeros and -inf when no key. */
 static void finish_row(const plan *pl, size_t b, size_t h, size_t i, float m, float l,
                        const float *acc)
 {
-    float *o = (float *)pl->o->data + (ptrdiff_t)b * pl->o->batch_stride +
-               (ptrdiff_t)h * pl->o->head_stride + (ptrdiff_t)i * pl->o->token_stride;
+    float *o = f32_row(pl->o, b, h, i);
     if (l == 0.0f) { /* the row saw no key (or only -inf scores) */
         memset(o, 0, pl->Dv * sizeof *o);
         if (pl->lse) pl->lse[(b * pl->Hq + h) * pl->Lq + i] = -INFINITY;
@@ -284,10 +290,7 @@ static void run_item(void *arg, size_t t, size_t thread)
         const size_t li = kv_limit(pl, it.i0 + i);
         for (size_t g = 0; g < pl->G; g++) {
             const size_t r = i * pl->G + g, h = it.kvh * pl->G + g;
-            const float *src = (const float *)pl->q->data + (ptrdiff_t)it.b * pl->q->batch_stride +
-                               (ptrdiff_t)h * pl->q->head_stride +
-                               (ptrdiff_t)(it.i0 + i) * pl->q->token_stride;
-            scale_row(qp + r * D, src, pl->scale, D);
+            scale_row(qp + r * D, f32_row(pl->q, it.b, h, it.i0 + i), pl->scale, D);
             lim[r] = li;
             m[r] = -INFINITY;
             l[r] = 0.0f;
@@ -302,8 +305,7 @@ static void run_item(void *arg, size_t t, size_t thread)
     if (pl->n_chunks == 1)
         for (size_t r = 0; r < R; r++) {
             const size_t h = it.kvh * pl->G + r % pl->G, i = it.i0 + r / pl->G;
-            pf[n_pf].p = (const float *)pl->o->data + (ptrdiff_t)it.b * pl->o->batch_stride +
-                         (ptrdiff_t)h * pl->o->head_stride + (ptrdiff_t)i * pl->o->token_stride;
+            pf[n_pf].p = f32_row(pl->o, it.b, h, i);
             pf[n_pf++].bytes = Dv * sizeof(float);
         }
     if (t + 1 < pl->n_items) {
@@ -311,8 +313,7 @@ static void run_item(void *arg, size_t t, size_t thread)
         if (nx.chunk == 0)
             for (size_t r = 0; r < nx.qn * pl->G; r++) {
                 const size_t h = nx.kvh * pl->G + r % pl->G, i = nx.i0 + r / pl->G;
-                pf[n_pf].p = (const float *)pl->q->data + (ptrdiff_t)nx.b * pl->q->batch_stride +
-                             (ptrdiff_t)h * pl->q->head_stride + (ptrdiff_t)i * pl->q->token_stride;
+                pf[n_pf].p = f32_row(pl->q, nx.b, h, i);
                 pf[n_pf++].bytes = D * sizeof(float);
             }
     }

@@ -596,7 +596,7 @@ static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float 
 
 /* --- direct path (few rows): micro-kernels reading K/V in place --------------------------- */
 
-/* Scores of mr rows against nk keys (mr * nk <= 8), S[r][i] for keys j..j+nk. */
+/* Scores of mr rows against nk keys (mr * nk <= 12), S[r][i] for keys j..j+nk. */
 AVX2_INLINE void score_direct_mk(size_t mr, size_t nk, sdpa_dtype t, const float *q, size_t d,
                                  const void *k, ptrdiff_t ks, size_t j, float *S, size_t lds,
                                  ptrdiff_t pfo)
@@ -641,8 +641,6 @@ AVX2_INLINE void score_direct_mk(size_t mr, size_t nk, sdpa_dtype t, const float
         for (size_t i = 0; i < nk; i++) S[r * lds + i] = out[r * nk + i];
 }
 
-/* Keys [j0, j0 + nb) for all R <= 8 rows; keys in groups of 8 / R, so each loaded K vector
-   feeds R FMAs and R * (8 / R) accumulators fill one reduction. */
 /* Software prefetch for the streaming (decode) path. The kernel alternates a score pass over K
    and a value pass over V per block; left to the hardware prefetchers, memory would sit idle
    during whichever pass is compute-bound. So each pass requests (into L2) the row PF_KEYS keys
@@ -659,6 +657,8 @@ AVX2_INLINE void prefetch_row(const void *base, size_t es, ptrdiff_t stride, siz
     for (size_t b = 0; b < n * es; b += 64) _mm_prefetch(p + b, _MM_HINT_T1);
 }
 
+/* Keys [j0, j0 + nb) for all R <= 8 rows, in tiles of nk keys (8 / R, or 3 for R = 4), so each
+   loaded K vector feeds R FMAs. */
 AVX2_INLINE void score_direct_t(sdpa_dtype t, size_t R, const float *q, size_t d, const void *k,
                                 ptrdiff_t ks, size_t j0, size_t nb, float *S, size_t lds,
                                 const sdpa_rows *w)

@@ -572,6 +572,14 @@ AI void pv_dec_load(int NV, int full, __m512 *x, const void *v, int vt, ptrdiff_
     }
 }
 
+/* Bytes [b0, b1) of V row j (element size ev) requested into L2. */
+static inline void pv_dec_prefetch(const void *v, ptrdiff_t vs, size_t ev, size_t j, size_t b0,
+                                   size_t b1)
+{
+    const char *pr = (const char *)v + row_off(vs, j) * (ptrdiff_t)ev;
+    for (size_t b = b0; b < b1; b += 64) _mm_prefetch(pr + b, _MM_HINT_T1);
+}
+
 /* acc[r][c0..) = alpha[r] * acc (alpha != NULL) + sum_{j in [ja, jb), j < nk[r]} S[r][j] *
    V[j][c0..) for r < R (nk non-decreasing in r), NV column vectors (masked past dv), V converted
    in registers, each converted vector feeding all R rows. Keys a row does not see are skipped
@@ -604,10 +612,7 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
     _Pragma("GCC unroll 2")
     for (; j < jall; j++) {
         const ptrdiff_t off = row_off(vs, j0 + j) + (ptrdiff_t)c0;
-        {
-            const char *pr = (const char *)v + row_off(vs, min_sz(j0 + j + DEC_PF, jpf - 1)) * (ptrdiff_t)ev;
-            for (size_t b = pb0; b < pb1; b += 64) _mm_prefetch(pr + b, _MM_HINT_T1);
-        }
+        pv_dec_prefetch(v, vs, ev, min_sz(j0 + j + DEC_PF, jpf - 1), pb0, pb1);
         __m512 x[8];
         pv_dec_load(NV, full, x, v, vt, off, mk);
         UNROLL for (int r = 0; r < R; r++) {
@@ -617,10 +622,7 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
     }
     for (; j < jmax; j++) {
         const ptrdiff_t off = row_off(vs, j0 + j) + (ptrdiff_t)c0;
-        {
-            const char *pr = (const char *)v + row_off(vs, min_sz(j0 + j + DEC_PF, jpf - 1)) * (ptrdiff_t)ev;
-            for (size_t b = pb0; b < pb1; b += 64) _mm_prefetch(pr + b, _MM_HINT_T1);
-        }
+        pv_dec_prefetch(v, vs, ev, min_sz(j0 + j + DEC_PF, jpf - 1), pb0, pb1);
         __m512 x[8];
         pv_dec_load(NV, full, x, v, vt, off, mk);
         UNROLL for (int r = 1; r < R; r++) {
