@@ -997,6 +997,61 @@ static void softmax_t16(float *st, size_t pw, size_t nk, const float *bm, float 
     _mm512_storeu_ps(m, mn);
 }
 
+/* In-register transpose of a 16 x 16 block: r[i] lane c becomes r[c] lane i. 32-bit, then 64-bit
+   unpacks within 128-bit lanes leave u[4g + j] lane k holding column 4k + j of rows 4g..4g+3;
+   two rounds of 128-bit lane shuffles then gather each column's four row groups. */
+AI void transpose16(__m512 r[16])
+{
+    __m512 t[16], u[16];
+    UNROLL for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    UNROLL for (int g = 0; g < 16; g += 4) {
+        const __m512d a = _mm512_castps_pd(t[g]), b = _mm512_castps_pd(t[g + 1]);
+        const __m512d c = _mm512_castps_pd(t[g + 2]), e = _mm512_castps_pd(t[g + 3]);
+        u[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
+        u[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+    }
+    UNROLL for (int j = 0; j < 4; j++) {
+        const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
+        const __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
+        const __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+        const __m512 v3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+        r[j] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+        r[4 + j] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+        r[8 + j] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+        r[12 + j] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+    }
+}
+
+/* Qᵀ panels from the packed rows q[R][d]: panel p0 (width pw = min(PANEL, Rp - p0)) is
+   qt[p0 * d + c * pw + r], rows R..Rp zero. 16 x 16 blocks through registers: every load and
+   store a whole line (a strided scalar copy touched a new line per element). */
+static void pack_qt(const float *q, size_t R, size_t d, size_t Rp, float *qt)
+{
+    for (size_t p0 = 0; p0 < Rp; p0 += PANEL) {
+        const size_t pw = min_sz(PANEL, Rp - p0);
+        float *qp = qt + p0 * d;
+        for (size_t rb = 0; rb < pw; rb += 16) {
+            const size_t r0 = p0 + rb;
+            for (size_t c = 0; c < d; c += 16) {
+                const __mmask16 mc = lanes(d - c);
+                __m512 x[16];
+                UNROLL for (int i = 0; i < 16; i++)
+                    x[i] = r0 + i < R ? _mm512_maskz_loadu_ps(mc, q + (r0 + i) * d + c)
+                                      : _mm512_setzero_ps();
+                transpose16(x);
+                const size_t nc = min_sz(16, d - c);
+                UNROLL for (int i = 0; i < 16; i++)
+                    if ((size_t)i < nc) _mm512_store_ps(qp + (c + i) * pw + rb, x[i]);
+            }
+        }
+    }
+}
+
 static void rows_avx512_prefill(const sdpa_rows *w)
 {
     const size_t R = w->rows, d = w->d, dv = w->dv, Rp = round16(R);
@@ -1012,17 +1067,7 @@ static void rows_avx512_prefill(const sdpa_rows *w)
     sdpa_pf_cursor pfc = sdpa_pf_begin(w);
 
     /* Pack Qᵀ once per call (padding rows are zero), load the row state (padding rows: dead). */
-    for (size_t p0 = 0; p0 < Rp; p0 += PANEL) {
-        const size_t pw = min_sz(PANEL, Rp - p0);
-        float *qp = qt + p0 * d;
-        for (size_t r = 0; r < pw; r++) {
-            const float *qr = w->q + (p0 + r) * d;
-            if (p0 + r < R)
-                for (size_t c = 0; c < d; c++) qp[c * pw + r] = qr[c];
-            else
-                for (size_t c = 0; c < d; c++) qp[c * pw + r] = 0.0f;
-        }
-    }
+    pack_qt(w->q, R, d, Rp, qt);
     for (size_t r = 0; r < Rp; r++) {
         mw[r] = r < R ? w->m[r] : -INFINITY;
         lw[r] = r < R ? w->l[r] : 0.0f;
