@@ -50,15 +50,17 @@ double bench_fma_peak_for(const bench_machine *m, const char *impl, size_t threa
 /* The best FMA peak of any ISA at this thread count (for the BLAS baseline). */
 double bench_fma_peak_best(const bench_machine *m, size_t threads, const char **isa);
 
-/* Paired measurements, taken right before a benchmark runs: on a shared machine the speed
-   available changes from one minute to the next (by half and more, measured), so a ratio
-   against a limit measured at start-up can mislead either way. The FMA peak of the ISA that
-   bench_fma_peak_for would pick (or of the best ISA when impl is NULL), best of short runs over
-   about 60 ms; and the read bandwidth, best of 3 reads of the start-up buffer (0 when there is
-   none). */
+/* Paired measurements: on a shared machine the speed available changes from one moment to the
+   next (by half and more, measured here), so a ratio against a limit measured at start-up can
+   mislead either way. sdpa-bench takes one of these before every timed iteration and once after
+   the last, and judges the run against their mean. The FMA peak of the ISA that
+   bench_fma_peak_for would pick (or of the best ISA when impl is NULL): the best of 2 ms runs
+   over `seconds` (at least 10 runs); the read bandwidth: the best of `reps` reads of the
+   start-up buffer (0 when there is none). */
 double bench_fma_peak_now(const bench_machine *m, bench_pool *const *pools, const char *impl,
-                          size_t threads);
-double bench_read_bw_now(const bench_machine *m, bench_pool *const *pools, size_t threads);
+                          size_t threads, double seconds);
+double bench_read_bw_now(const bench_machine *m, bench_pool *const *pools, size_t threads,
+                         int reps);
 void   bench_machine_release(bench_machine *m);
 
 /* The per-ISA kernels (peak_<isa>.c, each compiled with only its own ISA flags). Each FMA

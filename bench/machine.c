@@ -230,11 +230,12 @@ void bench_machine_release(bench_machine *m)
     m->read_buf = NULL;
 }
 
-double bench_read_bw_now(const bench_machine *m, bench_pool *const *pools, size_t threads)
+double bench_read_bw_now(const bench_machine *m, bench_pool *const *pools, size_t threads,
+                         int reps)
 {
-    if (!m->read_buf || threads < 1 || threads > BENCH_MAX_THREADS) return 0;
+    if (!m->read_buf || threads < 1 || threads > BENCH_MAX_THREADS || reps < 1) return 0;
     return measure_read((read_fn)m->read_fn, m->read_buf, m->read_bytes / sizeof(float),
-                        pools[threads], threads, 3);
+                        pools[threads], threads, reps);
 }
 
 static int isa_index(const bench_machine *m, const char *name)
@@ -260,12 +261,12 @@ double bench_fma_peak_best(const bench_machine *m, size_t threads, const char **
 static int peak_index(const bench_machine *m, const char *impl, size_t threads);
 
 double bench_fma_peak_now(const bench_machine *m, bench_pool *const *pools, const char *impl,
-                          size_t threads)
+                          size_t threads, double seconds)
 {
     if (threads < 1 || threads > BENCH_MAX_THREADS) return 0;
     const int i = peak_index(m, impl, threads);
     if (i < 0 || !m->fma_fns[i]) return 0;
-    return measure_fma_for((fma_fn)m->fma_fns[i], pools[threads], threads, 0.06);
+    return measure_fma_for((fma_fn)m->fma_fns[i], pools[threads], threads, seconds);
 }
 
 /* The ISA bench_fma_peak_for judges impl against (NULL: the best at start-up), or -1. */

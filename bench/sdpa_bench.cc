@@ -7,16 +7,17 @@
 //      points so that no global selection changes): the three primitives, prefill and decode
 //      shapes through sdpa_impl_forward at 1 and 2 threads on a persistent pthread pool;
 //   3. the unfused OpenBLAS baseline on the prefill shapes, 1 thread (when built with BLAS).
-// Each prefill, decode and BLAS run first measures its own limit again, right before it runs
-// (the FMA peak of its ISA, or the read bandwidth, at its thread count): on a shared machine the
-// speed available changes from minute to minute, and the ratio is only honest when both sides
-// were measured under the same conditions.
+// Each prefill, decode and BLAS run measures its own limit (the FMA peak of its ISA, or the read
+// bandwidth, at its thread count) before every timed iteration and once after the last, outside
+// the timed part, and is judged against their mean (Probe below): on a shared machine the speed
+// available changes from moment to moment, and the ratio is only honest when both sides were
+// measured under the same conditions, interleaved.
 //
 // Benchmark names are <kind>/<impl>/<shape>[/threads:<n>] (kind: prim, prefill, decode, blas),
 // so a filter picks a subset, e.g. --benchmark_filter='^(prefill|decode|blas)/'.
-// Counters: FLOP (rate), pct_peak (prefill, blas: % of the FMA peak measured right before, in
-// limit_flops), bytes_per_second and pct_bw (decode: % of the read bandwidth measured right
-// before, in limit_bytes_per_s; primitives: of the start-up bandwidth), ws_bytes (the library's
+// Counters: FLOP (rate), pct_peak (prefill, blas: % of the FMA peak measured between the
+// iterations, in limit_flops), bytes_per_second and pct_bw (decode: % of the read bandwidth
+// measured between the iterations, in limit_bytes_per_s; primitives: of the start-up bandwidth), ws_bytes (the library's
 // heap use during one call), extra_bytes (BLAS scores).
 // tools/bench_table.py turns the JSON output into a table.
 #include <benchmark/benchmark.h>
@@ -155,6 +156,30 @@ benchmark::Counter per_second(double per_iteration)
     return benchmark::Counter(per_iteration, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The limit a run is judged against, sampled between its timed iterations (timing paused):
+// once before each iteration and once after the last, averaged. An FMA sample is the best of
+// 2 ms runs over 20 ms; a bandwidth sample the better of 2 reads of the start-up buffer.
+struct Probe {
+    const char *impl; // NULL: the best ISA (BLAS)
+    size_t      threads;
+    bool        bandwidth;
+    double      sum = 0;
+    int         n = 0;
+    void sample()
+    {
+        sum += bandwidth ? bench_read_bw_now(&g_machine, g_pools, threads, 2)
+                         : bench_fma_peak_now(&g_machine, g_pools, impl, threads, 0.02);
+        n++;
+    }
+    void sample_paused(benchmark::State &st)
+    {
+        st.PauseTiming();
+        sample();
+        st.ResumeTiming();
+    }
+    double mean() const { return n ? sum / n : 0; }
+};
+
 // What a benchmark learns on its first call and keeps across the framework's repeated calls.
 struct Once {
     bool      done = false;
@@ -179,11 +204,9 @@ void register_forward(const char *kind, const sdpa_impl *impl, const Shape &s, s
         const sdpa_tensor k = dense_view(t->k, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
         const sdpa_tensor v = dense_view(t->v, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
         const sdpa_tensor o = dense_view(t->o, SDPA_F32, s.q_heads, s.q_len, s.head_dim);
-        // the limit this run is judged against, measured right before it (bench.h)
-        const double limit = decode ? bench_read_bw_now(&g_machine, g_pools, threads)
-                                    : bench_fma_peak_now(&g_machine, g_pools, sdpa_impl_name(impl),
-                                                         threads);
+        Probe probe{sdpa_impl_name(impl), threads, decode};
         for (auto _ : st) {
+            probe.sample_paused(st);
             // the very first call also counts the library's heap workspace: no separate
             // warm-up, which would double the cost of the slow (scalar) shapes
             const bool track = !once->done;
@@ -199,6 +222,8 @@ void register_forward(const char *kind, const sdpa_impl *impl, const Shape &s, s
             }
             benchmark::ClobberMemory();
         }
+        probe.sample();
+        const double limit = probe.mean();
         const double flops = shape_flops(s);
         st.counters["FLOP"] = per_second(flops);
         if (decode) {
@@ -306,12 +331,15 @@ void register_blas(const Shape &s)
         }
         sdpa_params p = make_params(s, 1);
         p.parallel_for = nullptr;
-        const double peak = bench_fma_peak_now(&g_machine, g_pools, nullptr, 1); // paired
+        Probe probe{nullptr, 1, false};
         for (auto _ : st) {
+            probe.sample_paused(st);
             bench_blas_attention(&p, t->q, (const float *)t->k, (const float *)t->v, t->o,
                                  t->scores);
             benchmark::ClobberMemory();
         }
+        probe.sample();
+        const double peak = probe.mean();
         const double flops = shape_flops(s); // the same useful FLOPs as libsdpa's count
         st.counters["FLOP"] = per_second(flops);
         if (peak > 0) {

@@ -7,8 +7,8 @@ Usage:
 
 Every ratio comes from the same run: the FMA peaks and the read bandwidth that sdpa-bench
 measured at start-up are in the JSON's "context", and each prefill, decode and BLAS benchmark
-carries its own percentage, against the limit measured again right before it (limit_flops,
-limit_bytes_per_s). "x BLAS" compares a prefill result with the unfused
+carries its own percentage, against the limit measured again between its timed iterations
+(before each and after the last, averaged: limit_flops, limit_bytes_per_s). "x BLAS" compares a prefill result with the unfused
 OpenBLAS baseline on the same shape at 1 thread (the baseline only runs at 1 thread).
 """
 import argparse
@@ -108,8 +108,8 @@ def print_table(rows):
             "% bandwidth", "x BLAS", "extra memory"]
     if reps > 1:
         print(f"Each row: the fastest of {reps} repetitions, its percentage against the limit "
-              "measured right before it; \"median %\": the median of the repetitions' "
-              "percentages.\n")
+              "measured between its own timed iterations; \"median %\": the median of the "
+              "repetitions' percentages.\n")
         head.insert(8, "median %")
     print("| " + " | ".join(head) + " |")
     print("|" + "|".join("---" if i < 3 else "---:" for i in range(len(head))) + "|")
