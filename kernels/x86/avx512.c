@@ -413,6 +413,24 @@ static inline void prefetch_rows(const void *base, ptrdiff_t stride, size_t es, 
     }
 }
 
+/* The other stream of the decode loop, requested one phase ahead: while the score loop reads the
+   K rows of a block it requests the same keys' V rows, and while the P·V loop reads them it
+   requests the next block's K rows. Each phase then keeps two streams of requests in flight,
+   and the next phase starts on rows already in L2 instead of ramping its own stream up. Row j
+   of the stream (counted from the block's start) is base + j * stride bytes, of which the first
+   `bytes` are requested; rows are clipped to jend - 1, the last one the call reads (bytes is 0
+   when there is none). */
+typedef struct dec_other {
+    const char *base;
+    ptrdiff_t   stride;
+    size_t      bytes, jend;
+} dec_other;
+
+static inline ptrdiff_t other_row(const dec_other *o, size_t j)
+{
+    return (ptrdiff_t)min_sz(j, o->jend - 1) * o->stride;
+}
+
 /* 16 (or fewer, by mask) elements at element offset off of a K/V view of type t. Every caller
    passes t as a compile-time constant, so each instance is a single load-and-convert. */
 AI __m512 load_kv(const void *base, sdpa_dtype t, ptrdiff_t off, __mmask16 m)
@@ -435,12 +453,16 @@ AI __m512 load_kv(const void *base, sdpa_dtype t, ptrdiff_t off, __mmask16 m)
    16-lane partial sums of row r and key i. */
 AI void score_dec_step(int RP, int NK, sdpa_dtype kt, __m512 *a, const float *const *qr,
                        const void *k, const ptrdiff_t *ko, const ptrdiff_t *po, size_t c,
-                       __mmask16 m)
+                       __mmask16 m, const dec_other *ot, const ptrdiff_t *oo)
 {
     const size_t es = kt == SDPA_F32 ? 4 : 2;
-    if (((c * es) & 63) == 0) /* each line of the row DEC_PF keys ahead, once */
+    if (((c * es) & 63) == 0) { /* each line of the row DEC_PF keys ahead, once */
         UNROLL for (int i = 0; i < NK; i++)
             _mm_prefetch((const char *)k + (po[i] + (ptrdiff_t)c) * (ptrdiff_t)es, _MM_HINT_T1);
+        if (c * es < ot->bytes) /* and the same line of the keys' V rows */
+            UNROLL for (int i = 0; i < NK; i++)
+                _mm_prefetch(ot->base + oo[i] + (ptrdiff_t)(c * es), _MM_HINT_T1);
+    }
     __m512 qv[DEC_MAX_ROWS];
     UNROLL for (int r = 0; r < RP; r++) qv[r] = _mm512_maskz_loadu_ps(m, qr[r] + c);
     UNROLL for (int i = 0; i < NK; i++) {
@@ -467,10 +489,14 @@ AI void bf16_pair(const uint16_t *p, __m512 *ev, __m512 *od)
 
 /* The split-bf16 chunk [c, c + 32) of the score tile (q rows in split order). */
 AI void score_dec_step2(int RP, int NK, __m512 *a, const float *const *qr, const void *k,
-                        const ptrdiff_t *ko, const ptrdiff_t *po, size_t c)
+                        const ptrdiff_t *ko, const ptrdiff_t *po, size_t c, const dec_other *ot,
+                        const ptrdiff_t *oo)
 {
     UNROLL for (int i = 0; i < NK; i++)
             _mm_prefetch((const char *)k + (po[i] + (ptrdiff_t)c) * 2, _MM_HINT_T1);
+    if (c * 2 < ot->bytes)
+        UNROLL for (int i = 0; i < NK; i++)
+            _mm_prefetch(ot->base + oo[i] + (ptrdiff_t)(c * 2), _MM_HINT_T1);
     __m512 qe[DEC_MAX_ROWS], qo[DEC_MAX_ROWS];
     UNROLL for (int r = 0; r < RP; r++) {
         qe[r] = _mm512_loadu_ps(qr[r] + c);
@@ -494,14 +520,15 @@ AI void score_dec_step2(int RP, int NK, __m512 *a, const float *const *qr, const
    repeats its last key (in bounds) in the missing lanes and stores only the real ones. */
 AI void score_dec_block(int RP, int kt, const float *const *qr, size_t R, size_t d,
                         const void *k, ptrdiff_t ks, size_t j0, size_t nk, size_t jend, float *S,
-                        size_t lds)
+                        size_t lds, const dec_other *ot)
 {
     const int NK = 16 / RP;
     for (size_t j = 0; j < nk; j += NK) {
         const size_t nv = min_sz(NK, nk - j);
-        ptrdiff_t ko[16], po[16];
+        ptrdiff_t ko[16], po[16], oo[16];
         UNROLL for (int i = 0; i < NK; i++) {
             ko[i] = row_off(ks, j0 + j + min_sz((size_t)i, nv - 1));
+            oo[i] = other_row(ot, j + (size_t)i);
             /* the key DEC_PF ahead (or the call's last), requested a line per step */
             po[i] = row_off(ks, min_sz(j0 + j + i + DEC_PF, jend - 1));
         }
@@ -510,11 +537,11 @@ AI void score_dec_block(int RP, int kt, const float *const *qr, size_t R, size_t
         size_t c = 0;
         if (kt == DEC_BF16P) {
             _Pragma("GCC unroll 2")
-            for (; c < d; c += 32) score_dec_step2(RP, NK, a, qr, k, ko, po, c);
+            for (; c < d; c += 32) score_dec_step2(RP, NK, a, qr, k, ko, po, c, ot, oo);
         } else {
             _Pragma("GCC unroll 2")
-            for (; c + 16 <= d; c += 16) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, po, c, 0xFFFF);
-            if (c < d) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, po, c, lanes(d - c));
+            for (; c + 16 <= d; c += 16) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, po, c, 0xFFFF, ot, oo);
+            if (c < d) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, po, c, lanes(d - c), ot, oo);
         }
         const __m512 s = reduce16(a);
         const unsigned keys = (1u << nv) - 1u;
@@ -528,17 +555,17 @@ AI void score_dec_block(int RP, int kt, const float *const *qr, size_t R, size_t
 
 #define SCORE_DEC_KT(RP)                                                                    \
     if (kt == SDPA_F32)                                                                     \
-        score_dec_block(RP, SDPA_F32, qr, R, d, k, ks, j0, nk, jend, S, lds);                      \
+        score_dec_block(RP, SDPA_F32, qr, R, d, k, ks, j0, nk, jend, S, lds, ot);                      \
     else if (kt == SDPA_F16)                                                                \
-        score_dec_block(RP, SDPA_F16, qr, R, d, k, ks, j0, nk, jend, S, lds);                      \
+        score_dec_block(RP, SDPA_F16, qr, R, d, k, ks, j0, nk, jend, S, lds, ot);                      \
     else if (kt == SDPA_BF16)                                                               \
-        score_dec_block(RP, SDPA_BF16, qr, R, d, k, ks, j0, nk, jend, S, lds);                     \
+        score_dec_block(RP, SDPA_BF16, qr, R, d, k, ks, j0, nk, jend, S, lds, ot);                     \
     else                                                                                    \
-        score_dec_block(RP, DEC_BF16P, qr, R, d, k, ks, j0, nk, jend, S, lds);
+        score_dec_block(RP, DEC_BF16P, qr, R, d, k, ks, j0, nk, jend, S, lds, ot);
 
 static void score_avx512_decode(const float *const *qr, size_t R, size_t d, const void *k,
                                 int kt, ptrdiff_t ks, size_t j0, size_t nk, size_t jend,
-                                float *S, size_t lds)
+                                float *S, size_t lds, const dec_other *ot)
 {
     if (R == 1) {
         SCORE_DEC_KT(1)
@@ -586,7 +613,8 @@ static inline void pv_dec_prefetch(const void *v, ptrdiff_t vs, size_t ev, size_
    rather than weighted by 0 (an inf or NaN there stays out of that row). */
 AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, const float *alpha,
                     const float *S, size_t lds, const void *v, int vt, ptrdiff_t vs,
-                    size_t j0, size_t ja, size_t jb, const size_t *nk, size_t jpf)
+                    size_t j0, size_t ja, size_t jb, const size_t *nk, size_t jpf,
+                    const dec_other *ot)
 {
     /* With each key, the lines of this pass's columns of the V row DEC_PF keys ahead (clipped
        to row jpf - 1, the call's last) are requested: every pass requests what it will read,
@@ -594,6 +622,7 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
        leaves memory idle during the others) */
     const size_t ev = vt == SDPA_F32 ? 4 : 2;
     const size_t pb0 = c0 * ev, pb1 = min_sz(dv, c0 + 16 * (size_t)NV) * ev;
+    const size_t ob1 = min_sz(pb1, ot->bytes); /* this pass's share of the next block's K rows */
     __m512 a[DEC_MAX_ROWS][8];
     __mmask16 mk[8];
     /* full: all NV vectors lie inside dv, so every load is a plain one */
@@ -613,6 +642,8 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
     for (; j < jall; j++) {
         const ptrdiff_t off = row_off(vs, j0 + j) + (ptrdiff_t)c0;
         pv_dec_prefetch(v, vs, ev, min_sz(j0 + j + DEC_PF, jpf - 1), pb0, pb1);
+        for (size_t b = pb0; b < ob1; b += 64)
+            _mm_prefetch(ot->base + other_row(ot, j) + (ptrdiff_t)b, _MM_HINT_T1);
         __m512 x[8];
         pv_dec_load(NV, full, x, v, vt, off, mk);
         UNROLL for (int r = 0; r < R; r++) {
@@ -623,6 +654,8 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
     for (; j < jmax; j++) {
         const ptrdiff_t off = row_off(vs, j0 + j) + (ptrdiff_t)c0;
         pv_dec_prefetch(v, vs, ev, min_sz(j0 + j + DEC_PF, jpf - 1), pb0, pb1);
+        for (size_t b = pb0; b < ob1; b += 64)
+            _mm_prefetch(ot->base + other_row(ot, j) + (ptrdiff_t)b, _MM_HINT_T1);
         __m512 x[8];
         pv_dec_load(NV, full, x, v, vt, off, mk);
         UNROLL for (int r = 1; r < R; r++) {
@@ -644,13 +677,13 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
    chains to cover the FMA latency, few enough to stay in registers. */
 #define PV_DEC_VT(R, NV, FULL)                                                              \
     if (vt == SDPA_F32)                                                                     \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F32, vs, j0, ja, jb, nk, jend);   \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F32, vs, j0, ja, jb, nk, jend, ot);   \
     else if (vt == SDPA_F16)                                                                \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F16, vs, j0, ja, jb, nk, jend);   \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F16, vs, j0, ja, jb, nk, jend, ot);   \
     else if (vt == SDPA_BF16)                                                               \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_BF16, vs, j0, ja, jb, nk, jend);  \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_BF16, vs, j0, ja, jb, nk, jend, ot);  \
     else                                                                                    \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, DEC_BF16P, vs, j0, ja, jb, nk, jend);
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, DEC_BF16P, vs, j0, ja, jb, nk, jend, ot);
 #define PV_DEC_CASE(R, NV)                                                                  \
     case R:                                                                                 \
         for (size_t ja = 0; ja < nk[R - 1]; ja += DEC_PVG) {                                 \
@@ -668,7 +701,7 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
 
 static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha, const float *S,
                    size_t lds, const void *v, int vt, ptrdiff_t vs, size_t j0,
-                   size_t jend, const size_t *nk)
+                   size_t jend, const size_t *nk, const dec_other *ot)
 {
     switch (R) {
         PV_DEC_CASE(1, 8)
@@ -765,11 +798,12 @@ static void rows_avx512_decode(const sdpa_rows *w)
     }
     const float *qr[DEC_MAX_ROWS];
     for (size_t r = 0; r < DEC_MAX_ROWS; r++) qr[r] = qbase + min_sz(r, R - 1) * d;
+    const size_t ek = w->k_type == SDPA_F32 ? 4 : 2, ev = w->v_type == SDPA_F32 ? 4 : 2;
+    const size_t kend = min_sz(w->kv_end, w->kv_limit[R - 1]); /* keys past it are never read */
     {
         /* the steady-state prefetches run DEC_PF keys ahead; the call's first keys are
            requested here so that they too are on their way before they are needed */
-        const size_t ek = w->k_type == SDPA_F32 ? 4 : 2, ev = w->v_type == SDPA_F32 ? 4 : 2;
-        const size_t n0 = min_sz(w->kv_end, w->kv_limit[R - 1]) - w->kv_begin;
+        const size_t n0 = kend - w->kv_begin;
         prefetch_rows(w->k, w->k_stride, ek, w->kv_begin, min_sz(n0, DEC_PF), w->kv_end, d * ek);
         prefetch_rows(w->v, w->v_stride, ev, w->kv_begin, min_sz(n0, DEC_PF), w->kv_end, dv * ev);
     }
@@ -778,7 +812,13 @@ static void rows_avx512_decode(const sdpa_rows *w)
         const size_t nb = min_sz(NB, w->kv_end - j0);
         /* keys past the last row's limit are never needed (rows are ordered by limit) */
         const size_t nk = min_sz(nb, w->kv_limit[R - 1] - j0);
-        score_avx512_decode(qr, R, d, w->k, kt, w->k_stride, j0, nk, w->kv_end, S, lds);
+        /* the other stream one phase ahead: this block's V rows, then the next block's K */
+        const dec_other ov = {(const char *)w->v + row_off(w->v_stride, j0) * (ptrdiff_t)ev,
+                              w->v_stride * (ptrdiff_t)ev, dv * ev, nk};
+        const size_t nnext = j0 + NB < kend ? kend - (j0 + NB) : 0;
+        const dec_other okn = {(const char *)w->k + (nnext ? row_off(w->k_stride, j0 + NB) * (ptrdiff_t)ek : 0),
+                               w->k_stride * (ptrdiff_t)ek, nnext ? d * ek : 0, nnext};
+        score_avx512_decode(qr, R, d, w->k, kt, w->k_stride, j0, nk, w->kv_end, S, lds, &ov);
         size_t valid[DEC_MAX_ROWS];
         for (size_t r = 0; r < R; r++) {
             const size_t lim = w->kv_limit[r];
@@ -786,7 +826,8 @@ static void rows_avx512_decode(const sdpa_rows *w)
             /* a row that sees none of the block keeps its state: alpha 1 */
             ml[r] = valid[r] ? softmax_dec(S + r * lds, valid[r], &w->m[r], &w->l[r]) : 1.0f;
         }
-        pv_avx512_decode(R, acc, dv, ml, S, lds, w->v, vt, w->v_stride, j0, w->kv_end, valid);
+        pv_avx512_decode(R, acc, dv, ml, S, lds, w->v, vt, w->v_stride, j0, w->kv_end, valid,
+                         &okn);
     }
     if (vt == DEC_BF16P) pair_join(as, w->acc, R * dv);
 }
