@@ -376,8 +376,9 @@ static size_t state_floats(size_t rows) { return 4 * round16(rows); }
 
 static size_t dec_ws(size_t rows, size_t d, size_t dv, size_t block)
 {
-    /* alpha | scores | q and acc in split-bf16 order */
-    return state_floats(rows) + rows * round16(dec_block(block)) + rows * d + rows * dv;
+    /* alpha | scores | q packed by lines (padded to 8 rows) | q and acc in split-bf16 order */
+    return state_floats(rows) + rows * round16(dec_block(block)) + DEC_MAX_ROWS * (d + 32) +
+           rows * d + rows * dv;
 }
 
 static size_t big_ws(size_t rows, size_t d, size_t dv, size_t block)
@@ -512,6 +513,77 @@ AI void score_dec_step2(int RP, int NK, __m512 *a, const float *const *qr, const
     }
 }
 
+/* The fast path of a full score tile (NK keys, all of whose rows DEC_PF keys ahead exist),
+   one 64-byte line of each K row per step. The slow path (score_dec_step) keeps a row offset
+   per key, per prefetch target and per stream, and a pointer per query row: more integers than
+   registers, and the spills and reloads it then makes compete with the FMAs for issue ports.
+   Here q is packed (qp, see pack_q_lines), every K row is kc + i * ksb, the row DEC_PF keys
+   ahead kc + pfd + i * ksb, and the same keys' V rows vc + i * ksb (used when V has K's byte
+   stride, nov = 0; else V is left to the P·V loop's own requests). `lines` whole lines per row;
+   a last partial line (masked, zero-padded q) is done without requests. */
+AI void score_dec_fast(int RP, int NK, int kt, const float *qp, size_t d, const char *kc,
+                       ptrdiff_t ksb, ptrdiff_t pfd, const char *vc, int nov, size_t vlines,
+                       __m512 *a)
+{
+    const size_t es = kt == SDPA_F32 ? 4 : 2, E = 64 / es; /* elements per line */
+    const size_t lines = d / E;
+    for (size_t g = 0; g < lines; g++, kc += 64, vc += 64, qp += RP * E) {
+        UNROLL for (int i = 0; i < NK; i++) _mm_prefetch(kc + pfd + i * ksb, _MM_HINT_T1);
+        if (!nov && g < vlines)
+            UNROLL for (int i = 0; i < NK; i++) _mm_prefetch(vc + i * ksb, _MM_HINT_T1);
+        if (kt == DEC_BF16P) {
+            __m512 qe[DEC_MAX_ROWS], qo[DEC_MAX_ROWS];
+            UNROLL for (int r = 0; r < RP; r++) {
+                qe[r] = _mm512_load_ps(qp + r * 32);
+                qo[r] = _mm512_load_ps(qp + r * 32 + 16);
+            }
+            UNROLL for (int i = 0; i < NK; i++) {
+                __m512 ev, od;
+                bf16_pair((const uint16_t *)(const void *)(kc + i * ksb), &ev, &od);
+                UNROLL for (int r = 0; r < RP; r++) {
+                    __m512 t = _mm512_fmadd_ps(qe[r], ev, a[PERM16(r * NK + i)]);
+                    a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qo[r], od, t);
+                }
+            }
+        } else {
+            UNROLL for (size_t h = 0; h < E / 16; h++) {
+                __m512 qv[DEC_MAX_ROWS];
+                UNROLL for (int r = 0; r < RP; r++) qv[r] = _mm512_load_ps(qp + (size_t)r * E + 16 * h);
+                UNROLL for (int i = 0; i < NK; i++) {
+                    const __m512 kv = load_kv(kc + i * ksb, (sdpa_dtype)kt, (ptrdiff_t)(16 * h), 0xFFFF);
+                    UNROLL for (int r = 0; r < RP; r++)
+                        a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qv[r], kv, a[PERM16(r * NK + i)]);
+                }
+            }
+        }
+    }
+    /* the partial last line (never for split bf16, whose rows are whole lines) */
+    for (size_t c = lines * E; c < d; c += 16, qp += 16) {
+        const __mmask16 m = lanes(d - c);
+        if (kt != DEC_BF16P) {
+            UNROLL for (int i = 0; i < NK; i++) {
+                const __m512 kv = load_kv(kc + i * ksb, (sdpa_dtype)kt, (ptrdiff_t)(c - lines * E), m);
+                UNROLL for (int r = 0; r < RP; r++)
+                    a[PERM16(r * NK + i)] = _mm512_fmadd_ps(_mm512_load_ps(qp + (size_t)r * E), kv,
+                                                            a[PERM16(r * NK + i)]);
+            }
+        }
+    }
+}
+
+/* q rows [0, R) padded to RP (repeating the last), packed line by line for score_dec_fast: the E
+   elements of line g of row r at qp[(g * RP + r) * E], the partial last line zero-padded. */
+static void pack_q_lines(const float *const *qr, size_t RP, size_t d, size_t E, float *qp)
+{
+    const size_t lines = (d + E - 1) / E;
+    for (size_t g = 0; g < lines; g++)
+        for (size_t r = 0; r < RP; r++)
+            for (size_t e = 0; e < E; e++) {
+                const size_t c = g * E + e;
+                qp[(g * RP + r) * E + e] = c < d ? qr[r][c] : 0.0f;
+            }
+}
+
 /* Scores of rows [0, R) (padded to RP in {1, 2, 4, 8}: the padding rows repeat the last real
    row and are computed but never stored) against the keys [0, nk) of the block starting at key
    j0, into S[r][0..nk). RP * NK = 16 dot products per tile, so a single shuffle tree reduces
@@ -520,11 +592,27 @@ AI void score_dec_step2(int RP, int NK, __m512 *a, const float *const *qr, const
    repeats its last key (in bounds) in the missing lanes and stores only the real ones. */
 AI void score_dec_block(int RP, int kt, const float *const *qr, size_t R, size_t d,
                         const void *k, ptrdiff_t ks, size_t j0, size_t nk, size_t jend, float *S,
-                        size_t lds, const dec_other *ot)
+                        size_t lds, const dec_other *ot, const float *qp)
 {
     const int NK = 16 / RP;
+    const size_t es = kt == SDPA_F32 ? 4 : 2;
+    const ptrdiff_t ksb = ks * (ptrdiff_t)es;
+    const int nov = ot->stride != ksb;
     for (size_t j = 0; j < nk; j += NK) {
         const size_t nv = min_sz(NK, nk - j);
+        if (nv == (size_t)NK && j0 + j + (size_t)NK - 1 + DEC_PF < jend) {
+            __m512 a[16];
+            UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+            score_dec_fast(RP, NK, kt, qp, d, (const char *)k + row_off(ks, j0 + j) * (ptrdiff_t)es,
+                           ksb, DEC_PF * ksb, ot->base + (ptrdiff_t)j * ot->stride, nov,
+                           ot->bytes / 64, a);
+            const __m512 sv = reduce16(a);
+            UNROLL for (int r = 0; r < RP; r++)
+                if ((size_t)r < R)
+                    _mm512_mask_storeu_ps(S + (size_t)r * lds + j - (size_t)r * NK,
+                                          (__mmask16)(((1u << NK) - 1u) << (r * NK)), sv);
+            continue;
+        }
         ptrdiff_t ko[16], po[16], oo[16];
         UNROLL for (int i = 0; i < NK; i++) {
             ko[i] = row_off(ks, j0 + j + min_sz((size_t)i, nv - 1));
@@ -555,17 +643,17 @@ AI void score_dec_block(int RP, int kt, const float *const *qr, size_t R, size_t
 
 #define SCORE_DEC_KT(RP)                                                                    \
     if (kt == SDPA_F32)                                                                     \
-        score_dec_block(RP, SDPA_F32, qr, R, d, k, ks, j0, nk, jend, S, lds, ot);                      \
+        score_dec_block(RP, SDPA_F32, qr, R, d, k, ks, j0, nk, jend, S, lds, ot, qp);                      \
     else if (kt == SDPA_F16)                                                                \
-        score_dec_block(RP, SDPA_F16, qr, R, d, k, ks, j0, nk, jend, S, lds, ot);                      \
+        score_dec_block(RP, SDPA_F16, qr, R, d, k, ks, j0, nk, jend, S, lds, ot, qp);                      \
     else if (kt == SDPA_BF16)                                                               \
-        score_dec_block(RP, SDPA_BF16, qr, R, d, k, ks, j0, nk, jend, S, lds, ot);                     \
+        score_dec_block(RP, SDPA_BF16, qr, R, d, k, ks, j0, nk, jend, S, lds, ot, qp);                     \
     else                                                                                    \
-        score_dec_block(RP, DEC_BF16P, qr, R, d, k, ks, j0, nk, jend, S, lds, ot);
+        score_dec_block(RP, DEC_BF16P, qr, R, d, k, ks, j0, nk, jend, S, lds, ot, qp);
 
 static void score_avx512_decode(const float *const *qr, size_t R, size_t d, const void *k,
                                 int kt, ptrdiff_t ks, size_t j0, size_t nk, size_t jend,
-                                float *S, size_t lds, const dec_other *ot)
+                                float *S, size_t lds, const dec_other *ot, const float *qp)
 {
     if (R == 1) {
         SCORE_DEC_KT(1)
@@ -782,7 +870,8 @@ static void rows_avx512_decode(const sdpa_rows *w)
     const size_t NB = dec_block(w->block), lds = round16(NB);
     float *ml = w->ws;               /* alpha [R] (the state stays in w->m, w->l) */
     float *S = ml + state_floats(R); /* [R][lds] */
-    float *qs = S + R * lds;         /* [R][d] q in split order (split-bf16 K) */
+    float *qpk = S + R * lds;        /* q packed by lines for score_dec_fast (aligned) */
+    float *qs = qpk + DEC_MAX_ROWS * (d + 32); /* [R][d] q in split order (split-bf16 K) */
     float *as = qs + R * d;          /* [R][dv] acc in split order (split-bf16 V) */
     const int kt = w->k_type == SDPA_BF16 && d % 32 == 0 ? DEC_BF16P : (int)w->k_type;
     const int vt = w->v_type == SDPA_BF16 && dv % 32 == 0 ? DEC_BF16P : (int)w->v_type;
@@ -798,6 +887,8 @@ static void rows_avx512_decode(const sdpa_rows *w)
     }
     const float *qr[DEC_MAX_ROWS];
     for (size_t r = 0; r < DEC_MAX_ROWS; r++) qr[r] = qbase + min_sz(r, R - 1) * d;
+    const size_t RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8;
+    pack_q_lines(qr, RP, d, w->k_type == SDPA_F32 ? 16 : 32, qpk);
     const size_t ek = w->k_type == SDPA_F32 ? 4 : 2, ev = w->v_type == SDPA_F32 ? 4 : 2;
     const size_t kend = min_sz(w->kv_end, w->kv_limit[R - 1]); /* keys past it are never read */
     {
@@ -818,7 +909,7 @@ static void rows_avx512_decode(const sdpa_rows *w)
         const size_t nnext = j0 + NB < kend ? kend - (j0 + NB) : 0;
         const dec_other okn = {(const char *)w->k + (nnext ? row_off(w->k_stride, j0 + NB) * (ptrdiff_t)ek : 0),
                                w->k_stride * (ptrdiff_t)ek, nnext ? d * ek : 0, nnext};
-        score_avx512_decode(qr, R, d, w->k, kt, w->k_stride, j0, nk, w->kv_end, S, lds, &ov);
+        score_avx512_decode(qr, R, d, w->k, kt, w->k_stride, j0, nk, w->kv_end, S, lds, &ov, qpk);
         size_t valid[DEC_MAX_ROWS];
         for (size_t r = 0; r < R; r++) {
             const size_t lim = w->kv_limit[r];
