@@ -191,7 +191,9 @@ sdpa_status sdpa_validate(const sdpa_params *p, const sdpa_tensor *q, const sdpa
 
 enum {
     ROWS_TARGET = 64,      /* query rows (heads of a group x queries) per work item */
-    SPLIT_CHUNK = 1024,    /* keys per KV chunk when a problem is split (decode) */
+    SPLIT_CHUNK_MIN = 1024, /* keys per KV chunk when a problem is split (decode): at least, */
+    SPLIT_CHUNK_MAX = 4096, /* at most, */
+    SPLIT_ITEMS = 64,       /* and the largest power of two that still leaves this many items */
     SPLIT_MIN_KV = 2048,   /* split only a single query block over at least this many keys */
     BLOCK_MIN = 64,
     BLOCK_MAX = 512
@@ -417,7 +419,18 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
     pl->qb = pl->G >= ROWS_TARGET ? 1 : ROWS_TARGET / pl->G;
     if (pl->qb > pl->Lq) pl->qb = pl->Lq;
     pl->n_qblk = (pl->Lq + pl->qb - 1) / pl->qb;
-    pl->chunk = (pl->n_qblk == 1 && pl->Lk >= SPLIT_MIN_KV) ? SPLIT_CHUNK : pl->Lk;
+    pl->chunk = pl->Lk;
+    if (pl->n_qblk == 1 && pl->Lk >= SPLIT_MIN_KV) {
+        /* Longer chunks stream K and V longer without a break (each item starts its streams
+           cold; 4096 against 1024 keys measured 3-7 % faster on 32/8 decode), shorter ones
+           leave more items to share among threads. From the problem's size alone, so the
+           result stays the same for any thread count. */
+        const size_t groups = pl->B * pl->Hkv;
+        pl->chunk = SPLIT_CHUNK_MIN;
+        while (pl->chunk < SPLIT_CHUNK_MAX && pl->chunk < pl->Lk &&
+               groups * (pl->Lk / (2 * pl->chunk)) >= SPLIT_ITEMS)
+            pl->chunk *= 2;
+    }
     pl->n_chunks = (pl->Lk + pl->chunk - 1) / pl->chunk;
     pl->block = block_for(pl->D, pl->Dv);
     pl->R = pl->qb * pl->G;
