@@ -339,6 +339,9 @@ static void run_item(void *arg, size_t t, size_t thread)
             .m = m, .l = l, .acc = acc,
             .ws = ws + pl->kws_off, .block = pl->block,
             .pf = pf, .n_pf = n_pf,
+            /* consecutive query blocks of the same KV head scan their keys in alternate
+               directions: each starts where the previous one ended, on keys still in cache */
+            .reverse = (int)(it.i0 / pl->qb % 2),
         };
         pl->k->rows(&w);
     }

@@ -25,7 +25,13 @@
      derived from cache sizes; the kernel may use any block up to it).
    - pf[0..n_pf) name memory the driver touches next (the output rows it writes after the call,
      the next unit's query rows): a hint only. A kernel may prefetch them, spread over its own
-     work, so that the driver's memory-bound steps do not wait on them; it must not read them. */
+     work, so that the driver's memory-bound steps do not wait on them; it must not read them.
+   - reverse asks for the key blocks in decreasing order, a cache hint only: the driver sets it
+     on every other unit of a run of units over the same keys, so that each unit starts on the
+     keys the previous one touched last (a forward scan over more keys than the cache holds
+     evicts each one just before the next unit needs it). The online softmax takes its keys in
+     any order; a kernel may ignore the hint, and one that honours it must do so the same way
+     on every call (the result then depends on the order, bitwise, but not on the threads). */
 typedef struct sdpa_span {
     const void *p;
     size_t      bytes;
@@ -45,6 +51,7 @@ typedef struct sdpa_rows {
     size_t        block;
     const sdpa_span *pf;
     size_t        n_pf;
+    int           reverse;
 } sdpa_rows;
 
 typedef struct sdpa_kernels {

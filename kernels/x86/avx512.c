@@ -1205,7 +1205,10 @@ static void rows_avx512_prefill(const sdpa_rows *w)
         lw[r] = r < R ? w->l[r] : 0.0f;
     }
 
-    for (size_t j0 = w->kv_begin; j0 < w->kv_end; j0 += NB) {
+    /* blocks in decreasing order when the driver asks (sdpa_rows.reverse) */
+    const size_t nblk = (w->kv_end - w->kv_begin + NB - 1) / NB;
+    for (size_t bi = 0; bi < nblk; bi++) {
+        const size_t j0 = w->kv_begin + (w->reverse ? nblk - 1 - bi : bi) * NB;
         const size_t nb = min_sz(NB, w->kv_end - j0);
         for (size_t r = 0; r < Rp; r++) {
             /* padding rows copy the last real row's limit, keeping limits non-decreasing */
