@@ -122,6 +122,27 @@ static const fcase shapes[] = {
      .causal = true, .kt = F16, .vt = BF16},
     {.name = "GQA 3 decode bf16", .batch = 1, .qh = 6, .kvh = 2, .ql = 1, .kvl = 777, .d = 96, .kt = BF16,
      .vt = BF16},
+    /* the decode score loop's fast path (whole tiles whose rows DEC_PF keys ahead exist): one
+       row per item (16-key tiles), f32 rows with a partial last line, interleaved heads (the
+       K and V strides span all heads), and V with a stride other than K's (no V requests) */
+    {.name = "MHA decode f16", .batch = 1, .qh = 2, .kvh = 2, .ql = 1, .kvl = 700, .d = 128, .kt = F16,
+     .vt = F16},
+    {.name = "MHA decode f32 odd head_dim", .batch = 1, .qh = 2, .kvh = 2, .ql = 1, .kvl = 300, .d = 40},
+    {.name = "GQA 2 decode bf16 token-major", .batch = 1, .qh = 4, .kvh = 2, .ql = 1, .kvl = 500, .d = 64,
+     .kt = BF16, .vt = BF16, .lkv = L_TOKEN_MAJOR},
+    {.name = "GQA 4 decode K f16 V f32", .batch = 1, .qh = 4, .kvh = 1, .ql = 1, .kvl = 600, .d = 64,
+     .kt = F16},
+    /* 32 KV heads of 4100 keys: split into 2048-key chunks, the last one 4 keys */
+    {.name = "decode split into 2048-key chunks", .batch = 1, .qh = 32, .kvh = 32, .ql = 1, .kvl = 4100,
+     .d = 16, .kt = F16, .vt = F16},
+    /* several key blocks per work item, and odd query blocks, which scan them in reverse */
+    {.name = "prefill key blocks both directions causal", .batch = 1, .qh = 4, .kvh = 2, .ql = 150,
+     .kvl = 1300, .d = 48, .causal = true},
+    {.name = "prefill key blocks both directions f16/bf16", .batch = 1, .qh = 2, .kvh = 2, .ql = 140,
+     .kvl = 1100, .d = 32, .kt = F16, .vt = BF16},
+    /* 80 query heads per KV head: 80-row work items, two Qᵀ panels (64 and 16 rows) */
+    {.name = "80 query heads per KV head", .batch = 1, .qh = 80, .kvh = 1, .ql = 2, .kvl = 90, .d = 40,
+     .causal = true},
     {.name = "padded strides", .batch = 2, .qh = 2, .kvh = 2, .ql = 9, .kvl = 31, .d = 24, .causal = true,
      .lq = L_PADDED, .lkv = L_PADDED, .lo = L_PADDED},
     {.name = "padded strides f16", .batch = 2, .qh = 4, .kvh = 2, .ql = 6, .kvl = 23, .d = 20, .dv = 12,
