@@ -519,7 +519,7 @@ AI void score_dec_step2(int RP, int NK, __m512 *a, const float *const *qr, const
    registers, and the spills and reloads it then makes compete with the FMAs for issue ports.
    Here q is packed (qp, see pack_q_lines), every K row is kc + i * ksb, the row DEC_PF keys
    ahead kc + pfd + i * ksb, and the same keys' V rows vc + i * ksb (used when V has K's byte
-   stride, nov = 0; else V is left to the P·V loop's own requests). `lines` whole lines per row;
+   stride, nov = 0; else V is left to the P·V loop's own requests), whole lines of each row;
    a last partial line (masked, zero-padded q) is done without requests. */
 AI void score_dec_fast(int RP, int NK, int kt, const float *qp, size_t d, const char *kc,
                        ptrdiff_t ksb, ptrdiff_t pfd, const char *vc, int nov, size_t vlines,
