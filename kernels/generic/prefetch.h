@@ -1,6 +1,8 @@
-/* prefetch.h -- walking the driver's prefetch hints (sdpa_rows.pf) a few cache lines at a time */
+/* prefetch.h -- software prefetch helpers: the driver's hints (sdpa_rows.pf), and K/V rows in address order */
 #ifndef SDPA_PREFETCH_H
 #define SDPA_PREFETCH_H
+
+#include <stdint.h>
 
 #include "kernel_table.h"
 
@@ -31,6 +33,47 @@ static inline void sdpa_pf_lines(sdpa_pf_cursor *c, int lines)
         __builtin_prefetch((const char *)c->s->p + c->off, 0, 2);
         c->off += 64;
         lines--;
+    }
+}
+
+/* Requests the rows of a K/V view in address order, one 64-byte line per request, for kernels
+   that stream K/V from memory. A decode tile reads a line of each of its keys' rows at a time
+   (line 0 of keys j..j+3, then line 1, ...); requests issued in that order jump between rows,
+   and on the machine measured (one core streaming two 8 MiB arrays, a synthetic loop with
+   about the decode kernel's arithmetic per key) they fed it at 17-21 GB/s, where the same lines
+   requested row after row (the order of a plain stream) fed it at up to 36 GB/s. A stream
+   that has run out requests nothing. Lines are counted from the line holding a row's first
+   byte; with a stride that is not a multiple of 64 a row may get one line too few: a hint,
+   never a fault. */
+typedef struct sdpa_pf_rows {
+    const char *p;    /* next line to request */
+    ptrdiff_t   skip; /* bytes from past a row's last line to the next row's first */
+    size_t      li;   /* lines of the current row already requested */
+    size_t      L;    /* lines per row */
+    size_t      n;    /* lines left in the stream */
+} sdpa_pf_rows;
+
+/* rows [0, nrows) starting at row0, stride bytes apart, row_bytes each */
+static inline sdpa_pf_rows sdpa_pf_rows_begin(const void *row0, ptrdiff_t stride, size_t row_bytes,
+                                              size_t nrows)
+{
+    const uintptr_t a = (uintptr_t)row0;
+    const size_t L = row_bytes ? ((a & 63) + row_bytes + 63) / 64 : 0;
+    const sdpa_pf_rows c = {(const char *)(a & ~(uintptr_t)63), stride - (ptrdiff_t)(64 * L), 0, L,
+                            L * nrows};
+    return c;
+}
+
+static inline void sdpa_pf_rows_next(sdpa_pf_rows *c, int lines)
+{
+    for (int i = 0; i < lines && c->n; i++) {
+        __builtin_prefetch(c->p, 0, 2);
+        c->n--;
+        c->p += 64;
+        if (++c->li == c->L) {
+            c->li = 0;
+            c->p += c->skip;
+        }
     }
 }
 

@@ -397,11 +397,9 @@ static size_t ws_floats_avx512(size_t rows, size_t d, size_t dv, size_t block)
 
 /* Software prefetch into L2 of rows [j, j + n) of a K/V view (bytes per row rb, element size
    es), clipped to rows before jend: a prefetch never faults, but only rows the call reads are
-   named. Used for a call's first keys; in the steady state the score and P·V loops request the
-   row DEC_PF keys ahead a line at a time, spread among their arithmetic: on the machine
-   measured, the hardware prefetchers alone left decode at about half the read bandwidth, and a
-   burst of a whole group's lines at once (which stalls on the few line-fill buffers while no
-   arithmetic runs) was about 10 % slower than the spread requests. */
+   named. Used for a call's first keys; in the steady state the score and P·V loops request
+   their streams (dec_pf) a few lines per step, spread among their arithmetic: a burst of a
+   whole group's lines at once stalls on the few line-fill buffers while no arithmetic runs. */
 static inline void prefetch_rows(const void *base, ptrdiff_t stride, size_t es, size_t j,
                                  size_t n, size_t jend, size_t rb)
 {
@@ -414,22 +412,65 @@ static inline void prefetch_rows(const void *base, ptrdiff_t stride, size_t es, 
     }
 }
 
-/* The other stream of the decode loop, requested one phase ahead: while the score loop reads the
-   K rows of a block it requests the same keys' V rows, and while the P·V loop reads them it
-   requests the next block's K rows. Each phase then keeps two streams of requests in flight,
-   and the next phase starts on rows already in L2 instead of ramping its own stream up. Row j
-   of the stream (counted from the block's start) is base + j * stride bytes, of which the first
-   `bytes` are requested; rows are clipped to jend - 1, the last one the call reads (bytes is 0
-   when there is none). */
-typedef struct dec_other {
-    const char *base;
-    ptrdiff_t   stride;
-    size_t      bytes, jend;
-} dec_other;
+/* The decode loop's two prefetch streams while one phase runs, each requested in address
+   order (sdpa_pf_rows) a fixed number of lines per step of the phase's work: s[0] is the
+   phase's own array DEC_PF keys ahead, s[1] the other array one phase ahead (while the score
+   loop reads a block's K rows it requests the block's V rows, and while the P·V loop reads
+   them, the next block's K rows), so that the next phase starts on rows already in L2 and two
+   streams of requests are in flight at all times. */
+typedef struct dec_pf {
+    sdpa_pf_rows s[2];
+    int          per[2]; /* lines per step */
+} dec_pf;
 
-static inline ptrdiff_t other_row(const dec_other *o, size_t j)
+/* keys rows of each stream over `steps` steps (rounded up: a stream never falls behind) */
+static inline void dec_pf_rate(dec_pf *p, size_t keys, size_t steps)
 {
-    return (ptrdiff_t)min_sz(j, o->jend - 1) * o->stride;
+    for (int i = 0; i < 2; i++) p->per[i] = steps ? (int)((keys * p->s[i].L + steps - 1) / steps) : 0;
+}
+
+AI void dec_pf_step(dec_pf *p)
+{
+    sdpa_pf_rows_next(&p->s[0], p->per[0]);
+    sdpa_pf_rows_next(&p->s[1], p->per[1]);
+}
+
+/* Whether both streams have rows laid end to end (no gap: the next line is always the one
+   after) and at least `lines` lines left each: a run of steps may then request `per` lines of
+   each with a pointer bump (dec_pf_simple), the general cursor's bookkeeping costing more
+   than the requests themselves when the data is already in cache. */
+static inline int dec_pf_plain(const dec_pf *p, size_t lines)
+{
+    return p->s[0].skip == 0 && p->s[1].skip == 0 && p->s[0].n >= lines && p->s[1].n >= lines;
+}
+
+/* `per` lines of each stream from line offset `at` (in lines) of the plain run starting at
+   the streams' current lines. */
+AI void dec_pf_simple(const dec_pf *p, int per, size_t at)
+{
+    UNROLL for (int i = 0; i < per; i++) {
+        __builtin_prefetch(p->s[0].p + 64 * (at + (size_t)i), 0, 2);
+        __builtin_prefetch(p->s[1].p + 64 * (at + (size_t)i), 0, 2);
+    }
+}
+
+/* Advances both streams of a plain run by `lines` lines (the line-in-row count only matters
+   for rows with a gap, which a plain run never has). */
+static inline void dec_pf_skip(dec_pf *p, size_t lines)
+{
+    for (int i = 0; i < 2; i++) {
+        p->s[i].p += 64 * lines;
+        p->s[i].n -= lines;
+    }
+}
+
+/* Rows [j, min(j + n, jend)) of a K/V view as a prefetch stream (empty when j >= jend). */
+static inline sdpa_pf_rows dec_rows(const void *base, ptrdiff_t stride, size_t es, size_t rb,
+                                    size_t j, size_t n, size_t jend)
+{
+    n = j < jend ? min_sz(n, jend - j) : 0;
+    return sdpa_pf_rows_begin((const char *)base + row_off(stride, j) * (ptrdiff_t)es,
+                              stride * (ptrdiff_t)es, rb, n);
 }
 
 /* 16 (or fewer, by mask) elements at element offset off of a K/V view of type t. Every caller
@@ -453,17 +494,11 @@ AI __m512 load_kv(const void *base, sdpa_dtype t, ptrdiff_t off, __mmask16 m)
    is converted once, in a register, and feeds all RP rows; a[PERM16(r * NK + i)] holds the
    16-lane partial sums of row r and key i. */
 AI void score_dec_step(int RP, int NK, sdpa_dtype kt, __m512 *a, const float *const *qr,
-                       const void *k, const ptrdiff_t *ko, const ptrdiff_t *po, size_t c,
-                       __mmask16 m, const dec_other *ot, const ptrdiff_t *oo)
+                       const void *k, const ptrdiff_t *ko, size_t c, __mmask16 m,
+                       dec_pf *pf)
 {
     const size_t es = kt == SDPA_F32 ? 4 : 2;
-    if (((c * es) & 63) == 0) { /* each line of the row DEC_PF keys ahead, once */
-        UNROLL for (int i = 0; i < NK; i++)
-            _mm_prefetch((const char *)k + (po[i] + (ptrdiff_t)c) * (ptrdiff_t)es, _MM_HINT_T1);
-        if (c * es < ot->bytes) /* and the same line of the keys' V rows */
-            UNROLL for (int i = 0; i < NK; i++)
-                _mm_prefetch(ot->base + oo[i] + (ptrdiff_t)(c * es), _MM_HINT_T1);
-    }
+    if (((c * es) & 63) == 0) dec_pf_step(pf); /* once per line of the rows */
     __m512 qv[DEC_MAX_ROWS];
     UNROLL for (int r = 0; r < RP; r++) qv[r] = _mm512_maskz_loadu_ps(m, qr[r] + c);
     UNROLL for (int i = 0; i < NK; i++) {
@@ -490,14 +525,9 @@ AI void bf16_pair(const uint16_t *p, __m512 *ev, __m512 *od)
 
 /* The split-bf16 chunk [c, c + 32) of the score tile (q rows in split order). */
 AI void score_dec_step2(int RP, int NK, __m512 *a, const float *const *qr, const void *k,
-                        const ptrdiff_t *ko, const ptrdiff_t *po, size_t c, const dec_other *ot,
-                        const ptrdiff_t *oo)
+                        const ptrdiff_t *ko, size_t c, dec_pf *pf)
 {
-    UNROLL for (int i = 0; i < NK; i++)
-            _mm_prefetch((const char *)k + (po[i] + (ptrdiff_t)c) * 2, _MM_HINT_T1);
-    if (c * 2 < ot->bytes)
-        UNROLL for (int i = 0; i < NK; i++)
-            _mm_prefetch(ot->base + oo[i] + (ptrdiff_t)(c * 2), _MM_HINT_T1);
+    dec_pf_step(pf);
     __m512 qe[DEC_MAX_ROWS], qo[DEC_MAX_ROWS];
     UNROLL for (int r = 0; r < RP; r++) {
         qe[r] = _mm512_loadu_ps(qr[r] + c);
@@ -513,24 +543,21 @@ AI void score_dec_step2(int RP, int NK, __m512 *a, const float *const *qr, const
     }
 }
 
-/* The fast path of a full score tile (NK keys, all of whose rows DEC_PF keys ahead exist),
-   one 64-byte line of each K row per step. The slow path (score_dec_step) keeps a row offset
-   per key, per prefetch target and per stream, and a pointer per query row: more integers than
-   registers, and the spills and reloads it then makes compete with the FMAs for issue ports.
-   Here q is packed (qp, see pack_q_lines), every K row is kc + i * ksb, the row DEC_PF keys
-   ahead kc + pfd + i * ksb, and the same keys' V rows vc + i * ksb (used when V has K's byte
-   stride, nov = 0; else V is left to the P·V loop's own requests), whole lines of each row;
-   a last partial line (masked, zero-padded q) is done without requests. */
-AI void score_dec_fast(int RP, int NK, int kt, const float *qp, size_t d, const char *kc,
-                       ptrdiff_t ksb, ptrdiff_t pfd, const char *vc, int nov, size_t vlines,
-                       __m512 *a)
+/* The fast path of a full score tile (NK keys), one 64-byte line of each K row per step. The
+   slow path (score_dec_step) keeps a row offset per key and a pointer per query row: more
+   integers than registers, and the spills and reloads it then makes compete with the FMAs for
+   issue ports. Here q is packed (qp, see pack_q_lines) and every K row is kc + i * ksb, whole
+   lines of each row; a last partial line (masked, zero-padded q) is done without requests. */
+AI void score_dec_fast(int RP, int NK, int kt, int plain, const float *qp, size_t d,
+                       const char *kc, ptrdiff_t ksb, dec_pf *pf, __m512 *a)
 {
     const size_t es = kt == SDPA_F32 ? 4 : 2, E = 64 / es; /* elements per line */
     const size_t lines = d / E;
-    for (size_t g = 0; g < lines; g++, kc += 64, vc += 64, qp += RP * E) {
-        UNROLL for (int i = 0; i < NK; i++) _mm_prefetch(kc + pfd + i * ksb, _MM_HINT_T1);
-        if (!nov && g < vlines)
-            UNROLL for (int i = 0; i < NK; i++) _mm_prefetch(vc + i * ksb, _MM_HINT_T1);
+    for (size_t g = 0; g < lines; g++, kc += 64, qp += RP * E) {
+        if (plain)
+            dec_pf_simple(pf, NK, g * (size_t)NK);
+        else
+            dec_pf_step(pf);
         if (kt == DEC_BF16P) {
             __m512 qe[DEC_MAX_ROWS], qo[DEC_MAX_ROWS];
             UNROLL for (int r = 0; r < RP; r++) {
@@ -591,21 +618,35 @@ static void pack_q_lines(const float *const *qr, size_t RP, size_t d, size_t E, 
    key, and (unlike a per-row pass) K is read and converted once for all rows. A tail tile
    repeats its last key (in bounds) in the missing lanes and stores only the real ones. */
 AI void score_dec_block(int RP, int kt, const float *const *qr, size_t R, size_t d,
-                        const void *k, ptrdiff_t ks, size_t j0, size_t nk, size_t jend, float *S,
-                        size_t lds, const dec_other *ot, const float *qp)
+                        const void *k, ptrdiff_t ks, size_t j0, size_t nk, float *S, size_t lds,
+                        dec_pf *pfs, const float *qp)
 {
     const int NK = 16 / RP;
     const size_t es = kt == SDPA_F32 ? 4 : 2;
     const ptrdiff_t ksb = ks * (ptrdiff_t)es;
-    const int nov = ot->stride != ksb;
+    /* the streams' lines of a tile's NK keys, spread over its steps (one per line of K) */
+    const size_t steps = (d * es + 63) / 64, fsteps = d * es / 64;
+    dec_pf pf = *pfs, pff = pf;
+    dec_pf_rate(&pf, NK, steps);
+    dec_pf_rate(&pff, NK, fsteps);
     for (size_t j = 0; j < nk; j += NK) {
         const size_t nv = min_sz(NK, nk - j);
-        if (nv == (size_t)NK && j0 + j + (size_t)NK - 1 + DEC_PF < jend) {
+        if (nv == (size_t)NK && fsteps) {
             __m512 a[16];
             UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
-            score_dec_fast(RP, NK, kt, qp, d, (const char *)k + row_off(ks, j0 + j) * (ptrdiff_t)es,
-                           ksb, DEC_PF * ksb, ot->base + (ptrdiff_t)j * ot->stride, nov,
-                           ot->bytes / 64, a);
+            const char *kc = (const char *)k + row_off(ks, j0 + j) * (ptrdiff_t)es;
+            /* rows of whole lines (L = fsteps), end to end: NK lines of each stream a step */
+            const size_t tl = (size_t)NK * fsteps;
+            if (pf.s[0].L == fsteps && pf.s[1].L == fsteps && dec_pf_plain(&pf, tl)) {
+                score_dec_fast(RP, NK, kt, 1, qp, d, kc, ksb, &pf, a);
+                dec_pf_skip(&pf, tl);
+            } else {
+                pff.s[0] = pf.s[0];
+                pff.s[1] = pf.s[1];
+                score_dec_fast(RP, NK, kt, 0, qp, d, kc, ksb, &pff, a);
+                pf.s[0] = pff.s[0];
+                pf.s[1] = pff.s[1];
+            }
             const __m512 sv = reduce16(a);
             UNROLL for (int r = 0; r < RP; r++)
                 if ((size_t)r < R)
@@ -613,23 +654,18 @@ AI void score_dec_block(int RP, int kt, const float *const *qr, size_t R, size_t
                                           (__mmask16)(((1u << NK) - 1u) << (r * NK)), sv);
             continue;
         }
-        ptrdiff_t ko[16], po[16], oo[16];
-        UNROLL for (int i = 0; i < NK; i++) {
-            ko[i] = row_off(ks, j0 + j + min_sz((size_t)i, nv - 1));
-            oo[i] = other_row(ot, j + (size_t)i);
-            /* the key DEC_PF ahead (or the call's last), requested a line per step */
-            po[i] = row_off(ks, min_sz(j0 + j + i + DEC_PF, jend - 1));
-        }
+        ptrdiff_t ko[16];
+        UNROLL for (int i = 0; i < NK; i++) ko[i] = row_off(ks, j0 + j + min_sz((size_t)i, nv - 1));
         __m512 a[16];
         UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
         size_t c = 0;
         if (kt == DEC_BF16P) {
             _Pragma("GCC unroll 2")
-            for (; c < d; c += 32) score_dec_step2(RP, NK, a, qr, k, ko, po, c, ot, oo);
+            for (; c < d; c += 32) score_dec_step2(RP, NK, a, qr, k, ko, c, &pf);
         } else {
             _Pragma("GCC unroll 2")
-            for (; c + 16 <= d; c += 16) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, po, c, 0xFFFF, ot, oo);
-            if (c < d) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, po, c, lanes(d - c), ot, oo);
+            for (; c + 16 <= d; c += 16) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, c, 0xFFFF, &pf);
+            if (c < d) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, c, lanes(d - c), &pf);
         }
         const __m512 s = reduce16(a);
         const unsigned keys = (1u << nv) - 1u;
@@ -639,21 +675,23 @@ AI void score_dec_block(int RP, int kt, const float *const *qr, size_t R, size_t
                 _mm512_mask_storeu_ps(S + (size_t)r * lds + j - (size_t)r * NK,
                                       (__mmask16)(keys << (r * NK)), s);
     }
+    pfs->s[0] = pf.s[0];
+    pfs->s[1] = pf.s[1];
 }
 
 #define SCORE_DEC_KT(RP)                                                                    \
     if (kt == SDPA_F32)                                                                     \
-        score_dec_block(RP, SDPA_F32, qr, R, d, k, ks, j0, nk, jend, S, lds, ot, qp);                      \
+        score_dec_block(RP, SDPA_F32, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);                      \
     else if (kt == SDPA_F16)                                                                \
-        score_dec_block(RP, SDPA_F16, qr, R, d, k, ks, j0, nk, jend, S, lds, ot, qp);                      \
+        score_dec_block(RP, SDPA_F16, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);                      \
     else if (kt == SDPA_BF16)                                                               \
-        score_dec_block(RP, SDPA_BF16, qr, R, d, k, ks, j0, nk, jend, S, lds, ot, qp);                     \
+        score_dec_block(RP, SDPA_BF16, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);                     \
     else                                                                                    \
-        score_dec_block(RP, DEC_BF16P, qr, R, d, k, ks, j0, nk, jend, S, lds, ot, qp);
+        score_dec_block(RP, DEC_BF16P, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);
 
 static void score_avx512_decode(const float *const *qr, size_t R, size_t d, const void *k,
-                                int kt, ptrdiff_t ks, size_t j0, size_t nk, size_t jend,
-                                float *S, size_t lds, const dec_other *ot, const float *qp)
+                                int kt, ptrdiff_t ks, size_t j0, size_t nk, float *S, size_t lds,
+                                dec_pf *pf, const float *qp)
 {
     if (R == 1) {
         SCORE_DEC_KT(1)
@@ -687,30 +725,22 @@ AI void pv_dec_load(int NV, int full, __m512 *x, const void *v, int vt, ptrdiff_
     }
 }
 
-/* Bytes [b0, b1) of V row j (element size ev) requested into L2. */
-static inline void pv_dec_prefetch(const void *v, ptrdiff_t vs, size_t ev, size_t j, size_t b0,
-                                   size_t b1)
-{
-    const char *pr = (const char *)v + row_off(vs, j) * (ptrdiff_t)ev;
-    for (size_t b = b0; b < b1; b += 64) _mm_prefetch(pr + b, _MM_HINT_T1);
-}
-
 /* acc[r][c0..) = alpha[r] * acc (alpha != NULL) + sum_{j in [ja, jb), j < nk[r]} S[r][j] *
    V[j][c0..) for r < R (nk non-decreasing in r), NV column vectors (masked past dv), V converted
    in registers, each converted vector feeding all R rows. Keys a row does not see are skipped
    rather than weighted by 0 (an inf or NaN there stays out of that row). */
 AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, const float *alpha,
                     const float *S, size_t lds, const void *v, int vt, ptrdiff_t vs,
-                    size_t j0, size_t ja, size_t jb, const size_t *nk, size_t jpf,
-                    const dec_other *ot)
+                    size_t j0, size_t ja, size_t jb, const size_t *nk, dec_pf *pfp)
 {
-    /* With each key, the lines of this pass's columns of the V row DEC_PF keys ahead (clipped
-       to row jpf - 1, the call's last) are requested: every pass requests what it will read,
-       so the requests spread evenly over the P·V work (a first pass requesting whole rows
-       leaves memory idle during the others) */
+    dec_pf pf[1] = {*pfp}; /* a local copy, kept in registers */
+    /* Full passes over rows of whole lines laid end to end request PER lines of each stream
+       per key (a pass's share of a row, when both streams' rows are dv's size) */
     const size_t ev = vt == SDPA_F32 ? 4 : 2;
-    const size_t pb0 = c0 * ev, pb1 = min_sz(dv, c0 + 16 * (size_t)NV) * ev;
-    const size_t ob1 = min_sz(pb1, ot->bytes); /* this pass's share of the next block's K rows */
+    const int PER = NV * (int)ev / 4;
+    const size_t kmax = min_sz(jb, nk[R - 1]) - ja, L = dv * ev / 64;
+    const int plain = full && dv % (16 * (size_t)NV) == 0 && (dv * ev) % 64 == 0 &&
+                      pf->s[0].L == L && pf->s[1].L == L && dec_pf_plain(pf, PER * kmax);
     __m512 a[DEC_MAX_ROWS][8];
     __mmask16 mk[8];
     /* full: all NV vectors lie inside dv, so every load is a plain one */
@@ -729,9 +759,10 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
     _Pragma("GCC unroll 2")
     for (; j < jall; j++) {
         const ptrdiff_t off = row_off(vs, j0 + j) + (ptrdiff_t)c0;
-        pv_dec_prefetch(v, vs, ev, min_sz(j0 + j + DEC_PF, jpf - 1), pb0, pb1);
-        for (size_t b = pb0; b < ob1; b += 64)
-            _mm_prefetch(ot->base + other_row(ot, j) + (ptrdiff_t)b, _MM_HINT_T1);
+        if (plain)
+            dec_pf_simple(pf, PER, (j - ja) * (size_t)PER);
+        else
+            dec_pf_step(pf);
         __m512 x[8];
         pv_dec_load(NV, full, x, v, vt, off, mk);
         UNROLL for (int r = 0; r < R; r++) {
@@ -741,9 +772,10 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
     }
     for (; j < jmax; j++) {
         const ptrdiff_t off = row_off(vs, j0 + j) + (ptrdiff_t)c0;
-        pv_dec_prefetch(v, vs, ev, min_sz(j0 + j + DEC_PF, jpf - 1), pb0, pb1);
-        for (size_t b = pb0; b < ob1; b += 64)
-            _mm_prefetch(ot->base + other_row(ot, j) + (ptrdiff_t)b, _MM_HINT_T1);
+        if (plain)
+            dec_pf_simple(pf, PER, (j - ja) * (size_t)PER);
+        else
+            dec_pf_step(pf);
         __m512 x[8];
         pv_dec_load(NV, full, x, v, vt, off, mk);
         UNROLL for (int r = 1; r < R; r++) {
@@ -756,6 +788,8 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
     UNROLL for (int r = 0; r < R; r++)
         UNROLL for (int t = 0; t < NV; t++)
             _mm512_mask_storeu_ps(acc + r * dv + c0 + 16 * t, mk[t], a[r][t]);
+    if (plain) dec_pf_skip(pf, PER * kmax);
+    *pfp = pf[0];
 }
 
 /* The value type is a template parameter so that each instance converts with one instruction
@@ -765,15 +799,16 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
    chains to cover the FMA latency, few enough to stay in registers. */
 #define PV_DEC_VT(R, NV, FULL)                                                              \
     if (vt == SDPA_F32)                                                                     \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F32, vs, j0, ja, jb, nk, jend, ot);   \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F32, vs, j0, ja, jb, nk, pf);   \
     else if (vt == SDPA_F16)                                                                \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F16, vs, j0, ja, jb, nk, jend, ot);   \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F16, vs, j0, ja, jb, nk, pf);   \
     else if (vt == SDPA_BF16)                                                               \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_BF16, vs, j0, ja, jb, nk, jend, ot);  \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_BF16, vs, j0, ja, jb, nk, pf);  \
     else                                                                                    \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, DEC_BF16P, vs, j0, ja, jb, nk, jend, ot);
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, DEC_BF16P, vs, j0, ja, jb, nk, pf);
 #define PV_DEC_CASE(R, NV)                                                                  \
     case R:                                                                                 \
+        dec_pf_rate(pf, 1, (dv + 16 * NV - 1) / (16 * NV));                                 \
         for (size_t ja = 0; ja < nk[R - 1]; ja += DEC_PVG) {                                 \
             const float *al = ja == 0 ? alpha : NULL;                                       \
             const size_t jb = min_sz(ja + DEC_PVG, nk[R - 1]);                              \
@@ -789,7 +824,7 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
 
 static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha, const float *S,
                    size_t lds, const void *v, int vt, ptrdiff_t vs, size_t j0,
-                   size_t jend, const size_t *nk, const dec_other *ot)
+                   const size_t *nk, dec_pf *pf)
 {
     switch (R) {
         PV_DEC_CASE(1, 8)
@@ -903,13 +938,12 @@ static void rows_avx512_decode(const sdpa_rows *w)
         const size_t nb = min_sz(NB, w->kv_end - j0);
         /* keys past the last row's limit are never needed (rows are ordered by limit) */
         const size_t nk = min_sz(nb, w->kv_limit[R - 1] - j0);
-        /* the other stream one phase ahead: this block's V rows, then the next block's K */
-        const dec_other ov = {(const char *)w->v + row_off(w->v_stride, j0) * (ptrdiff_t)ev,
-                              w->v_stride * (ptrdiff_t)ev, dv * ev, nk};
-        const size_t nnext = j0 + NB < kend ? kend - (j0 + NB) : 0;
-        const dec_other okn = {(const char *)w->k + (nnext ? row_off(w->k_stride, j0 + NB) * (ptrdiff_t)ek : 0),
-                               w->k_stride * (ptrdiff_t)ek, nnext ? d * ek : 0, nnext};
-        score_avx512_decode(qr, R, d, w->k, kt, w->k_stride, j0, nk, w->kv_end, S, lds, &ov, qpk);
+        /* the score loop requests K DEC_PF keys ahead and this block's V rows; the P·V loop V
+           DEC_PF keys ahead and the next block's K rows (never a key at or past kend) */
+        dec_pf pf = {{dec_rows(w->k, w->k_stride, ek, d * ek, j0 + DEC_PF, nk, kend),
+                      dec_rows(w->v, w->v_stride, ev, dv * ev, j0, nk, kend)},
+                     {0, 0}};
+        score_avx512_decode(qr, R, d, w->k, kt, w->k_stride, j0, nk, S, lds, &pf, qpk);
         size_t valid[DEC_MAX_ROWS];
         for (size_t r = 0; r < R; r++) {
             const size_t lim = w->kv_limit[r];
@@ -917,8 +951,9 @@ static void rows_avx512_decode(const sdpa_rows *w)
             /* a row that sees none of the block keeps its state: alpha 1 */
             ml[r] = valid[r] ? softmax_dec(S + r * lds, valid[r], &w->m[r], &w->l[r]) : 1.0f;
         }
-        pv_avx512_decode(R, acc, dv, ml, S, lds, w->v, vt, w->v_stride, j0, w->kv_end, valid,
-                         &okn);
+        pf.s[0] = dec_rows(w->v, w->v_stride, ev, dv * ev, j0 + DEC_PF, nk, kend);
+        pf.s[1] = dec_rows(w->k, w->k_stride, ek, d * ek, j0 + NB, NB, kend);
+        pv_avx512_decode(R, acc, dv, ml, S, lds, w->v, vt, w->v_stride, j0, valid, &pf);
     }
     if (vt == DEC_BF16P) pair_join(as, w->acc, R * dv);
 }
