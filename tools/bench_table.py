@@ -11,6 +11,12 @@ carries its own percentage, against the limit measured again between its timed i
 (before each and after the last, averaged: limit_flops, limit_bytes_per_s), for its mean call
 and for its fastest call (pct_peak_best, pct_bw_best). "x BLAS" compares a prefill result with
 the unfused OpenBLAS baseline on the same shape at 1 thread (the baseline only runs at 1 thread).
+
+"% roofline" (decode) judges a decode row against the lower of its two limits: the read
+bandwidth measured with it, and the rate at which its implementation's FMA peak (the start-up
+figure for its ISA and thread count) can do the arithmetic of those bytes, 4 flops per K/V
+byte for f16 K/V with 4 query heads per KV head. Where the second is lower ("compute" in the
+"bound" column), no kernel of that ISA can reach the bandwidth on that shape.
 """
 import argparse
 import json
@@ -50,6 +56,19 @@ def median(xs):
     return xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])
 
 
+def roofline(row, b, ctx):
+    """Sets row["pct_roof"] and row["bound"] for a decode row (see the module's doc)."""
+    row["pct_roof"] = row["bound"] = None
+    flop, bps, limit = b.get("FLOP"), b.get("bytes_per_second"), b.get("limit_bytes_per_s")
+    peak = ctx.get(f"fma_peak_flops/{row['impl']}/threads:{row['threads']}")
+    if row["kind"] != "decode" or not (flop and bps and limit and peak):
+        return
+    compute_bps = float(peak) / (flop / bps)  # bytes/s at which the FMA peak keeps up
+    roof = min(limit, compute_bps)
+    row["pct_roof"] = bps * 100.0 / roof
+    row["bound"] = "compute" if compute_bps < limit else "memory"
+
+
 def load_rows(doc):
     """One row per benchmark. With --benchmark_repetitions, the row is the fastest repetition
     (the same statistic as the FMA peak and read bandwidth in the context, each the best of many
@@ -79,6 +98,7 @@ def load_rows(doc):
         row["pct_best_call"] = max(best) if best else None
         mem = b.get("extra_bytes", b.get("ws_bytes"))
         row["mem"] = mem
+        roofline(row, b, doc.get("context", {}))
         rows.append(row)
     # x BLAS: libsdpa prefill / OpenBLAS on the same shape (1 thread).
     blas = {r["shape"]: r["gflops"] for r in rows if r["kind"] == "blas" and r["gflops"]}
@@ -109,7 +129,7 @@ def print_context(ctx):
 def print_table(rows):
     reps = max([r["reps"] for r in rows] + [1])
     head = ["kind", "implementation", "shape", "threads", "GFLOP/s", "% FMA peak", "GB/s",
-            "% bandwidth", "best call %", "x BLAS", "extra memory"]
+            "% bandwidth", "best call %", "x BLAS", "% roofline", "bound", "extra memory"]
     if reps > 1:
         print(f"Each row: the fastest of {reps} repetitions (its mean over the repetition's "
               "calls), its percentage against the limit measured between its own timed "
@@ -126,7 +146,8 @@ def print_table(rows):
         else:
             cells = [r["kind"], r["impl"], r["shape"], str(r["threads"]), fmt(r["gflops"], 2),
                      fmt(r["pct_peak"]), fmt(r["gbs"], 2), fmt(r["pct_bw"]),
-                     fmt(r["pct_best_call"]), fmt(r["x_blas"], 2), fmt_bytes(r["mem"])]
+                     fmt(r["pct_best_call"]), fmt(r["x_blas"], 2), fmt(r["pct_roof"]),
+                     r["bound"] or "", fmt_bytes(r["mem"])]
             if reps > 1:
                 cells.insert(9, fmt(r["pct_median"]))
         print("| " + " | ".join(cells) + " |")
