@@ -30,6 +30,7 @@ typedef struct bench_machine {
     const char *isa[BENCH_MAX_ISAS];                        /* "scalar", "avx2", "avx512", "neon" */
     double      fma_flops[BENCH_MAX_ISAS][BENCH_MAX_THREADS + 1]; /* FLOP/s, [isa][threads] */
     const char *read_isa;                                    /* the loads the read test used */
+    int         read_streams;                                /* 1 or 2: the faster read kernel */
     size_t      read_bytes;                                  /* size of the buffer read */
     double      read_bw[BENCH_MAX_THREADS + 1];              /* bytes/s, [threads] */
     /* kept for the paired measurements below */
@@ -66,17 +67,21 @@ void   bench_machine_release(bench_machine *m);
 /* The per-ISA kernels (peak_<isa>.c, each compiled with only its own ISA flags). Each FMA
    kernel runs iters rounds of independent multiply-add chains and returns the FLOPs done; the
    chains' result goes to *sink so that nothing is optimised away. Each read kernel returns the
-   sum of p[0..n). Only called when the CPU supports the ISA. */
+   sum of p[0..n), read as one stream (bench_read_*) or as two side by side (bench_read2_*).
+   Only called when the CPU supports the ISA. */
 double bench_fma_scalar(uint64_t iters, float *sink);
 float  bench_read_base(const float *p, size_t n);
+float  bench_read2_base(const float *p, size_t n);
 const char *bench_read_base_name(void);
 #if defined(__aarch64__)
 double bench_fma_neon(uint64_t iters, float *sink);
 #endif
 double bench_fma_avx2(uint64_t iters, float *sink);
 float  bench_read_avx2(const float *p, size_t n);
+float  bench_read2_avx2(const float *p, size_t n);
 double bench_fma_avx512(uint64_t iters, float *sink);
 float  bench_read_avx512(const float *p, size_t n);
+float  bench_read2_avx512(const float *p, size_t n);
 
 /* ---- test data (bench_data.c) ------------------------------------------------------------ */
 /* n elements of dtype, deterministic pseudo-random values in [-1, 1) from seed; 64-byte

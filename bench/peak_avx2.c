@@ -37,6 +37,26 @@ double bench_fma_avx2(uint64_t iters, float *sink)
     return (double)iters * 12.0 * 8.0 * 2.0;
 }
 
+/* Two streams at once, the halves of p[0..n) side by side (see bench_read2_avx512). */
+float bench_read2_avx2(const float *p, size_t n)
+{
+    const size_t h = n / 128 * 64;
+    const float *q = p + h;
+    __m256 s[8];
+    for (int k = 0; k < 8; k++) s[k] = _mm256_setzero_ps();
+    for (size_t i = 0; i < h; i += 64)
+        for (int k = 0; k < 8; k++) {
+            s[k] = _mm256_add_ps(s[k], _mm256_load_ps(p + i + 8 * k));
+            s[k] = _mm256_add_ps(s[k], _mm256_load_ps(q + i + 8 * k));
+        }
+    for (int k = 1; k < 8; k++) s[0] = _mm256_add_ps(s[0], s[k]);
+    float t[8];
+    _mm256_storeu_ps(t, s[0]);
+    float sum = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+    for (size_t i = 2 * h; i < n; i++) sum += p[i];
+    return sum;
+}
+
 /* p is 64-byte aligned (bench_alloc_*); eight accumulators keep the adds off the critical path. */
 float bench_read_avx2(const float *p, size_t n)
 {

@@ -42,6 +42,26 @@ double bench_fma_avx512(uint64_t iters, float *sink)
     return (double)iters * 16.0 * 16.0 * 2.0;
 }
 
+/* The same sum read as two streams at once, the halves of p[0..n) side by side (4 lines of
+   each per step): on some machines one core pulls more from memory through two streams than
+   through one, and the bandwidth a kernel is judged against must be the most it can get. */
+float bench_read2_avx512(const float *p, size_t n)
+{
+    const size_t h = n / 128 * 64; /* p[0..h) and p[h..2h), whole 256-byte steps */
+    const float *q = p + h;
+    __m512 s[8];
+    for (int k = 0; k < 8; k++) s[k] = _mm512_setzero_ps();
+    for (size_t i = 0; i < h; i += 64)
+        for (int k = 0; k < 4; k++) {
+            s[k] = _mm512_add_ps(s[k], _mm512_load_ps(p + i + 16 * k));
+            s[4 + k] = _mm512_add_ps(s[4 + k], _mm512_load_ps(q + i + 16 * k));
+        }
+    for (int k = 1; k < 8; k++) s[0] = _mm512_add_ps(s[0], s[k]);
+    float sum = _mm512_reduce_add_ps(s[0]);
+    for (size_t i = 2 * h; i < n; i++) sum += p[i];
+    return sum;
+}
+
 /* p is 64-byte aligned (bench_alloc_*): every load is one whole cache line. */
 float bench_read_avx512(const float *p, size_t n)
 {

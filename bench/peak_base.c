@@ -82,6 +82,17 @@ const char *bench_read_base_name(void)
 #endif
 }
 
+/* Two streams at once, the halves of p[0..n) side by side (see bench_read2_avx512), through
+   the one-stream kernel a 256-byte step of each half at a time. */
+float bench_read2_base(const float *p, size_t n)
+{
+    const size_t h = n / 128 * 64;
+    float sum = 0.0f;
+    for (size_t i = 0; i < h; i += 64) sum += bench_read_base(p + i, 64) + bench_read_base(p + h + i, 64);
+    for (size_t i = 2 * h; i < n; i++) sum += p[i];
+    return sum;
+}
+
 /* Eight independent accumulators so that the adds never limit a memory-bound loop. */
 float bench_read_base(const float *p, size_t n)
 {

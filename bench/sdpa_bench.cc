@@ -393,6 +393,7 @@ void add_machine_context()
         benchmark::AddCustomContext("read_bw_bytes_per_s/threads:" + std::to_string(t),
                                     fmt(m.read_bw[t]));
     benchmark::AddCustomContext("read_bw_loads", m.read_isa);
+    benchmark::AddCustomContext("read_bw_streams", std::to_string(m.read_streams));
     benchmark::AddCustomContext("read_bw_buffer_bytes", std::to_string(m.read_bytes));
     std::string impls;
     for (size_t i = 0; i < sdpa_impl_count(); i++) {

@@ -117,7 +117,9 @@ def print_context(ctx):
     bws = sorted((k, v) for k, v in ctx.items() if k.startswith("read_bw_bytes_per_s/"))
     if bws:
         size = int(ctx.get("read_bw_buffer_bytes", "0"))
-        print(f"Read bandwidth at start-up ({ctx.get('read_bw_loads', '?')} loads, {fmt_bytes(size)} buffer): " + ", ".join(
+        streams = ctx.get("read_bw_streams", "1")
+        print(f"Read bandwidth at start-up ({ctx.get('read_bw_loads', '?')} loads, {streams} "
+              f"stream{'s' if streams != '1' else ''}, {fmt_bytes(size)} buffer): " + ", ".join(
             f"{k.split('/')[1]} {float(v) / 1e9:.2f} GB/s" for k, v in bws))
     if "openblas_core" in ctx:
         print(f"OpenBLAS core: {ctx['openblas_core']} ({ctx.get('openblas_config', '')})")
