@@ -368,6 +368,11 @@ static void accumulate_f32_avx512(float *o, float alpha, const float *p, const f
 #define PV_MR 6       /* rows per PV micro-tile: 6 rows x 4 vectors (64 columns) */
 #define PV_KB 64      /* keys per PV sub-block: 64 keys x 64 columns of V stay in L1 */
 
+/* Scores of decode row r at S + r * DEC_LDS: a constant stride, so that the P·V loop reaches
+   every row's p through one pointer and constant offsets (a stride known only at run time took
+   a pointer per row, more than the registers left beside the accumulators); 16 floats more
+   than a block, so that the rows do not share 4 KiB offsets. */
+#define DEC_LDS (DEC_BLOCK + 16)
 static size_t dec_block(size_t block) { return min_sz(block ? block : 1, DEC_BLOCK); }
 static size_t big_block(size_t block) { return min_sz(block ? block : 1, BIG_BLOCK); }
 
@@ -377,7 +382,8 @@ static size_t state_floats(size_t rows) { return 4 * round16(rows); }
 static size_t dec_ws(size_t rows, size_t d, size_t dv, size_t block)
 {
     /* alpha | scores | q packed by lines (padded to 8 rows) | q and acc in split-bf16 order */
-    return state_floats(rows) + rows * round16(dec_block(block)) + DEC_MAX_ROWS * (d + 32) +
+    (void)block;
+    return state_floats(rows) + rows * DEC_LDS + DEC_MAX_ROWS * (d + 32) +
            rows * d + rows * dv;
 }
 
@@ -729,18 +735,15 @@ AI void pv_dec_load(int NV, int full, __m512 *x, const void *v, int vt, ptrdiff_
    V[j][c0..) for r < R (nk non-decreasing in r), NV column vectors (masked past dv), V converted
    in registers, each converted vector feeding all R rows. Keys a row does not see are skipped
    rather than weighted by 0 (an inf or NaN there stays out of that row). */
-AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, const float *alpha,
-                    const float *S, size_t lds, const void *v, int vt, ptrdiff_t vs,
-                    size_t j0, size_t ja, size_t jb, const size_t *nk, dec_pf *pfp)
+AI void pv_dec_tile_p(int R, int NV, int full, int plain, float *acc, size_t dv, size_t c0,
+                      const float *alpha, const float *S, const void *v, int vt, ptrdiff_t vs,
+                      size_t j0, size_t ja, size_t jb, const size_t *nk, dec_pf *pfp)
 {
+    const size_t lds = DEC_LDS;
     dec_pf pf[1] = {*pfp}; /* a local copy, kept in registers */
-    /* Full passes over rows of whole lines laid end to end request PER lines of each stream
-       per key (a pass's share of a row, when both streams' rows are dv's size) */
     const size_t ev = vt == SDPA_F32 ? 4 : 2;
     const int PER = NV * (int)ev / 4;
-    const size_t kmax = min_sz(jb, nk[R - 1]) - ja, L = dv * ev / 64;
-    const int plain = full && dv % (16 * (size_t)NV) == 0 && (dv * ev) % 64 == 0 &&
-                      pf->s[0].L == L && pf->s[1].L == L && dec_pf_plain(pf, PER * kmax);
+    const size_t kmax = min_sz(jb, nk[R - 1]) - ja;
     __m512 a[DEC_MAX_ROWS][8];
     __mmask16 mk[8];
     /* full: all NV vectors lie inside dv, so every load is a plain one */
@@ -792,6 +795,24 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
     *pfp = pf[0];
 }
 
+/* Full passes over rows of whole lines laid end to end request PER lines of each stream per
+   key (a pass's share of a row, when both streams' rows are dv's size) with a pointer bump;
+   the two cases are separate instances so that the plain one keeps its few pointers in
+   registers. */
+AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, const float *alpha,
+                    const float *S, const void *v, int vt, ptrdiff_t vs, size_t j0, size_t ja,
+                    size_t jb, const size_t *nk, dec_pf *pf)
+{
+    const size_t ev = vt == SDPA_F32 ? 4 : 2;
+    const size_t PER = (size_t)NV * ev / 4;
+    const size_t kmax = min_sz(jb, nk[R - 1]) - ja, L = dv * ev / 64;
+    if (full && dv % (16 * (size_t)NV) == 0 && (dv * ev) % 64 == 0 && pf->s[0].L == L &&
+        pf->s[1].L == L && dec_pf_plain(pf, PER * kmax))
+        pv_dec_tile_p(R, NV, full, 1, acc, dv, c0, alpha, S, v, vt, vs, j0, ja, jb, nk, pf);
+    else
+        pv_dec_tile_p(R, NV, full, 0, acc, dv, c0, alpha, S, v, vt, vs, j0, ja, jb, nk, pf);
+}
+
 /* The value type is a template parameter so that each instance converts with one instruction
    sequence and no per-load branch. Keys go in groups of DEC_PVG, each group's V rows (a few KB)
    staying in L1 while every column chunk passes over them; alpha is applied by the first. NV
@@ -799,13 +820,13 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
    chains to cover the FMA latency, few enough to stay in registers. */
 #define PV_DEC_VT(R, NV, FULL)                                                              \
     if (vt == SDPA_F32)                                                                     \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F32, vs, j0, ja, jb, nk, pf);   \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, v, SDPA_F32, vs, j0, ja, jb, nk, pf);   \
     else if (vt == SDPA_F16)                                                                \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_F16, vs, j0, ja, jb, nk, pf);   \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, v, SDPA_F16, vs, j0, ja, jb, nk, pf);   \
     else if (vt == SDPA_BF16)                                                               \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, SDPA_BF16, vs, j0, ja, jb, nk, pf);  \
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, v, SDPA_BF16, vs, j0, ja, jb, nk, pf);  \
     else                                                                                    \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, lds, v, DEC_BF16P, vs, j0, ja, jb, nk, pf);
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, v, DEC_BF16P, vs, j0, ja, jb, nk, pf);
 #define PV_DEC_CASE(R, NV)                                                                  \
     case R:                                                                                 \
         dec_pf_rate(pf, 1, (dv + 16 * NV - 1) / (16 * NV));                                 \
@@ -823,7 +844,7 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
         break;
 
 static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha, const float *S,
-                   size_t lds, const void *v, int vt, ptrdiff_t vs, size_t j0,
+                   const void *v, int vt, ptrdiff_t vs, size_t j0,
                    const size_t *nk, dec_pf *pf)
 {
     switch (R) {
@@ -902,7 +923,7 @@ static float softmax_dec(float *s, size_t n, float *m, float *l)
 static void rows_avx512_decode(const sdpa_rows *w)
 {
     const size_t R = w->rows, d = w->d, dv = w->dv;
-    const size_t NB = dec_block(w->block), lds = round16(NB);
+    const size_t NB = dec_block(w->block), lds = DEC_LDS;
     float *ml = w->ws;               /* alpha [R] (the state stays in w->m, w->l) */
     float *S = ml + state_floats(R); /* [R][lds] */
     float *qpk = S + R * lds;        /* q packed by lines for score_dec_fast (aligned) */
@@ -953,7 +974,7 @@ static void rows_avx512_decode(const sdpa_rows *w)
         }
         pf.s[0] = dec_rows(w->v, w->v_stride, ev, dv * ev, j0 + DEC_PF, nk, kend);
         pf.s[1] = dec_rows(w->k, w->k_stride, ek, d * ek, j0 + NB, NB, kend);
-        pv_avx512_decode(R, acc, dv, ml, S, lds, w->v, vt, w->v_stride, j0, valid, &pf);
+        pv_avx512_decode(R, acc, dv, ml, S, w->v, vt, w->v_stride, j0, valid, &pf);
     }
     if (vt == DEC_BF16P) pair_join(as, w->acc, R * dv);
 }
