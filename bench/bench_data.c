@@ -1,7 +1,8 @@
 /* bench_data.c -- deterministic test tensors for the benchmarks, in f32, f16 or bf16 */
-#define _POSIX_C_SOURCE 200809L
+#define _DEFAULT_SOURCE
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "bench.h"
 #include "convert.h"
@@ -18,8 +19,20 @@ static uint64_t next_u64(uint64_t *s)
 void *bench_alloc_zero(size_t bytes)
 {
     void *p = NULL;
-    /* 64-byte aligned so that the widest loads are whole cache lines */
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) return NULL;
+    /* 64-byte aligned so that the widest loads are whole cache lines; buffers of 2 MiB and more
+       on 2 MiB boundaries with transparent huge pages requested (where the kernel has them), as
+       an engine would allocate a KV cache: with 4 KiB pages a stream through hundreds of MiB
+       misses the TLB every 4 KiB, which costs the kernels and the read-bandwidth test alike */
+    const size_t huge = (size_t)2 << 20;
+    if (bytes >= huge) {
+        const size_t rounded = (bytes + huge - 1) / huge * huge;
+        if (posix_memalign(&p, huge, rounded) != 0) return NULL;
+#ifdef MADV_HUGEPAGE
+        (void)madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+    } else if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
+        return NULL;
+    }
     memset(p, 0, bytes);
     return p;
 }
