@@ -151,7 +151,8 @@ static const dcase dcases[] = {
     {"prefill f16, q_len < kv_len", 2, 2, 1, 50, 301, 32, true, SDPA_F16},
     {"decode (q_len 1, long kv)", 1, 8, 2, 1, 20000, 128, false, SDPA_F32},
     {"decode bf16", 2, 4, 4, 1, 9000, 64, false, SDPA_BF16},
-    {"decode, 2048-key chunks", 1, 32, 32, 1, 4100, 32, false, SDPA_F16},
+    {"decode, 2048-key chunks", 1, 32, 8, 1, 6148, 32, false, SDPA_F16},
+    {"decode, 4096-key chunks", 1, 32, 32, 1, 4100, 32, false, SDPA_F16},
 };
 
 typedef struct run_out {

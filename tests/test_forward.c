@@ -132,8 +132,11 @@ static const fcase shapes[] = {
      .kt = BF16, .vt = BF16, .lkv = L_TOKEN_MAJOR},
     {.name = "GQA 4 decode K f16 V f32", .batch = 1, .qh = 4, .kvh = 1, .ql = 1, .kvl = 600, .d = 64,
      .kt = F16},
-    /* 32 KV heads of 4100 keys: split into 2048-key chunks, the last one 4 keys */
-    {.name = "decode split into 2048-key chunks", .batch = 1, .qh = 32, .kvh = 32, .ql = 1, .kvl = 4100,
+    /* 8 KV heads of 6148 keys: three 2048-key chunks and one of 4 keys; 32 of 4100 keys: one
+       4096-key chunk and one of 4 (the chunk length grows with the problem's size) */
+    {.name = "decode split into 2048-key chunks", .batch = 1, .qh = 32, .kvh = 8, .ql = 1, .kvl = 6148,
+     .d = 16, .kt = F16, .vt = F16},
+    {.name = "decode split into 4096-key chunks", .batch = 1, .qh = 32, .kvh = 32, .ql = 1, .kvl = 4100,
      .d = 16, .kt = F16, .vt = F16},
     /* several key blocks per work item, and odd query blocks, which scan them in reverse */
     {.name = "prefill key blocks both directions causal", .batch = 1, .qh = 4, .kvh = 2, .ql = 150,
