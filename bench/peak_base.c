@@ -88,7 +88,8 @@ float bench_read2_base(const float *p, size_t n)
 {
     const size_t h = n / 128 * 64;
     float sum = 0.0f;
-    for (size_t i = 0; i < h; i += 64) sum += bench_read_base(p + i, 64) + bench_read_base(p + h + i, 64);
+    for (size_t i = 0; i < h; i += 64)
+        sum += bench_read_base(p + i, 64) + bench_read_base(p + h + i, 64);
     for (size_t i = 2 * h; i < n; i++) sum += p[i];
     return sum;
 }

@@ -345,9 +345,10 @@ static void accumulate_f32_avx512(float *o, float alpha, const float *p, const f
  * and used by every row, the 16 dot products of a tile reduced by one shuffle tree; then one
  * online-softmax step per row for the whole block; then P·V with each V vector converted once
  * in a register and used by every row, the accumulators of R rows x NV column vectors in
- * registers. bf16 rows of a multiple of 32 elements are split even/odd (one integer operation
- * converts 16 elements), with q and acc kept in the same split order for the call. K and V
- * are prefetched into L2 a fixed number of keys ahead of their use.
+ * registers. K and V are requested into L2 ahead of their use, in address order (dec_pf).
+ * (bf16 rows were once split even/odd, one integer operation converting 16 elements, with q
+ * and acc kept in the same order: no faster in cache, and about a quarter slower streaming
+ * from memory in the benchmark than the widening conversion, so it went.)
  *
  * Many rows (prefill): two GEMMs per key block, computed transposed so that nothing but Q is
  * ever transposed: Sᵀ[j][r] = sum_c K[j][c] * Qᵀ[c][r] (keys broadcast, 16 query rows per
@@ -381,10 +382,9 @@ static size_t state_floats(size_t rows) { return 4 * round16(rows); }
 
 static size_t dec_ws(size_t rows, size_t d, size_t dv, size_t block)
 {
-    /* alpha | scores | q packed by lines (padded to 8 rows) | q and acc in split-bf16 order */
-    (void)block;
-    return state_floats(rows) + rows * DEC_LDS + DEC_MAX_ROWS * (d + 32) +
-           rows * d + rows * dv;
+    /* alpha | scores | q packed by lines (padded to 8 rows) */
+    (void)block, (void)dv;
+    return state_floats(rows) + rows * DEC_LDS + DEC_MAX_ROWS * (d + 32);
 }
 
 static size_t big_ws(size_t rows, size_t d, size_t dv, size_t block)
@@ -514,41 +514,6 @@ AI void score_dec_step(int RP, int NK, sdpa_dtype kt, __m512 *a, const float *co
     }
 }
 
-/* bf16 rows whose length is a multiple of 32 take a cheaper conversion: a 512-bit load holds 32
-   elements, and each 32-bit lane's high half (element 2i + 1) is already that element's f32
-   once the low half is masked off, its low half (element 2i) once shifted up: one integer
-   operation per 16 elements instead of a widening shuffle and a shift. The elements come out
-   split into even and odd halves, so the other operand (q, or acc for V) is kept in the same
-   split order: within every 32 columns, the 16 even ones first, then the 16 odd ones. */
-#define DEC_BF16P 3 /* key/value type code for split bf16 on the decode path */
-
-AI void bf16_pair(const uint16_t *p, __m512 *ev, __m512 *od)
-{
-    const __m512i x = _mm512_loadu_si512(p);
-    *ev = _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
-    *od = _mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32((int)0xFFFF0000u)));
-}
-
-/* The split-bf16 chunk [c, c + 32) of the score tile (q rows in split order). */
-AI void score_dec_step2(int RP, int NK, __m512 *a, const float *const *qr, const void *k,
-                        const ptrdiff_t *ko, size_t c, dec_pf *pf)
-{
-    dec_pf_step(pf);
-    __m512 qe[DEC_MAX_ROWS], qo[DEC_MAX_ROWS];
-    UNROLL for (int r = 0; r < RP; r++) {
-        qe[r] = _mm512_loadu_ps(qr[r] + c);
-        qo[r] = _mm512_loadu_ps(qr[r] + c + 16);
-    }
-    UNROLL for (int i = 0; i < NK; i++) {
-        __m512 ev, od;
-        bf16_pair((const uint16_t *)k + ko[i] + (ptrdiff_t)c, &ev, &od);
-        UNROLL for (int r = 0; r < RP; r++) {
-            __m512 t = _mm512_fmadd_ps(qe[r], ev, a[PERM16(r * NK + i)]);
-            a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qo[r], od, t);
-        }
-    }
-}
-
 /* The fast path of a full score tile (NK keys), one 64-byte line of each K row per step. The
    slow path (score_dec_step) keeps a row offset per key and a pointer per query row: more
    integers than registers, and the spills and reloads it then makes compete with the FMAs for
@@ -564,36 +529,20 @@ AI void score_dec_fast(int RP, int NK, int kt, int plain, const float *qp, size_
             dec_pf_simple(pf, NK, g * (size_t)NK);
         else
             dec_pf_step(pf);
-        if (kt == DEC_BF16P) {
-            __m512 qe[DEC_MAX_ROWS], qo[DEC_MAX_ROWS];
-            UNROLL for (int r = 0; r < RP; r++) {
-                qe[r] = _mm512_load_ps(qp + r * 32);
-                qo[r] = _mm512_load_ps(qp + r * 32 + 16);
-            }
+        UNROLL for (size_t h = 0; h < E / 16; h++) {
+            __m512 qv[DEC_MAX_ROWS];
+            UNROLL for (int r = 0; r < RP; r++) qv[r] = _mm512_load_ps(qp + (size_t)r * E + 16 * h);
             UNROLL for (int i = 0; i < NK; i++) {
-                __m512 ev, od;
-                bf16_pair((const uint16_t *)(const void *)(kc + i * ksb), &ev, &od);
-                UNROLL for (int r = 0; r < RP; r++) {
-                    __m512 t = _mm512_fmadd_ps(qe[r], ev, a[PERM16(r * NK + i)]);
-                    a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qo[r], od, t);
-                }
-            }
-        } else {
-            UNROLL for (size_t h = 0; h < E / 16; h++) {
-                __m512 qv[DEC_MAX_ROWS];
-                UNROLL for (int r = 0; r < RP; r++) qv[r] = _mm512_load_ps(qp + (size_t)r * E + 16 * h);
-                UNROLL for (int i = 0; i < NK; i++) {
-                    const __m512 kv = load_kv(kc + i * ksb, (sdpa_dtype)kt, (ptrdiff_t)(16 * h), 0xFFFF);
-                    UNROLL for (int r = 0; r < RP; r++)
-                        a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qv[r], kv, a[PERM16(r * NK + i)]);
-                }
+                const __m512 kv = load_kv(kc + i * ksb, (sdpa_dtype)kt, (ptrdiff_t)(16 * h), 0xFFFF);
+                UNROLL for (int r = 0; r < RP; r++)
+                    a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qv[r], kv, a[PERM16(r * NK + i)]);
             }
         }
     }
-    /* the partial last line (never for split bf16, whose rows are whole lines) */
+    /* the partial last line */
     for (size_t c = lines * E; c < d; c += 16, qp += 16) {
         const __mmask16 m = lanes(d - c);
-        if (kt != DEC_BF16P) {
+        {
             UNROLL for (int i = 0; i < NK; i++) {
                 const __m512 kv = load_kv(kc + i * ksb, (sdpa_dtype)kt, (ptrdiff_t)(c - lines * E), m);
                 UNROLL for (int r = 0; r < RP; r++)
@@ -665,14 +614,9 @@ AI void score_dec_block(int RP, int kt, const float *const *qr, size_t R, size_t
         __m512 a[16];
         UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
         size_t c = 0;
-        if (kt == DEC_BF16P) {
-            _Pragma("GCC unroll 2")
-            for (; c < d; c += 32) score_dec_step2(RP, NK, a, qr, k, ko, c, &pf);
-        } else {
-            _Pragma("GCC unroll 2")
-            for (; c + 16 <= d; c += 16) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, c, 0xFFFF, &pf);
-            if (c < d) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, c, lanes(d - c), &pf);
-        }
+        _Pragma("GCC unroll 2")
+        for (; c + 16 <= d; c += 16) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, c, 0xFFFF, &pf);
+        if (c < d) score_dec_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, c, lanes(d - c), &pf);
         const __m512 s = reduce16(a);
         const unsigned keys = (1u << nv) - 1u;
         /* row r's lanes [r * NK, r * NK + nv) go to S[r][j..); the pointer stays inside S */
@@ -690,10 +634,8 @@ AI void score_dec_block(int RP, int kt, const float *const *qr, size_t R, size_t
         score_dec_block(RP, SDPA_F32, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);                      \
     else if (kt == SDPA_F16)                                                                \
         score_dec_block(RP, SDPA_F16, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);                      \
-    else if (kt == SDPA_BF16)                                                               \
-        score_dec_block(RP, SDPA_BF16, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);                     \
     else                                                                                    \
-        score_dec_block(RP, DEC_BF16P, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);
+        score_dec_block(RP, SDPA_BF16, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);
 
 static void score_avx512_decode(const float *const *qr, size_t R, size_t d, const void *k,
                                 int kt, ptrdiff_t ks, size_t j0, size_t nk, float *S, size_t lds,
@@ -710,25 +652,10 @@ static void score_avx512_decode(const float *const *qr, size_t R, size_t d, cons
     }
 }
 
-/* NV vectors of a V row from element off (masks mk), converted; split bf16 (dv a multiple of
-   32, so every mask covers whole 32-column groups) gives each group's even then odd half. */
-AI void pv_dec_load(int NV, int full, __m512 *x, const void *v, int vt, ptrdiff_t off,
-                    const __mmask16 *mk)
+/* NV vectors of a V row from element off (masks mk), converted. */
+AI void pv_dec_load(int NV, __m512 *x, const void *v, int vt, ptrdiff_t off, const __mmask16 *mk)
 {
-    if (vt == DEC_BF16P) {
-        UNROLL for (int u = 0; u < NV / 2; u++) {
-            const uint16_t *p = (const uint16_t *)v + off + 32 * u;
-            if (full) {
-                bf16_pair(p, &x[2 * u], &x[2 * u + 1]);
-            } else {
-                const __m512i w = _mm512_maskz_loadu_epi16(mk[2 * u] ? ~(__mmask32)0 : 0, p);
-                x[2 * u] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
-                x[2 * u + 1] = _mm512_castsi512_ps(_mm512_and_si512(w, _mm512_set1_epi32((int)0xFFFF0000u)));
-            }
-        }
-    } else {
-        UNROLL for (int t = 0; t < NV; t++) x[t] = load_kv(v, (sdpa_dtype)vt, off + 16 * t, mk[t]);
-    }
+    UNROLL for (int t = 0; t < NV; t++) x[t] = load_kv(v, (sdpa_dtype)vt, off + 16 * t, mk[t]);
 }
 
 /* acc[r][c0..) = alpha[r] * acc (alpha != NULL) + sum_{j in [ja, jb), j < nk[r]} S[r][j] *
@@ -767,7 +694,7 @@ AI void pv_dec_tile_p(int R, int NV, int full, int plain, float *acc, size_t dv,
         else
             dec_pf_step(pf);
         __m512 x[8];
-        pv_dec_load(NV, full, x, v, vt, off, mk);
+        pv_dec_load(NV, x, v, vt, off, mk);
         UNROLL for (int r = 0; r < R; r++) {
             const __m512 p = _mm512_set1_ps(S[r * lds + j]);
             UNROLL for (int t = 0; t < NV; t++) a[r][t] = _mm512_fmadd_ps(p, x[t], a[r][t]);
@@ -780,7 +707,7 @@ AI void pv_dec_tile_p(int R, int NV, int full, int plain, float *acc, size_t dv,
         else
             dec_pf_step(pf);
         __m512 x[8];
-        pv_dec_load(NV, full, x, v, vt, off, mk);
+        pv_dec_load(NV, x, v, vt, off, mk);
         UNROLL for (int r = 1; r < R; r++) {
             if (j < nk[r]) {
                 const __m512 p = _mm512_set1_ps(S[r * lds + j]);
@@ -823,10 +750,8 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
         pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, v, SDPA_F32, vs, j0, ja, jb, nk, pf);   \
     else if (vt == SDPA_F16)                                                                \
         pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, v, SDPA_F16, vs, j0, ja, jb, nk, pf);   \
-    else if (vt == SDPA_BF16)                                                               \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, v, SDPA_BF16, vs, j0, ja, jb, nk, pf);  \
     else                                                                                    \
-        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, v, DEC_BF16P, vs, j0, ja, jb, nk, pf);
+        pv_dec_tile(R, NV, FULL, acc, dv, c0, al, S, v, SDPA_BF16, vs, j0, ja, jb, nk, pf);
 #define PV_DEC_CASE(R, NV)                                                                  \
     case R:                                                                                 \
         dec_pf_rate(pf, 1, (dv + 16 * NV - 1) / (16 * NV));                                 \
@@ -858,26 +783,6 @@ static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha
         PV_DEC_CASE(8, 2)
     default: break;
     }
-}
-
-/* n floats (a multiple of 32) into split order: in every 32, the even ones, then the odd ones;
-   pair_join is the inverse. */
-static void pair_split(const float *src, float *dst, size_t n)
-{
-    for (size_t c = 0; c < n; c += 32)
-        for (size_t i = 0; i < 16; i++) {
-            dst[c + i] = src[c + 2 * i];
-            dst[c + 16 + i] = src[c + 2 * i + 1];
-        }
-}
-
-static void pair_join(const float *src, float *dst, size_t n)
-{
-    for (size_t c = 0; c < n; c += 32)
-        for (size_t i = 0; i < 16; i++) {
-            dst[c + 2 * i] = src[c + i];
-            dst[c + 2 * i + 1] = src[c + 16 + i];
-        }
 }
 
 /* The online-softmax step of one decode row over its n scores s[0..n) (n >= 1), p written in
@@ -927,20 +832,9 @@ static void rows_avx512_decode(const sdpa_rows *w)
     float *ml = w->ws;               /* alpha [R] (the state stays in w->m, w->l) */
     float *S = ml + state_floats(R); /* [R][lds] */
     float *qpk = S + R * lds;        /* q packed by lines for score_dec_fast (aligned) */
-    float *qs = qpk + DEC_MAX_ROWS * (d + 32); /* [R][d] q in split order (split-bf16 K) */
-    float *as = qs + R * d;          /* [R][dv] acc in split order (split-bf16 V) */
-    const int kt = w->k_type == SDPA_BF16 && d % 32 == 0 ? DEC_BF16P : (int)w->k_type;
-    const int vt = w->v_type == SDPA_BF16 && dv % 32 == 0 ? DEC_BF16P : (int)w->v_type;
+    const int kt = (int)w->k_type, vt = (int)w->v_type;
     const float *qbase = w->q;
     float *acc = w->acc;
-    if (kt == DEC_BF16P) {
-        pair_split(w->q, qs, R * d);
-        qbase = qs;
-    }
-    if (vt == DEC_BF16P) {
-        pair_split(w->acc, as, R * dv);
-        acc = as;
-    }
     const float *qr[DEC_MAX_ROWS];
     for (size_t r = 0; r < DEC_MAX_ROWS; r++) qr[r] = qbase + min_sz(r, R - 1) * d;
     const size_t RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8;
@@ -976,7 +870,6 @@ static void rows_avx512_decode(const sdpa_rows *w)
         pf.s[1] = dec_rows(w->k, w->k_stride, ek, d * ek, j0 + NB, NB, kend);
         pv_avx512_decode(R, acc, dv, ml, S, w->v, vt, w->v_stride, j0, valid, &pf);
     }
-    if (vt == DEC_BF16P) pair_join(as, w->acc, R * dv);
 }
 
 /* ---- many rows --------------------------------------------------------------------------- */
