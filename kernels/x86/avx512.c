@@ -475,6 +475,7 @@ static inline sdpa_pf_rows dec_rows(const void *base, ptrdiff_t stride, size_t e
                                     size_t j, size_t n, size_t jend)
 {
     n = j < jend ? min_sz(n, jend - j) : 0;
+    if (!n) j = 0; /* an empty stream still points at a row of the view */
     return sdpa_pf_rows_begin((const char *)base + row_off(stride, j) * (ptrdiff_t)es,
                               stride * (ptrdiff_t)es, rb, n);
 }
