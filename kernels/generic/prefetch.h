@@ -64,17 +64,24 @@ static inline sdpa_pf_rows sdpa_pf_rows_begin(const void *row0, ptrdiff_t stride
     return c;
 }
 
+/* The stream's next line, or NULL once it has run out (tests walk a stream with this). */
+static inline const char *sdpa_pf_rows_pop(sdpa_pf_rows *c)
+{
+    if (!c->n) return NULL;
+    const char *p = c->p;
+    c->n--;
+    c->p += 64;
+    if (++c->li == c->L) {
+        c->li = 0;
+        c->p += c->skip;
+    }
+    return p;
+}
+
+/* Requests the stream's next `lines` lines (into the outer caches). */
 static inline void sdpa_pf_rows_next(sdpa_pf_rows *c, int lines)
 {
-    for (int i = 0; i < lines && c->n; i++) {
-        __builtin_prefetch(c->p, 0, 2);
-        c->n--;
-        c->p += 64;
-        if (++c->li == c->L) {
-            c->li = 0;
-            c->p += c->skip;
-        }
-    }
+    for (int i = 0; i < lines && c->n; i++) __builtin_prefetch(sdpa_pf_rows_pop(c), 0, 2);
 }
 
 #endif /* SDPA_PREFETCH_H */
