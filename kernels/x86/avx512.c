@@ -401,23 +401,6 @@ static size_t ws_floats_avx512(size_t rows, size_t d, size_t dv, size_t block)
 
 /* ---- few rows ---------------------------------------------------------------------------- */
 
-/* Software prefetch into L2 of rows [j, j + n) of a K/V view (bytes per row rb, element size
-   es), clipped to rows before jend: a prefetch never faults, but only rows the call reads are
-   named. Used for a call's first keys; in the steady state the score and P·V loops request
-   their streams (dec_pf) a few lines per step, spread among their arithmetic: a burst of a
-   whole group's lines at once stalls on the few line-fill buffers while no arithmetic runs. */
-static inline void prefetch_rows(const void *base, ptrdiff_t stride, size_t es, size_t j,
-                                 size_t n, size_t jend, size_t rb)
-{
-    if (j >= jend) return;
-    n = min_sz(n, jend - j);
-    for (size_t t = 0; t < n; t++) {
-        const uintptr_t p = (uintptr_t)((const char *)base + row_off(stride, j + t) * (ptrdiff_t)es);
-        for (uintptr_t a = p & ~(uintptr_t)63; a < p + rb; a += 64)
-            _mm_prefetch((const char *)a, _MM_HINT_T1);
-    }
-}
-
 /* The decode loop's two prefetch streams while one phase runs, each requested in address
    order (sdpa_pf_rows) a fixed number of lines per step of the phase's work: s[0] is the
    phase's own array DEC_PF keys ahead, s[1] the other array one phase ahead (while the score
@@ -543,13 +526,11 @@ AI void score_dec_fast(int RP, int NK, int kt, int plain, const float *qp, size_
     /* the partial last line */
     for (size_t c = lines * E; c < d; c += 16, qp += 16) {
         const __mmask16 m = lanes(d - c);
-        {
-            UNROLL for (int i = 0; i < NK; i++) {
-                const __m512 kv = load_kv(kc + i * ksb, (sdpa_dtype)kt, (ptrdiff_t)(c - lines * E), m);
-                UNROLL for (int r = 0; r < RP; r++)
-                    a[PERM16(r * NK + i)] = _mm512_fmadd_ps(_mm512_load_ps(qp + (size_t)r * E), kv,
-                                                            a[PERM16(r * NK + i)]);
-            }
+        UNROLL for (int i = 0; i < NK; i++) {
+            const __m512 kv = load_kv(kc + i * ksb, (sdpa_dtype)kt, (ptrdiff_t)(c - lines * E), m);
+            UNROLL for (int r = 0; r < RP; r++)
+                a[PERM16(r * NK + i)] = _mm512_fmadd_ps(_mm512_load_ps(qp + (size_t)r * E), kv,
+                                                        a[PERM16(r * NK + i)]);
         }
     }
 }
@@ -834,20 +815,21 @@ static void rows_avx512_decode(const sdpa_rows *w)
     float *S = ml + state_floats(R); /* [R][lds] */
     float *qpk = S + R * lds;        /* q packed by lines for score_dec_fast (aligned) */
     const int kt = (int)w->k_type, vt = (int)w->v_type;
-    const float *qbase = w->q;
-    float *acc = w->acc;
     const float *qr[DEC_MAX_ROWS];
-    for (size_t r = 0; r < DEC_MAX_ROWS; r++) qr[r] = qbase + min_sz(r, R - 1) * d;
+    for (size_t r = 0; r < DEC_MAX_ROWS; r++) qr[r] = w->q + min_sz(r, R - 1) * d;
     const size_t RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8;
     pack_q_lines(qr, RP, d, w->k_type == SDPA_F32 ? 16 : 32, qpk);
     const size_t ek = w->k_type == SDPA_F32 ? 4 : 2, ev = w->v_type == SDPA_F32 ? 4 : 2;
     const size_t kend = min_sz(w->kv_end, w->kv_limit[R - 1]); /* keys past it are never read */
     {
-        /* the steady-state prefetches run DEC_PF keys ahead; the call's first keys are
-           requested here so that they too are on their way before they are needed */
-        const size_t n0 = kend - w->kv_begin;
-        prefetch_rows(w->k, w->k_stride, ek, w->kv_begin, min_sz(n0, DEC_PF), w->kv_end, d * ek);
-        prefetch_rows(w->v, w->v_stride, ev, w->kv_begin, min_sz(n0, DEC_PF), w->kv_end, dv * ev);
+        /* the steady-state streams run DEC_PF keys ahead; the call's first keys are requested
+           here, at once, so that they too are on their way before they are needed (later
+           requests are spread among the arithmetic: a burst of a whole block's lines would
+           stall on the few line-fill buffers while no arithmetic runs) */
+        sdpa_pf_rows k0 = dec_rows(w->k, w->k_stride, ek, d * ek, w->kv_begin, DEC_PF, kend);
+        sdpa_pf_rows v0 = dec_rows(w->v, w->v_stride, ev, dv * ev, w->kv_begin, DEC_PF, kend);
+        sdpa_pf_rows_next(&k0, (int)k0.n);
+        sdpa_pf_rows_next(&v0, (int)v0.n);
     }
 
     for (size_t j0 = w->kv_begin; j0 < w->kv_end; j0 += NB) {
@@ -869,7 +851,7 @@ static void rows_avx512_decode(const sdpa_rows *w)
         }
         pf.s[0] = dec_rows(w->v, w->v_stride, ev, dv * ev, j0 + DEC_PF, nk, kend);
         pf.s[1] = dec_rows(w->k, w->k_stride, ek, d * ek, j0 + NB, NB, kend);
-        pv_avx512_decode(R, acc, dv, ml, S, w->v, vt, w->v_stride, j0, valid, &pf);
+        pv_avx512_decode(R, w->acc, dv, ml, S, w->v, vt, w->v_stride, j0, valid, &pf);
     }
 }
 
