@@ -82,6 +82,8 @@ float  bench_read2_avx2(const float *p, size_t n);
 double bench_fma_avx512(uint64_t iters, float *sink);
 float  bench_read_avx512(const float *p, size_t n);
 float  bench_read2_avx512(const float *p, size_t n);
+float  bench_kv_walk_avx512(const uint16_t *k, const uint16_t *v, size_t rows, size_t row_elems,
+                            size_t block, int order, size_t pf);
 
 /* ---- test data (bench_data.c) ------------------------------------------------------------ */
 /* n elements of dtype, deterministic pseudo-random values in [-1, 1) from seed; 64-byte

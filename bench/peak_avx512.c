@@ -75,3 +75,50 @@ float bench_read_avx512(const float *p, size_t n)
     for (; i < n; i++) sum += p[i];
     return sum;
 }
+
+/* One pass over 16-bit K and V rows (rows x row_elems each, row_elems a multiple of 32, rows end
+   to end) in the decode kernel's block order: `block` rows of K, then the same rows of V, every
+   element converted (vcvtph2ps) and summed, no other arithmetic. order 0 reads each row start to
+   end, so the loads run in address order; order 1 reads tiles of 4 rows a 64-byte line of each
+   row in turn (the order of a 4-key score tile). pf > 0 requests each row's lines (prefetcht1) pf
+   rows ahead, in address order. The gap between this and the fused decode over the same bytes is
+   the share of the bandwidth lost to the kernel's arithmetic; the gap between this and the
+   plain read is the share lost to the order of the reads alone. */
+float bench_kv_walk_avx512(const uint16_t *k, const uint16_t *v, size_t rows, size_t row_elems,
+                           size_t block, int order, size_t pf)
+{
+    const size_t lines = row_elems / 32;
+    __m512 s[4];
+    for (int i = 0; i < 4; i++) s[i] = _mm512_setzero_ps();
+    for (size_t j0 = 0; j0 < rows; j0 += block) {
+        const size_t j1 = j0 + block < rows ? j0 + block : rows;
+        for (int a = 0; a < 2; a++) {
+            const uint16_t *base = a ? v : k;
+            for (size_t j = j0; j < j1; j += 4) {
+                const size_t nr = j1 - j < 4 ? j1 - j : 4;
+                if (pf)
+                    for (size_t r = 0; r < nr && j + r + pf < rows; r++)
+                        for (size_t g = 0; g < lines; g++)
+                            _mm_prefetch((const char *)(base + (j + r + pf) * row_elems + 32 * g),
+                                         _MM_HINT_T1);
+                const uint16_t *row = base + j * row_elems;
+                if (order == 0) {
+                    for (size_t r = 0; r < nr; r++)
+                        for (size_t g = 0; g < lines; g++) {
+                            const uint16_t *q = row + r * row_elems + 32 * g;
+                            s[0] = _mm512_add_ps(s[0], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)q)));
+                            s[1] = _mm512_add_ps(s[1], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(q + 16))));
+                        }
+                } else {
+                    for (size_t g = 0; g < lines; g++)
+                        for (size_t r = 0; r < nr; r++) {
+                            const uint16_t *q = row + r * row_elems + 32 * g;
+                            s[2] = _mm512_add_ps(s[2], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)q)));
+                            s[3] = _mm512_add_ps(s[3], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(q + 16))));
+                        }
+                }
+            }
+        }
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
+}

@@ -264,6 +264,47 @@ void register_forward(const char *kind, const sdpa_impl *impl, const Shape &s, s
     })->UseRealTime()->Unit(benchmark::kMillisecond);
 }
 
+// ---- the decode's reads alone (AVX-512 hosts) --------------------------------------------
+// K and V of the first decode shape (16-bit) walked in the decode kernel's block order with
+// nothing but the conversion and a sum (bench_kv_walk_avx512), judged against the same read
+// bandwidth as decode: how much of the gap between a decode row and 100 % the order and the
+// prefetching of its reads alone would cost. Names: pattern/avx512/<shape>_<order>_pf<rows>.
+#ifdef BENCH_HAVE_AVX512
+void register_pattern(const Shape &s, int order, size_t pf)
+{
+    const std::string name = std::string("pattern/avx512/") + s.name + (order ? "_tiles" : "_rows") +
+                             "_pf" + std::to_string(pf) + "/threads:1";
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State &st) {
+        Tensors *t = tensors_for(s, false);
+        if (!t) {
+            st.SkipWithError("out of memory for the test tensors");
+            return;
+        }
+        Probe probe{"avx512", 1, true};
+        BestCall call;
+        const size_t rows = s.batch * s.kv_heads * s.kv_len;
+        float sink = 0;
+        for (auto _ : st) {
+            probe.sample_paused(st);
+            call.start();
+            sink += bench_kv_walk_avx512((const uint16_t *)t->k, (const uint16_t *)t->v, rows,
+                                         s.head_dim, 256, order, pf);
+            call.stop();
+            benchmark::DoNotOptimize(sink);
+        }
+        probe.sample();
+        const double limit = probe.mean(), bytes = shape_kv_bytes(s);
+        st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
+        if (limit > 0) {
+            st.counters["pct_bw"] = per_second(bytes * 100.0 / limit);
+            st.counters["pct_bw_best"] = bytes / call.best * 100.0 / limit;
+            st.counters["limit_bytes_per_s"] = limit;
+        }
+        st.counters["best_call_ms"] = call.best * 1e3;
+    })->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+#endif
+
 // ---- the three primitives, single-threaded ---------------------------------------------
 constexpr size_t kPrimN = 4096, kPrimD = 128;
 
@@ -454,6 +495,12 @@ int main(int argc, char **argv)
     }
 #ifdef BENCH_HAVE_BLAS
     for (const Shape &s : prefill_shapes()) register_blas(s);
+#endif
+#ifdef BENCH_HAVE_AVX512
+    const sdpa_impl *a512 = sdpa_impl_find("avx512");
+    if (a512 && sdpa_impl_supported(a512))
+        for (int order = 0; order < 2; order++)
+            for (size_t pf : {size_t(0), size_t(32)}) register_pattern(decode_shapes()[0], order, pf);
 #endif
 
     benchmark::RunSpecifiedBenchmarks();
