@@ -406,7 +406,12 @@ static size_t ws_floats_avx512(size_t rows, size_t d, size_t dv, size_t block)
    phase's own array DEC_PF keys ahead, s[1] the other array one phase ahead (while the score
    loop reads a block's K rows it requests the block's V rows, and while the P·V loop reads
    them, the next block's K rows), so that the next phase starts on rows already in L2 and two
-   streams of requests are in flight at all times. */
+   streams of requests are in flight at all times. s[1] is used with one row only (R == 1, MHA):
+   with more rows it was no faster from memory, and slower when K and V sit in the outer caches
+   (a whole block of the other array requested ahead, each line requested twice; 32/8 f16 D128,
+   one thread: 16.3 against 15.0 ns per key with 8 MiB of K/V in L3, 14.6 against 14.1 in L2),
+   while for one row it carried the stream from memory (60-61 % of the read bandwidth with it
+   on 32/32, 57 % without). An empty s[1] requests nothing (dec_pf_mode 2). */
 typedef struct dec_pf {
     sdpa_pf_rows s[2];
     int          per[2]; /* lines per step */
@@ -424,30 +429,34 @@ AI void dec_pf_step(dec_pf *p)
     sdpa_pf_rows_next(&p->s[1], p->per[1]);
 }
 
-/* Whether both streams have rows laid end to end (no gap: the next line is always the one
-   after) and at least `lines` lines left each: a run of steps may then request `per` lines of
-   each with a pointer bump (dec_pf_simple), the general cursor's bookkeeping costing more
+/* How a run of steps may request its lines when its rows have L lines each: 1 when both
+   streams have such rows laid end to end (no gap: the next line is always the one after) and
+   at least `lines` lines left each, 2 when the first does and the second is empty (one
+   stream), else 0 (the general cursor, dec_pf_step). In modes 1 and 2 a step requests its
+   lines with a pointer bump (dec_pf_simple), the general cursor's bookkeeping costing more
    than the requests themselves when the data is already in cache. */
-static inline int dec_pf_plain(const dec_pf *p, size_t lines)
+static inline int dec_pf_mode(const dec_pf *p, size_t L, size_t lines)
 {
-    return p->s[0].skip == 0 && p->s[1].skip == 0 && p->s[0].n >= lines && p->s[1].n >= lines;
+    if (p->s[0].skip != 0 || p->s[0].L != L || p->s[0].n < lines) return 0;
+    if (p->s[1].n == 0) return 2;
+    return p->s[1].skip == 0 && p->s[1].L == L && p->s[1].n >= lines ? 1 : 0;
 }
 
-/* `per` lines of each stream from line offset `at` (in lines) of the plain run starting at
-   the streams' current lines. */
-AI void dec_pf_simple(const dec_pf *p, int per, size_t at)
+/* `per` lines of the first stream (and of the second when `two`) from line offset `at` (in
+   lines) of the plain run starting at the streams' current lines. */
+AI void dec_pf_simple(const dec_pf *p, int per, size_t at, int two)
 {
     UNROLL for (int i = 0; i < per; i++) {
         __builtin_prefetch(p->s[0].p + 64 * (at + (size_t)i), 0, 2);
-        __builtin_prefetch(p->s[1].p + 64 * (at + (size_t)i), 0, 2);
+        if (two) __builtin_prefetch(p->s[1].p + 64 * (at + (size_t)i), 0, 2);
     }
 }
 
-/* Advances both streams of a plain run by `lines` lines (the line-in-row count only matters
-   for rows with a gap, which a plain run never has). */
-static inline void dec_pf_skip(dec_pf *p, size_t lines)
+/* Advances the first stream of a plain run (and the second when `two`) by `lines` lines (the
+   line-in-row count only matters for rows with a gap, which a plain run never has). */
+static inline void dec_pf_skip(dec_pf *p, size_t lines, int two)
 {
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 1 + two; i++) {
         p->s[i].p += 64 * lines;
         p->s[i].n -= lines;
     }
@@ -510,7 +519,7 @@ AI void score_dec_fast(int RP, int NK, int kt, int plain, const float *qp, size_
     const size_t lines = d / E;
     for (size_t g = 0; g < lines; g++, kc += 64, qp += RP * E) {
         if (plain)
-            dec_pf_simple(pf, NK, g * (size_t)NK);
+            dec_pf_simple(pf, NK, g * (size_t)NK, plain == 1);
         else
             dec_pf_step(pf);
         UNROLL for (size_t h = 0; h < E / 16; h++) {
@@ -574,9 +583,13 @@ AI void score_dec_block(int RP, int kt, const float *const *qr, size_t R, size_t
             const char *kc = (const char *)k + row_off(ks, j0 + j) * (ptrdiff_t)es;
             /* rows of whole lines (L = fsteps), end to end: NK lines of each stream a step */
             const size_t tl = (size_t)NK * fsteps;
-            if (pf.s[0].L == fsteps && pf.s[1].L == fsteps && dec_pf_plain(&pf, tl)) {
+            const int pm = dec_pf_mode(&pf, fsteps, tl);
+            if (pm == 1) {
                 score_dec_fast(RP, NK, kt, 1, qp, d, kc, ksb, &pf, a);
-                dec_pf_skip(&pf, tl);
+                dec_pf_skip(&pf, tl, 1);
+            } else if (pm == 2) {
+                score_dec_fast(RP, NK, kt, 2, qp, d, kc, ksb, &pf, a);
+                dec_pf_skip(&pf, tl, 0);
             } else {
                 pff.s[0] = pf.s[0];
                 pff.s[1] = pf.s[1];
@@ -672,7 +685,7 @@ AI void pv_dec_tile_p(int R, int NV, int full, int plain, float *acc, size_t dv,
     for (; j < jall; j++) {
         const ptrdiff_t off = row_off(vs, j0 + j) + (ptrdiff_t)c0;
         if (plain)
-            dec_pf_simple(pf, PER, (j - ja) * (size_t)PER);
+            dec_pf_simple(pf, PER, (j - ja) * (size_t)PER, plain == 1);
         else
             dec_pf_step(pf);
         __m512 x[8];
@@ -685,7 +698,7 @@ AI void pv_dec_tile_p(int R, int NV, int full, int plain, float *acc, size_t dv,
     for (; j < jmax; j++) {
         const ptrdiff_t off = row_off(vs, j0 + j) + (ptrdiff_t)c0;
         if (plain)
-            dec_pf_simple(pf, PER, (j - ja) * (size_t)PER);
+            dec_pf_simple(pf, PER, (j - ja) * (size_t)PER, plain == 1);
         else
             dec_pf_step(pf);
         __m512 x[8];
@@ -700,14 +713,14 @@ AI void pv_dec_tile_p(int R, int NV, int full, int plain, float *acc, size_t dv,
     UNROLL for (int r = 0; r < R; r++)
         UNROLL for (int t = 0; t < NV; t++)
             _mm512_mask_storeu_ps(acc + r * dv + c0 + 16 * t, mk[t], a[r][t]);
-    if (plain) dec_pf_skip(pf, PER * kmax);
+    if (plain) dec_pf_skip(pf, PER * kmax, plain == 1);
     *pfp = pf[0];
 }
 
 /* Full passes over rows of whole lines laid end to end request PER lines of each stream per
    key (a pass's share of a row, when both streams' rows are dv's size) with a pointer bump;
-   the two cases are separate instances so that the plain one keeps its few pointers in
-   registers. */
+   the cases (two streams, one, the general cursor) are separate instances so that the plain
+   ones keep their few pointers in registers. */
 AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, const float *alpha,
                     const float *S, const void *v, int vt, ptrdiff_t vs, size_t j0, size_t ja,
                     size_t jb, const size_t *nk, dec_pf *pf)
@@ -715,9 +728,13 @@ AI void pv_dec_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, c
     const size_t ev = vt == SDPA_F32 ? 4 : 2;
     const size_t PER = (size_t)NV * ev / 4;
     const size_t kmax = min_sz(jb, nk[R - 1]) - ja, L = dv * ev / 64;
-    if (full && dv % (16 * (size_t)NV) == 0 && (dv * ev) % 64 == 0 && pf->s[0].L == L &&
-        pf->s[1].L == L && dec_pf_plain(pf, PER * kmax))
+    const int pm = full && dv % (16 * (size_t)NV) == 0 && (dv * ev) % 64 == 0
+                       ? dec_pf_mode(pf, L, PER * kmax)
+                       : 0;
+    if (pm == 1)
         pv_dec_tile_p(R, NV, full, 1, acc, dv, c0, alpha, S, v, vt, vs, j0, ja, jb, nk, pf);
+    else if (pm == 2)
+        pv_dec_tile_p(R, NV, full, 2, acc, dv, c0, alpha, S, v, vt, vs, j0, ja, jb, nk, pf);
     else
         pv_dec_tile_p(R, NV, full, 0, acc, dv, c0, alpha, S, v, vt, vs, j0, ja, jb, nk, pf);
 }
@@ -821,6 +838,7 @@ static void rows_avx512_decode(const sdpa_rows *w)
     pack_q_lines(qr, RP, d, w->k_type == SDPA_F32 ? 16 : 32, qpk);
     const size_t ek = w->k_type == SDPA_F32 ? 4 : 2, ev = w->v_type == SDPA_F32 ? 4 : 2;
     const size_t kend = min_sz(w->kv_end, w->kv_limit[R - 1]); /* keys past it are never read */
+    const int other = R == 1; /* the other array's stream (dec_pf) */
     {
         /* the steady-state streams run DEC_PF keys ahead; the call's first keys are requested
            here, at once, so that they too are on their way before they are needed (later
@@ -836,10 +854,11 @@ static void rows_avx512_decode(const sdpa_rows *w)
         const size_t nb = min_sz(NB, w->kv_end - j0);
         /* keys past the last row's limit are never needed (rows are ordered by limit) */
         const size_t nk = min_sz(nb, w->kv_limit[R - 1] - j0);
-        /* the score loop requests K DEC_PF keys ahead and this block's V rows; the P·V loop V
-           DEC_PF keys ahead and the next block's K rows (never a key at or past kend) */
+        /* the score loop requests K DEC_PF keys ahead (and, for one row, this block's V rows);
+           the P·V loop V DEC_PF keys ahead (and, for one row, the next block's K rows); never a
+           key at or past kend (see dec_pf) */
         dec_pf pf = {{dec_rows(w->k, w->k_stride, ek, d * ek, j0 + DEC_PF, nk, kend),
-                      dec_rows(w->v, w->v_stride, ev, dv * ev, j0, nk, kend)},
+                      dec_rows(w->v, w->v_stride, ev, dv * ev, j0, other ? nk : 0, kend)},
                      {0, 0}};
         score_avx512_decode(qr, R, d, w->k, kt, w->k_stride, j0, nk, S, lds, &pf, qpk);
         size_t valid[DEC_MAX_ROWS];
@@ -850,7 +869,7 @@ static void rows_avx512_decode(const sdpa_rows *w)
             ml[r] = valid[r] ? softmax_dec(S + r * lds, valid[r], &w->m[r], &w->l[r]) : 1.0f;
         }
         pf.s[0] = dec_rows(w->v, w->v_stride, ev, dv * ev, j0 + DEC_PF, nk, kend);
-        pf.s[1] = dec_rows(w->k, w->k_stride, ek, d * ek, j0 + NB, NB, kend);
+        pf.s[1] = dec_rows(w->k, w->k_stride, ek, d * ek, j0 + NB, other ? NB : 0, kend);
         pv_avx512_decode(R, w->acc, dv, ml, S, w->v, vt, w->v_stride, j0, valid, &pf);
     }
 }
