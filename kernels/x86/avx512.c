@@ -407,9 +407,10 @@ static size_t ws_floats_avx512(size_t rows, size_t d, size_t dv, size_t block)
    loop reads a block's K rows it requests the block's V rows, and while the P·V loop reads
    them, the next block's K rows), so that the next phase starts on rows already in L2 and two
    streams of requests are in flight at all times. s[1] is used with one row only (R == 1, MHA):
-   with more rows it was no faster from memory, and slower when K and V sit in the outer caches
-   (a whole block of the other array requested ahead, each line requested twice; 32/8 f16 D128,
-   one thread: 16.3 against 15.0 ns per key with 8 MiB of K/V in L3, 14.6 against 14.1 in L2),
+   with more rows it made the loop slower, from memory and from the outer caches alike (a
+   whole block of the other array requested ahead, each line requested twice; 32/8 f16 D128,
+   one thread, with it and without: 58-64 and 70-71 % of the read bandwidth from memory, 16.2
+   and 13.8 ns per key with 8 MiB of K/V in L3, 14.7 and 12.7 with 512 KiB in L2),
    while for one row it carried the stream from memory (60-61 % of the read bandwidth with it
    on 32/32, 57 % without). An empty s[1] requests nothing (dec_pf_mode 2). */
 typedef struct dec_pf {
