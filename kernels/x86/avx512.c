@@ -411,8 +411,10 @@ static size_t ws_floats_avx512(size_t rows, size_t d, size_t dv, size_t block)
    whole block of the other array requested ahead, each line requested twice; 32/8 f16 D128,
    one thread, with it and without: 58-64 and 70-71 % of the read bandwidth from memory, 16.2
    and 13.8 ns per key with 8 MiB of K/V in L3, 14.7 and 12.7 with 512 KiB in L2),
-   while for one row it carried the stream from memory (60-61 % of the read bandwidth with it
-   on 32/32, 57 % without). An empty s[1] requests nothing (dec_pf_mode 2). */
+   while for one row (32/32) the measurements disagree: a build with the stream compiled out
+   streamed at 57 % of the read bandwidth against 60-61 % with it, the one-stream mode at
+   64-66 % either way (and 8.5 against 9.2 ns per key with 8 MiB in L3), so it stays there
+   until a steadier machine decides. An empty s[1] requests nothing (dec_pf_mode 2). */
 typedef struct dec_pf {
     sdpa_pf_rows s[2];
     int          per[2]; /* lines per step */
