@@ -584,7 +584,7 @@ AI void score_dec_block(int RP, int kt, const float *const *qr, size_t R, size_t
             __m512 a[16];
             UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
             const char *kc = (const char *)k + row_off(ks, j0 + j) * (ptrdiff_t)es;
-            /* rows of whole lines (L = fsteps), end to end: NK lines of each stream a step */
+            /* rows of whole lines (L = fsteps), end to end: NK lines of each live stream a step */
             const size_t tl = (size_t)NK * fsteps;
             const int pm = dec_pf_mode(&pf, fsteps, tl);
             if (pm == 1) {
