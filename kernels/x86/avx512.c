@@ -345,7 +345,7 @@ static void accumulate_f32_avx512(float *o, float alpha, const float *p, const f
  * and used by every row, the 16 dot products of a tile reduced by one shuffle tree; then one
  * online-softmax step per row for the whole block; then P·V with each V vector converted once
  * in a register and used by every row, the accumulators of R rows x NV column vectors in
- * registers. K and V are requested into L2 ahead of their use, in address order (dec_pf).
+ * registers. K and V are requested ahead of their use, in address order (dec_pf).
  * (bf16 rows were once split even/odd, one integer operation converting 16 elements, with q
  * and acc kept in the same order: no faster in cache, and about a quarter slower streaming
  * from memory in the benchmark than the widening conversion, so it went.)
@@ -450,8 +450,8 @@ static inline int dec_pf_mode(const dec_pf *p, size_t L, size_t lines)
 AI void dec_pf_simple(const dec_pf *p, int per, size_t at, int two)
 {
     UNROLL for (int i = 0; i < per; i++) {
-        __builtin_prefetch(p->s[0].p + 64 * (at + (size_t)i), 0, 2);
-        if (two) __builtin_prefetch(p->s[1].p + 64 * (at + (size_t)i), 0, 2);
+        __builtin_prefetch(p->s[0].p + 64 * (at + (size_t)i), 0, SDPA_PF_STREAM_LOCALITY);
+        if (two) __builtin_prefetch(p->s[1].p + 64 * (at + (size_t)i), 0, SDPA_PF_STREAM_LOCALITY);
     }
 }
 
