@@ -363,6 +363,7 @@ static void accumulate_f32_avx512(float *o, float alpha, const float *p, const f
 #define DEC_PF 32 /* keys of software-prefetch distance (16..256 tried; 32..64 best) */
 #define DEC_PVG 32 /* keys per P·V group, whose V rows stay in L1 across column passes */
 #define DEC_BLOCK 256 /* keys per block on the few-rows path */
+#define DEC_BLOCK_TWO 64 /* keys per block with one or two rows (see dec_pf) */
 #define BIG_BLOCK 512 /* keys per block on the many-rows path */
 #define PANEL 64      /* query rows per Qᵀ panel (4 vectors) */
 #define SC_MR 6       /* keys per score micro-tile: 6 x 4 vectors = 24 accumulators */
@@ -405,16 +406,19 @@ static size_t ws_floats_avx512(size_t rows, size_t d, size_t dv, size_t block)
    order (sdpa_pf_rows) a fixed number of lines per step of the phase's work: s[0] is the
    phase's own array DEC_PF keys ahead, s[1] the other array one phase ahead (while the score
    loop reads a block's K rows it requests the block's V rows, and while the P·V loop reads
-   them, the next block's K rows), so that the next phase starts on rows already in L2 and two
-   streams of requests are in flight at all times. s[1] is used with one row only (R == 1, MHA):
-   with more rows it made the loop slower, from memory and from the outer caches alike (a
-   whole block of the other array requested ahead, each line requested twice; 32/8 f16 D128,
-   one thread, with it and without: 58-64 and 70-71 % of the read bandwidth from memory, 16.2
-   and 13.8 ns per key with 8 MiB of K/V in L3, 14.7 and 12.7 with 512 KiB in L2),
-   while for one row (32/32) the measurements disagree: a build with the stream compiled out
-   streamed at 57 % of the read bandwidth against 60-61 % with it, the one-stream mode at
-   64-66 % either way (and 8.5 against 9.2 ns per key with 8 MiB in L3), so it stays there
-   until a steadier machine decides. An empty s[1] requests nothing (dec_pf_mode 2). */
+   them, the next block's K rows), so that the next phase starts on rows already in cache and
+   two streams of requests are in flight at all times. s[1] is used with one or two rows (R <=
+   2), and then with blocks of DEC_BLOCK_TWO keys: the phases are short, so both arrays stream
+   at once almost all the time. Measured from memory, one thread, D128 f16, builds timed in
+   turn in one process, each call after a 512 MiB read (medians of 16 calls): 32/32 heads 75-77
+   % of the read bandwidth against 65-68 % with blocks of 256, and 60-61 % with blocks of 64 but
+   no s[1]; 32/16 69 against 53 %; in cache 32/32 7.9 against 8.4 ns per key. With three or
+   more rows it gained nothing at any block size (32 to 256 keys; 24/8 64 against 63 %, 32/8
+   62-64 against 63 %, 32/4 38 against 39 %), and with blocks of 256 it made 32/8 slower from
+   memory and from the outer caches alike (a whole block of the other array requested ahead,
+   each line requested twice: 58-64 against 70-71 % of the read bandwidth, and 16.2 against
+   13.8 ns per key with 8 MiB of K/V in L3), so there s[1] is empty and requests nothing
+   (dec_pf_mode 2). */
 typedef struct dec_pf {
     sdpa_pf_rows s[2];
     int          per[2]; /* lines per step */
@@ -830,7 +834,8 @@ static float softmax_dec(float *s, size_t n, float *m, float *l)
 static void rows_avx512_decode(const sdpa_rows *w)
 {
     const size_t R = w->rows, d = w->d, dv = w->dv;
-    const size_t NB = dec_block(w->block), lds = DEC_LDS;
+    const size_t NB = R <= 2 ? min_sz(DEC_BLOCK_TWO, dec_block(w->block)) : dec_block(w->block);
+    const size_t lds = DEC_LDS;
     float *ml = w->ws;               /* alpha [R] (the state stays in w->m, w->l) */
     float *S = ml + state_floats(R); /* [R][lds] */
     float *qpk = S + R * lds;        /* q packed by lines for score_dec_fast (aligned) */
@@ -841,7 +846,7 @@ static void rows_avx512_decode(const sdpa_rows *w)
     pack_q_lines(qr, RP, d, w->k_type == SDPA_F32 ? 16 : 32, qpk);
     const size_t ek = w->k_type == SDPA_F32 ? 4 : 2, ev = w->v_type == SDPA_F32 ? 4 : 2;
     const size_t kend = min_sz(w->kv_end, w->kv_limit[R - 1]); /* keys past it are never read */
-    const int other = R == 1; /* the other array's stream (dec_pf) */
+    const int other = R <= 2; /* the other array's stream, and short blocks (dec_pf) */
     {
         /* the steady-state streams run DEC_PF keys ahead; the call's first keys are requested
            here, at once, so that they too are on their way before they are needed (later
@@ -857,8 +862,8 @@ static void rows_avx512_decode(const sdpa_rows *w)
         const size_t nb = min_sz(NB, w->kv_end - j0);
         /* keys past the last row's limit are never needed (rows are ordered by limit) */
         const size_t nk = min_sz(nb, w->kv_limit[R - 1] - j0);
-        /* the score loop requests K DEC_PF keys ahead (and, for one row, this block's V rows);
-           the P·V loop V DEC_PF keys ahead (and, for one row, the next block's K rows); never a
+        /* the score loop requests K DEC_PF keys ahead (and, for R <= 2, this block's V rows);
+           the P·V loop V DEC_PF keys ahead (and, for R <= 2, the next block's K rows); never a
            key at or past kend (see dec_pf) */
         dec_pf pf = {{dec_rows(w->k, w->k_stride, ek, d * ek, j0 + DEC_PF, nk, kend),
                       dec_rows(w->v, w->v_stride, ev, dv * ev, j0, other ? nk : 0, kend)},
