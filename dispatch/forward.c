@@ -199,6 +199,13 @@ enum {
     BLOCK_MAX = 512
 };
 
+/* A call whose K and V together exceed this many bytes sets sdpa_rows.stream: more than the
+   last-level cache a core shares on current desktop and server parts, so its K and V come from
+   memory whatever the caller did just before (cache sizes read from the CPU are no help here:
+   in a virtual machine they can report the host's total). Fixed, so that the same problem
+   always takes the same path. */
+#define STREAM_BYTES ((size_t)32 << 20)
+
 typedef struct plan {
     const sdpa_kernels *k;
     size_t B, Hq, Hkv, G, Lq, Lk, D, Dv;
@@ -207,6 +214,7 @@ typedef struct plan {
     const sdpa_tensor *q, *kt, *vt, *o;
     float *lse;
     size_t qb, n_qblk, chunk, n_chunks, block, R, n_items;
+    int    stream;    /* sdpa_rows.stream: K and V exceed the last-level cache */
     size_t ws_stride; /* floats of per-thread scratch: qp [R*D] | limits | state | kernel scratch */
     size_t lim_off;   /* where the key limits (size_t) start in it */
     size_t state_off; /* where m, l, acc start (unsplit problems) */
@@ -342,6 +350,7 @@ static void run_item(void *arg, size_t t, size_t thread)
             /* consecutive query blocks of the same KV head scan their keys in alternate
                directions: each starts where the previous one ended, on keys still in cache */
             .reverse = (int)(it.i0 / pl->qb % 2),
+            .stream = pl->stream,
         };
         pl->k->rows(&w);
     }
@@ -440,6 +449,14 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
     pl->n_chunks = (pl->Lk + pl->chunk - 1) / pl->chunk;
     pl->block = block_for(pl->D, pl->Dv);
     pl->R = pl->qb * pl->G;
+    {
+        /* the K and V bytes the call reads (in double: a product of validated sizes, only
+           compared) against STREAM_BYTES */
+        const double kv = (double)pl->B * (double)pl->Hkv * (double)pl->Lk *
+                          ((double)pl->D * (double)sdpa_dtype_size(pl->kt->dtype) +
+                           (double)pl->Dv * (double)sdpa_dtype_size(pl->vt->dtype));
+        pl->stream = kv > (double)STREAM_BYTES;
+    }
 
     const size_t threads = p->parallel_for ? (p->n_threads ? p->n_threads : 1) : 1;
     const size_t lim_floats = round16(pl->R * sizeof(size_t) / sizeof(float) + 1);

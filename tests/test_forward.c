@@ -224,6 +224,27 @@ static void test_long_context(const sdpa_impl *impl)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(impl, &cases[i], 5000 + i);
 }
 
+/* Decodes whose K and V together exceed the driver's STREAM_BYTES (32 MiB), which kernels may
+   run differently (sdpa_rows.stream: the AVX2 path with one row per KV head takes short blocks
+   and requests both arrays at once): one, two and four rows, rows end to end, padded and
+   reversed, K and V of different types and sizes, key counts that are no multiple of a block. */
+static void test_streamed(const sdpa_impl *impl)
+{
+    const fcase cases[] = {
+        {.name = "streamed decode, 1 row", .batch = 1, .qh = 1, .kvh = 1, .ql = 1, .kvl = 70001, .d = 128,
+         .kt = F16, .vt = F16},
+        {.name = "streamed decode, 2 rows", .batch = 1, .qh = 4, .kvh = 2, .ql = 1, .kvl = 40003, .d = 128,
+         .dv = 64, .vt = BF16},
+        {.name = "streamed decode, padded", .batch = 1, .qh = 1, .kvh = 1, .ql = 1, .kvl = 66000, .d = 136,
+         .kt = F16, .vt = F16, .lkv = L_PADDED},
+        {.name = "streamed decode, reversed", .batch = 1, .qh = 1, .kvh = 1, .ql = 1, .kvl = 70001, .d = 128,
+         .kt = F16, .vt = F16, .lkv = L_REVERSED},
+        {.name = "streamed decode, 4 rows", .batch = 1, .qh = 8, .kvh = 2, .ql = 1, .kvl = 40000, .d = 128,
+         .kt = BF16, .vt = F16},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(impl, &cases[i], 6000 + i);
+}
+
 /* Runs a test and reports how close to its tolerance the worst output came. */
 static tl_impl_fn current_fn;
 static void with_worst_ratio(const sdpa_impl *impl)
@@ -245,5 +266,6 @@ int main(void)
     run_test("forward shapes", test_shapes);
     run_test("forward tile edges", test_tile_edges);
     run_test("forward long context", test_long_context);
+    run_test("forward streamed decode", test_streamed);
     return tl_finish();
 }

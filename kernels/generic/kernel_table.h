@@ -52,6 +52,10 @@ typedef struct sdpa_rows {
     const sdpa_span *pf;
     size_t        n_pf;
     int           reverse;
+    /* 1 when the call's K and V together exceed the last-level cache, so that they come from
+       memory whatever the caller did before: a kernel may then trade speed in cache for speed
+       streaming from memory */
+    int           stream;
 } sdpa_rows;
 
 typedef struct sdpa_kernels {

@@ -599,10 +599,12 @@ static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float 
 /* Scores of mr rows against nk keys (mr * nk <= 12), S[r][i] for keys j..j+nk. */
 AVX2_INLINE void score_direct_mk(size_t mr, size_t nk, sdpa_dtype t, const float *q, size_t d,
                                  const void *k, ptrdiff_t ks, size_t j, float *S, size_t lds,
-                                 ptrdiff_t pfo)
+                                 ptrdiff_t pfo, const char *oth, const char *oend, size_t oper)
 {
     /* pfo != 0: the rows pfo elements past this tile's keys exist, and each step that starts
-       a cache line of them requests it: the requests spread over the arithmetic */
+       a cache line of them requests it: the requests spread over the arithmetic. oth != NULL:
+       the lines [oth, oend) (the tile's V rows, end to end) are requested the same way, oper
+       at each such step (callers without them pass a constant NULL, and the code goes) */
     const ptrdiff_t es = t == SDPA_F32 ? 4 : 2;
     /* mr * nk <= 12 accumulators (12: four rows by three keys, whose 12 FMA chains leave the
        FMA units slack that 8 chains of 4-cycle latency would not) */
@@ -614,6 +616,8 @@ AVX2_INLINE void score_direct_mk(size_t mr, size_t nk, sdpa_dtype t, const float
             for (size_t i = 0; i < nk; i++)
                 _mm_prefetch((const char *)k + ((ptrdiff_t)(j + i) * ks + (ptrdiff_t)c + pfo) * es,
                              _MM_HINT_T0);
+        if (oth && (((ptrdiff_t)c * es) & 63) == 0)
+            for (size_t i = 0; i < oper && oth < oend; i++, oth += 64) _mm_prefetch(oth, _MM_HINT_T0);
         __m256 kv[8];
         for (size_t i = 0; i < nk; i++) kv[i] = load8_any(k, t, (ptrdiff_t)(j + i) * ks + (ptrdiff_t)c);
         for (size_t r = 0; r < mr; r++) {
@@ -655,6 +659,19 @@ AVX2_INLINE void score_direct_mk(size_t mr, size_t nk, sdpa_dtype t, const float
    47 against 43-44 % of the read bandwidth, 32/8 f16 40-42 against 38-40 %, bf16 44 against 40
    %; in cache 32/32 8.9 against 10.1 ns per key. */
 #define PF_KEYS 32
+/* With one row the arithmetic per key is short, and a block's score pass and value passes
+   would each stream one array while the other sits idle. So when the call streams K and V from
+   memory (sdpa_rows.stream) one-row work goes in blocks of ONE_BLOCK keys, and each pass also
+   requests the other array one pass ahead: the score pass the block's V rows (inside its
+   tiles, in address order, when they lie end to end), the first column pass of the values the
+   next block's K rows; both arrays are then in flight almost all the time, as on the AVX-512
+   path (dec_pf). Measured from memory, 32/32 heads f16 D128, one thread, builds timed in turn
+   in one process, each call after a 512 MiB read (medians of 16 calls): blocks of 32 keys with
+   the second stream 62-84 % of the read bandwidth against 50-74 % before; blocks of 64 63-64 %;
+   blocks of 64 without the second stream 54 %. With two rows (32/16) it measured from 10
+   points worse to 2 points better, so two rows keep the plain loop. In cache the scheme is
+   slower (8 MiB of K/V in L3: 12.2 against 8.9 ns per key), hence the flag. */
+#define ONE_BLOCK 32
 AVX2_INLINE void prefetch_row(const void *base, size_t es, ptrdiff_t stride, size_t j, size_t n)
 {
     const char *p = (const char *)base + (ptrdiff_t)j * stride * (ptrdiff_t)es;
@@ -665,11 +682,20 @@ AVX2_INLINE void prefetch_row(const void *base, size_t es, ptrdiff_t stride, siz
    loaded K vector feeds R FMAs. */
 AVX2_INLINE void score_direct_t(sdpa_dtype t, size_t R, const float *q, size_t d, const void *k,
                                 ptrdiff_t ks, size_t j0, size_t nb, float *S, size_t lds,
-                                const sdpa_rows *w)
+                                const sdpa_rows *w, int other)
 {
     const size_t nk = R == 4 ? 3 : 8 / R; /* keys per tile: see score_direct_mk */
     const size_t ke = t == SDPA_F32 ? 4 : 2, ve = w->v_type == SDPA_F32 ? 4 : 2;
     const int first = j0 == w->kv_begin; /* nothing requested this block's first V rows */
+    /* other (a constant at each call, so that the loop without it is as lean as before): the
+       block's V rows too (see ONE_BLOCK), inside the tiles when they lie end to end in whole
+       lines, else here */
+    const size_t vrow = w->dv * ve;
+    const int vplain = (ptrdiff_t)vrow == w->v_stride * (ptrdiff_t)ve && vrow % 64 == 0 &&
+                       ((uintptr_t)w->v & 63) == 0;
+    /* the tile's nk V rows over its steps that start a line of K, an equal share each */
+    const size_t starts = ((d & ~(size_t)7) * ke + 63) / 64;
+    const size_t oper = starts ? (nk * vrow / 64 + starts - 1) / starts : 0;
     size_t j = 0;
     if (first)
         for (size_t i = 0; i < PF_KEYS && j0 + i < w->kv_end; i++) prefetch_row(k, ke, ks, j0 + i, d);
@@ -677,28 +703,36 @@ AVX2_INLINE void score_direct_t(sdpa_dtype t, size_t R, const float *q, size_t d
         const size_t n = nb - j < nk ? nb - j : nk; /* only R <= 4 has nk > 1, hence a tail */
         /* the rows PF_KEYS ahead: requested inside the tile when they all exist, else here */
         const ptrdiff_t pfo = j0 + j + n - 1 + PF_KEYS < w->kv_end ? PF_KEYS * ks : 0;
+        const int oin = other && vplain && n == nk;
+        const char *oth = oin ? (const char *)w->v + (j0 + j) * vrow : NULL;
         for (size_t i = 0; i < n; i++) {
             if (!pfo && j0 + j + i + PF_KEYS < w->kv_end) prefetch_row(k, ke, ks, j0 + j + i + PF_KEYS, d);
-            if (first && j + i < PF_KEYS) prefetch_row(w->v, ve, w->v_stride, j0 + j + i, w->dv);
+            if ((other && !oin) || (first && j + i < PF_KEYS))
+                prefetch_row(w->v, ve, w->v_stride, j0 + j + i, w->dv);
         }
         if (n == nk) {
             switch (R) { /* constant shapes, so the accumulators live in registers */
-            case 1: score_direct_mk(1, 8, t, q, d, k, ks, j0 + j, S + j, lds, pfo); break;
-            case 2: score_direct_mk(2, 4, t, q, d, k, ks, j0 + j, S + j, lds, pfo); break;
-            case 3: score_direct_mk(3, 2, t, q, d, k, ks, j0 + j, S + j, lds, pfo); break;
-            case 4: score_direct_mk(4, 3, t, q, d, k, ks, j0 + j, S + j, lds, pfo); break;
-            case 5: score_direct_mk(5, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo); break;
-            case 6: score_direct_mk(6, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo); break;
-            case 7: score_direct_mk(7, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo); break;
-            default: score_direct_mk(8, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo); break;
+            case 1:
+                if (oth)
+                    score_direct_mk(1, 8, t, q, d, k, ks, j0 + j, S + j, lds, pfo, oth, oth + 8 * vrow, oper);
+                else
+                    score_direct_mk(1, 8, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0);
+                break;
+            case 2: score_direct_mk(2, 4, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
+            case 3: score_direct_mk(3, 2, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
+            case 4: score_direct_mk(4, 3, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
+            case 5: score_direct_mk(5, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
+            case 6: score_direct_mk(6, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
+            case 7: score_direct_mk(7, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
+            default: score_direct_mk(8, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
             }
         } else {
             for (size_t i = 0; i < n; i++) {
                 switch (R) {
-                case 1: score_direct_mk(1, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo); break;
-                case 2: score_direct_mk(2, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo); break;
-                case 3: score_direct_mk(3, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo); break;
-                default: score_direct_mk(4, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo); break;
+                case 1: score_direct_mk(1, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo, NULL, NULL, 0); break;
+                case 2: score_direct_mk(2, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo, NULL, NULL, 0); break;
+                case 3: score_direct_mk(3, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo, NULL, NULL, 0); break;
+                default: score_direct_mk(4, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo, NULL, NULL, 0); break;
                 }
             }
         }
@@ -711,24 +745,34 @@ static void score_direct_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t n
     const size_t R = w->rows - r0, d = w->d;
     const float *q = w->q + r0 * d;
     S += r0 * lds;
+#define SCORE_DIRECT_T(T)                                                                      \
+    if (w->rows == 1 && w->stream)                                                             \
+        score_direct_t(T, R, q, d, w->k, w->k_stride, j0, nb, S, lds, w, 1);                   \
+    else                                                                                       \
+        score_direct_t(T, R, q, d, w->k, w->k_stride, j0, nb, S, lds, w, 0);
     switch (w->k_type) {
-    case SDPA_F16: score_direct_t(SDPA_F16, R, q, d, w->k, w->k_stride, j0, nb, S, lds, w); break;
-    case SDPA_BF16: score_direct_t(SDPA_BF16, R, q, d, w->k, w->k_stride, j0, nb, S, lds, w); break;
-    default: score_direct_t(SDPA_F32, R, q, d, w->k, w->k_stride, j0, nb, S, lds, w); break;
+    case SDPA_F16: SCORE_DIRECT_T(SDPA_F16) break;
+    case SDPA_BF16: SCORE_DIRECT_T(SDPA_BF16) break;
+    default: SCORE_DIRECT_T(SDPA_F32) break;
     }
+#undef SCORE_DIRECT_T
 }
 
 /* acc[r][c0..c0+8nv) = alpha_r acc + sum_j P[r][j] v_j for r < mr; cnt < 8 * nv means a tail
    panel (nv == 1), read element-safely. */
 typedef struct pv_prefetch {
-    size_t end; /* kv_end: no row at or past it is requested */
-    size_t es;  /* bytes per V element */
+    size_t      end;    /* kv_end: no row at or past it is requested */
+    size_t      es;     /* bytes per V element */
+    const char *k;      /* K, whose rows `ahead` keys on the first pass requests (with other) */
+    ptrdiff_t   kstep;  /* bytes from a K row to the next */
+    size_t      kbytes; /* bytes of a K row */
+    size_t      ahead;  /* keys: the block's size, so the next block's rows */
 } pv_prefetch;
 
 AVX2_INLINE void pv_direct_mk(size_t mr, size_t nv, sdpa_dtype t, float *acc, size_t dv,
                               const float *alpha, const float *P, size_t lds, const void *v,
                               ptrdiff_t vs, size_t j0, size_t nb, size_t c0, size_t cnt,
-                              pv_prefetch *pf)
+                              pv_prefetch *pf, int other)
 {
     __m256 a[12];
     const int full = cnt == 8 * nv;
@@ -750,11 +794,20 @@ AVX2_INLINE void pv_direct_mk(size_t mr, size_t nv, sdpa_dtype t, float *acc, si
     const float *pj = P;
     size_t j = 0;
     const size_t jp = j0 + PF_KEYS < pf->end ? (pf->end - j0 - PF_KEYS < nb ? pf->end - j0 - PF_KEYS : nb) : 0;
+    /* the first column pass requests the K rows pf->ahead keys on, when all of this group's
+       exist, with `other` (a constant at each call: the loop without it stays as it was) */
+    const size_t ka = j0 + pf->ahead;
+    const int kreq = other && c0 == 0 && ka < pf->end && pf->end - ka >= nb;
+    const char *kr = kreq ? pf->k + (ptrdiff_t)ka * pf->kstep : NULL;
     for (int with_pf = 1; with_pf >= 0; with_pf--) {
         const size_t run_end = with_pf ? jp : nb;
         for (; j < run_end; j++, vb += vstep, pj++) {
             if (with_pf)
                 for (size_t off = 0; off < pbytes; off += 64) _mm_prefetch(vb + ahead + off, _MM_HINT_T0);
+            if (kreq) {
+                for (size_t off = 0; off < pf->kbytes; off += 64) _mm_prefetch(kr + off, _MM_HINT_T0);
+                kr += pf->kstep;
+            }
             __m256 b[8];
             for (size_t i = 0; i < nv; i++)
                 b[i] = full ? load8_any(vb, t, 8 * (ptrdiff_t)i) : loadn_any(vb, t, 0, cnt);
@@ -787,19 +840,18 @@ AVX2_INLINE void pv_direct_mk(size_t mr, size_t nv, sdpa_dtype t, float *acc, si
             const float *al = g == 0 ? alpha : ones;                                           \
             size_t c = 0;                                                                      \
             for (; c + 8 * (nv) <= dv; c += 8 * (nv))                                          \
-                pv_direct_mk(m, nv, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, 8 * (nv), &pf); \
+                pv_direct_mk(m, nv, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, 8 * (nv), &pf, other); \
             for (; c + 8 <= dv; c += 8)                                                        \
-                pv_direct_mk(m, 1, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, 8, &pf);  \
-            if (c < dv) pv_direct_mk(m, 1, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, dv - c, &pf); \
+                pv_direct_mk(m, 1, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, 8, &pf, other);  \
+            if (c < dv) pv_direct_mk(m, 1, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, dv - c, &pf, other); \
         }                                                                                      \
         break;
 
 AVX2_INLINE void pv_direct_t(sdpa_dtype t, size_t R, float *acc, size_t dv, const float *alpha,
                              const float *P, size_t lds, const void *v, ptrdiff_t vs, size_t j0,
-                             size_t nb, size_t kv_end)
+                             size_t nb, pv_prefetch pf, int other)
 {
     static const float ones[DIRECT_MAX_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1};
-    pv_prefetch pf = {kv_end, t == SDPA_F32 ? 4 : 2};
     switch (R) {
         PV_DIRECT_CASE(1, 8)
         PV_DIRECT_CASE(2, 4)
@@ -820,11 +872,21 @@ static void pv_direct_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, 
     float *acc = w->acc + r0 * dv;
     S += r0 * lds;
     alpha += r0;
+    const size_t ke = w->k_type == SDPA_F32 ? 4 : 2;
+    const pv_prefetch pf = {w->kv_end, w->v_type == SDPA_F32 ? 4 : 2,
+                            (const char *)w->k, w->k_stride * (ptrdiff_t)ke,
+                            w->d * ke, nb};
+#define PV_DIRECT_T(T)                                                                         \
+    if (w->rows == 1 && w->stream)                                                             \
+        pv_direct_t(T, R, acc, dv, alpha, S, lds, w->v, w->v_stride, j0, nb, pf, 1);           \
+    else                                                                                       \
+        pv_direct_t(T, R, acc, dv, alpha, S, lds, w->v, w->v_stride, j0, nb, pf, 0);
     switch (w->v_type) {
-    case SDPA_F16: pv_direct_t(SDPA_F16, R, acc, dv, alpha, S, lds, w->v, w->v_stride, j0, nb, w->kv_end); break;
-    case SDPA_BF16: pv_direct_t(SDPA_BF16, R, acc, dv, alpha, S, lds, w->v, w->v_stride, j0, nb, w->kv_end); break;
-    default: pv_direct_t(SDPA_F32, R, acc, dv, alpha, S, lds, w->v, w->v_stride, j0, nb, w->kv_end); break;
+    case SDPA_F16: PV_DIRECT_T(SDPA_F16) break;
+    case SDPA_BF16: PV_DIRECT_T(SDPA_BF16) break;
+    default: PV_DIRECT_T(SDPA_F32) break;
     }
+#undef PV_DIRECT_T
 }
 
 /* --- the fused online softmax ---------------------------------------------------------------- */
@@ -926,7 +988,9 @@ AVX2_INLINE float softmax_fused_avx2(float *s, size_t nv, size_t nb, float *m, f
    0 (written by the softmax, never exponentiated); nothing at or past kv_end is read. */
 static void rows_avx2(const sdpa_rows *w)
 {
-    const size_t R = w->rows, d = w->d, dv = w->dv, B = eff_block(w->block);
+    const size_t R = w->rows, d = w->d, dv = w->dv;
+    const size_t B = R == 1 && w->stream && eff_block(w->block) > ONE_BLOCK ? ONE_BLOCK
+                                                                            : eff_block(w->block);
     const size_t lds = round16(B);
     const int gemm = R > DIRECT_MAX_ROWS;
     float *S = w->ws;
