@@ -81,9 +81,9 @@ float bench_read_avx512(const float *p, size_t n)
    element converted (vcvtph2ps) and summed, no other arithmetic. order 0 reads each row start to
    end, so the loads run in address order; order 1 reads tiles of 4 rows a 64-byte line of each
    row in turn (the order of a 4-key score tile). pf > 0 requests each row's lines pf rows ahead,
-   in address order, with prefetcht0 as the kernel does. The gap between this and the fused decode over the same bytes is
-   the share of the bandwidth lost to the kernel's arithmetic; the gap between this and the
-   plain read is the share lost to the order of the reads alone. */
+   in address order, with prefetcht0 as the kernel does. The gap between this and the fused
+   decode over the same bytes is the share of the bandwidth lost to the kernel's arithmetic; the
+   gap between this and the plain read is the share lost to the order of the reads alone. */
 float bench_kv_walk_avx512(const uint16_t *k, const uint16_t *v, size_t rows, size_t row_elems,
                            size_t block, int order, size_t pf)
 {

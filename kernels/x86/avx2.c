@@ -672,6 +672,8 @@ AVX2_INLINE void score_direct_mk(size_t mr, size_t nk, sdpa_dtype t, const float
    points worse to 2 points better, so two rows keep the plain loop. In cache the scheme is
    slower (8 MiB of K/V in L3: 12.2 against 8.9 ns per key), hence the flag. */
 #define ONE_BLOCK 32
+/* Whether this work takes the one-row streaming scheme above. */
+static inline int stream_one_row(const sdpa_rows *w) { return w->rows == 1 && w->stream; }
 AVX2_INLINE void prefetch_row(const void *base, size_t es, ptrdiff_t stride, size_t j, size_t n)
 {
     const char *p = (const char *)base + (ptrdiff_t)j * stride * (ptrdiff_t)es;
@@ -746,7 +748,7 @@ static void score_direct_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t n
     const float *q = w->q + r0 * d;
     S += r0 * lds;
 #define SCORE_DIRECT_T(T)                                                                      \
-    if (w->rows == 1 && w->stream)                                                             \
+    if (stream_one_row(w))                                                                     \
         score_direct_t(T, R, q, d, w->k, w->k_stride, j0, nb, S, lds, w, 1);                   \
     else                                                                                       \
         score_direct_t(T, R, q, d, w->k, w->k_stride, j0, nb, S, lds, w, 0);
@@ -877,7 +879,7 @@ static void pv_direct_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, 
                             (const char *)w->k, w->k_stride * (ptrdiff_t)ke,
                             w->d * ke, nb};
 #define PV_DIRECT_T(T)                                                                         \
-    if (w->rows == 1 && w->stream)                                                             \
+    if (stream_one_row(w))                                                                     \
         pv_direct_t(T, R, acc, dv, alpha, S, lds, w->v, w->v_stride, j0, nb, pf, 1);           \
     else                                                                                       \
         pv_direct_t(T, R, acc, dv, alpha, S, lds, w->v, w->v_stride, j0, nb, pf, 0);
@@ -989,8 +991,8 @@ AVX2_INLINE float softmax_fused_avx2(float *s, size_t nv, size_t nb, float *m, f
 static void rows_avx2(const sdpa_rows *w)
 {
     const size_t R = w->rows, d = w->d, dv = w->dv;
-    const size_t B = R == 1 && w->stream && eff_block(w->block) > ONE_BLOCK ? ONE_BLOCK
-                                                                            : eff_block(w->block);
+    const size_t B = stream_one_row(w) && eff_block(w->block) > ONE_BLOCK ? ONE_BLOCK
+                                                                          : eff_block(w->block);
     const size_t lds = round16(B);
     const int gemm = R > DIRECT_MAX_ROWS;
     float *S = w->ws;

@@ -834,7 +834,8 @@ static float softmax_dec(float *s, size_t n, float *m, float *l)
 static void rows_avx512_decode(const sdpa_rows *w)
 {
     const size_t R = w->rows, d = w->d, dv = w->dv;
-    const size_t NB = R <= 2 ? min_sz(DEC_BLOCK_TWO, dec_block(w->block)) : dec_block(w->block);
+    const int other = R <= 2; /* the other array's stream, and short blocks (dec_pf) */
+    const size_t NB = other ? min_sz(DEC_BLOCK_TWO, dec_block(w->block)) : dec_block(w->block);
     const size_t lds = DEC_LDS;
     float *ml = w->ws;               /* alpha [R] (the state stays in w->m, w->l) */
     float *S = ml + state_floats(R); /* [R][lds] */
@@ -846,7 +847,6 @@ static void rows_avx512_decode(const sdpa_rows *w)
     pack_q_lines(qr, RP, d, w->k_type == SDPA_F32 ? 16 : 32, qpk);
     const size_t ek = w->k_type == SDPA_F32 ? 4 : 2, ev = w->v_type == SDPA_F32 ? 4 : 2;
     const size_t kend = min_sz(w->kv_end, w->kv_limit[R - 1]); /* keys past it are never read */
-    const int other = R <= 2; /* the other array's stream, and short blocks (dec_pf) */
     {
         /* the steady-state streams run DEC_PF keys ahead; the call's first keys are requested
            here, at once, so that they too are on their way before they are needed (later
