@@ -58,6 +58,25 @@ typedef struct sdpa_rows {
     int           stream;
 } sdpa_rows;
 
+/* An implementation's blocking and prefetch parameters: the values its kernels are compiled with
+   (each kernel file takes them from here, so what is reported is what runs). 0: the
+   implementation has no such parameter. Vocabulary, the same on every ISA: a unit of at most
+   decode_max_rows rows takes the decode path (K and V read in place, once, every load shared
+   by the rows), a larger one the prefill path (K and V packed per block, register-blocked
+   micro-kernels named <op>_<isa>_<mr>x<nr>). */
+typedef struct sdpa_tuning {
+    size_t decode_max_rows;  /* rows of the largest unit that takes the decode path */
+    size_t decode_block;     /* keys per decode block (at most) */
+    size_t decode_block_few; /* keys per decode block when few rows stream both K and V ahead */
+    size_t decode_pf_keys;   /* software-prefetch distance of the decode streams, in keys */
+    size_t decode_pv_group;  /* keys per decode P·V group (their V rows stay in L1) */
+    size_t prefill_block;    /* keys per prefill block (at most; the driver's hint may be less) */
+    size_t prefill_panel;    /* query rows packed together (a Qᵀ panel or a row group) */
+    size_t score_mr, score_nr; /* the prefill score micro-kernel's shape */
+    size_t pv_mr, pv_nr;       /* the prefill P·V micro-kernel's shape */
+    size_t pv_kb;              /* keys per prefill P·V sub-block (0: the whole block) */
+} sdpa_tuning;
+
 typedef struct sdpa_kernels {
     /* the three public primitives, same contract as in sdpa.h (n, d, dv >= 1 here) */
     void  (*score_f32)(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
@@ -72,6 +91,8 @@ typedef struct sdpa_kernels {
     void   (*rows)(const sdpa_rows *w);
     /* scratch floats that `rows` needs for R rows, head dims d/dv and a key block */
     size_t (*ws_floats)(size_t rows, size_t d, size_t dv, size_t block);
+    /* the parameters the kernels above were compiled with */
+    sdpa_tuning tuning;
 } sdpa_kernels;
 
 /* Every implementation exports one of these, named sdpa_kernels_<isa>. */
