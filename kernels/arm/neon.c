@@ -14,17 +14,13 @@
 /* exp                                                                                         */
 /* ------------------------------------------------------------------------------------------ */
 
-#include "exp_arm_coeffs.h" /* the reduction constants and polynomial, shared with the other ARM ISA */
-/* Max error over x <= 0, measured exhaustively (every float in [-104, 0] against double exp,
-   in ULPs of the exact result, a ULP being at least 2^-149): 0.912 ULP (0.91198 at
-   x = -5.8473). */
-#define EXP_NEON_MAX_ULP 0.912
+#include "exp_coeffs.h" /* the exp every SIMD implementation shares */
 
 NEON_INLINE float32x4_t exp_neon_v(float32x4_t x)
 {
     /* Below -104 every result rounds to 0 and above 89 to inf, so clamping loses nothing and keeps
        n in [-150, 129]. FMAX/FMIN return NaN for a NaN input, so NaN flows through to the end. */
-    x = vminq_f32(vmaxq_f32(x, vdupq_n_f32(-104.0f)), vdupq_n_f32(89.0f));
+    x = vminq_f32(vmaxq_f32(x, vdupq_n_f32(EXP_LO)), vdupq_n_f32(EXP_HI));
     const float32x4_t nf = vrndnq_f32(vmulq_f32(x, vdupq_n_f32(EXP_LOG2E)));
     float32x4_t r = vfmsq_f32(x, nf, vdupq_n_f32(EXP_LN2_HI));
     r = vfmsq_f32(r, nf, vdupq_n_f32(EXP_LN2_LO));
@@ -487,7 +483,7 @@ const sdpa_kernels sdpa_kernels_neon = {
     .softmax_online_f32 = softmax_online_neon,
     .accumulate_f32 = accumulate_neon,
     .exp_f32 = exp_neon,
-    .exp_max_ulp = EXP_NEON_MAX_ULP,
+    .exp_max_ulp = EXP_MAX_ULP,
     .rows = rows_neon,
     .ws_floats = ws_floats_neon,
 };

@@ -38,13 +38,11 @@ static inline void sdpa_pf_lines(sdpa_pf_cursor *c, int lines)
 
 /* Requests the rows of a K/V view in address order, one 64-byte line per request, for kernels
    that stream K/V from memory. A decode tile reads a line of each of its keys' rows at a time
-   (line 0 of keys j..j+3, then line 1, ...); requests issued in that order jump between rows,
-   and on the machine measured (one core streaming two 8 MiB arrays, a synthetic loop with
-   about the decode kernel's arithmetic per key) they fed it at 17-21 GB/s, where the same lines
-   requested row after row (the order of a plain stream) fed it at up to 36 GB/s. A stream
-   that has run out requests nothing. Lines are counted from the line holding a row's first
-   byte; with a stride that is not a multiple of 64 a row may get one line too few: a hint,
-   never a fault. */
+   (line 0 of keys j..j+3, then line 1, ...); requests issued in that order jump between rows and
+   defeat the memory system's own streaming, while the same lines requested row after row (the
+   order of a plain stream) arrive about twice as fast. A stream that has run out requests
+   nothing. Lines are counted from the line holding a row's first byte; with a stride that is
+   not a multiple of 64 a row may get one line too few: a hint, never a fault. */
 typedef struct sdpa_pf_rows {
     const char *p;    /* next line to request */
     ptrdiff_t   skip; /* bytes from past a row's last line to the next row's first */
@@ -80,12 +78,16 @@ static inline const char *sdpa_pf_rows_pop(sdpa_pf_rows *c)
 
 /* The locality of a K/V stream's requests: 3 (prefetcht0 on x86), into every level down to L1.
    The decode loops use each line once, a few dozen keys after they request it, so it need not
-   wait in L2. Measured on the AVX-512 decode loop, one thread, K/V from memory, builds with
-   locality 2 (prefetcht1) and 3 timed in turn in one process, each call after a 512 MiB read
-   (medians of 20-24 calls, two runs): 32/32 f16 D128 64 and 57 % of the read bandwidth against
-   59 and 49 %, 32/8 bf16 59 and 60 against 54 and 58 %, 32/8 f16 level (61 and 59 % both);
-   in cache, 32/32 8.5 against 9.5 ns per key, 32/8 level. */
+   wait in L2. */
 #define SDPA_PF_STREAM_LOCALITY 3
+
+/* Requests every line of row j of a K/V view (element size es, stride in elements, n elements):
+   a whole row at once, for a stream's first rows or rows a cursor does not cover. */
+static inline void sdpa_pf_row(const void *base, size_t es, ptrdiff_t stride, size_t j, size_t n)
+{
+    const char *p = (const char *)base + (ptrdiff_t)j * stride * (ptrdiff_t)es;
+    for (size_t b = 0; b < n * es; b += 64) __builtin_prefetch(p + b, 0, SDPA_PF_STREAM_LOCALITY);
+}
 
 /* Requests the stream's next `lines` lines. */
 static inline void sdpa_pf_rows_next(sdpa_pf_rows *c, int lines)

@@ -1,0 +1,325 @@
+/* decode.c -- the AVX2 decode path: few query rows, K and V read once, in place, from memory */
+#include "avx2.h"
+#include "prefetch.h"
+
+/*
+ * Packing would be a second pass over data used only a few times, so K and V are read in
+ * place, converted in registers, and every load is shared by all rows: scores as dot products
+ * along d (rows x keys accumulators, reduced at the end), values as rows x columns accumulators
+ * over the block's keys.
+ */
+
+/* Scratch: S [R][lds] | alpha [R]. */
+size_t sdpa_decode_ws_avx2(size_t rows, size_t d, size_t dv, size_t block)
+{
+    (void)d, (void)dv;
+    return rows * sdpa_round16(block_keys(block, DECODE_BLOCK)) + sdpa_round16(rows);
+}
+
+/* --- direct path (few rows): micro-kernels reading K/V in place --------------------------- */
+
+/* Scores of mr rows against nk keys (mr * nk <= 12), S[r][i] for keys j..j+nk. */
+SDPA_INLINE void score_decode_mk(size_t mr, size_t nk, sdpa_dtype t, const float *q, size_t d,
+                                 const void *k, ptrdiff_t ks, size_t j, float *S, size_t lds,
+                                 ptrdiff_t pfo, const char *oth, const char *oend, size_t oper)
+{
+    /* pfo != 0: the rows pfo elements past this tile's keys exist, and each step that starts
+       a cache line of them requests it: the requests spread over the arithmetic. oth != NULL:
+       the lines [oth, oend) (the tile's V rows, end to end) are requested the same way, oper
+       at each such step (callers without them pass a constant NULL, and the code goes) */
+    const ptrdiff_t es = t == SDPA_F32 ? 4 : 2;
+    /* mr * nk <= 12 accumulators (12: four rows by three keys, whose 12 FMA chains leave the
+       FMA units slack that 8 chains of 4-cycle latency would not) */
+    __m256 a[16];
+    for (size_t i = 0; i < 16; i++) a[i] = _mm256_setzero_ps();
+    size_t c = 0;
+    for (; c + 8 <= d; c += 8) {
+        if (pfo && (((ptrdiff_t)c * es) & 63) == 0)
+            for (size_t i = 0; i < nk; i++)
+                __builtin_prefetch((const char *)k + ((ptrdiff_t)(j + i) * ks + (ptrdiff_t)c + pfo) * es,
+                                   0, SDPA_PF_STREAM_LOCALITY);
+        if (oth && (((ptrdiff_t)c * es) & 63) == 0)
+            for (size_t i = 0; i < oper && oth < oend; i++, oth += 64) __builtin_prefetch(oth, 0, SDPA_PF_STREAM_LOCALITY);
+        __m256 kv[8];
+        for (size_t i = 0; i < nk; i++) kv[i] = load8_any(k, t, (ptrdiff_t)(j + i) * ks + (ptrdiff_t)c);
+        for (size_t r = 0; r < mr; r++) {
+            __m256 qv = _mm256_loadu_ps(q + r * d + c);
+            /* one load per query vector: left alone, the compiler folds it into every FMA that
+               uses it, and the loads (not the FMAs) become the limit */
+            if (nk > 1) __asm__("" : "+x"(qv));
+            for (size_t i = 0; i < nk; i++) a[r * nk + i] = _mm256_fmadd_ps(qv, kv[i], a[r * nk + i]);
+        }
+    }
+    if (c < d) {
+        const __m256i mk = lanes_mask(d - c);
+        __m256 kv[8];
+        for (size_t i = 0; i < nk; i++)
+            kv[i] = loadn_any(k, t, (ptrdiff_t)(j + i) * ks + (ptrdiff_t)c, d - c);
+        for (size_t r = 0; r < mr; r++) {
+            const __m256 qv = _mm256_maskload_ps(q + r * d + c, mk);
+            for (size_t i = 0; i < nk; i++) a[r * nk + i] = _mm256_fmadd_ps(qv, kv[i], a[r * nk + i]);
+        }
+    }
+    float out[16];
+    _mm256_storeu_ps(out, reduce8x8(a));
+    if (mr * nk > 8) _mm256_storeu_ps(out + 8, reduce8x8(a + 8)); /* a[12..16) stay zero */
+    for (size_t r = 0; r < mr; r++)
+        for (size_t i = 0; i < nk; i++) S[r * lds + i] = out[r * nk + i];
+}
+
+/* Software prefetch. The kernel alternates a score pass over K and a value pass over V per
+   block; left to the hardware prefetchers, memory would sit idle during whichever pass is
+   compute-bound. So each pass requests the row DECODE_PF_KEYS keys ahead of the one it works on,
+   in the same array, a few lines per key spread among the arithmetic: the score pass whole K
+   rows, each value pass the lines of its own columns of the V row. The requests run past the
+   block's end into the next block, so only a call's first keys need requesting up front (K at
+   the call's start, V during the first score pass). Never at or past kv_end.
+
+   One-row work has little arithmetic per key, and its score and value passes would each stream
+   one array while the other sits idle. So when the call streams K and V from memory
+   (sdpa_rows.stream) it goes in blocks of DECODE_BLOCK_FEW keys, and each pass also requests the
+   other array one pass ahead: the score pass the block's V rows (inside its tiles, in address
+   order, when they lie end to end), the first value pass the next block's K rows. In cache the
+   scheme is slower, hence the flag; with two or more rows it does not pay. */
+/* Whether this work takes the one-row streaming scheme above. */
+static inline int stream_one_row(const sdpa_rows *w) { return w->rows == 1 && w->stream; }
+
+/* Keys [j0, j0 + nb) for all R <= 8 rows, in tiles of nk keys (8 / R, or 3 for R = 4), so each
+   loaded K vector feeds R FMAs. */
+SDPA_INLINE void score_decode_t(sdpa_dtype t, size_t R, const float *q, size_t d, const void *k,
+                                ptrdiff_t ks, size_t j0, size_t nb, float *S, size_t lds,
+                                const sdpa_rows *w, int other)
+{
+    const size_t nk = R == 4 ? 3 : 8 / R; /* keys per tile: see score_decode_mk */
+    const size_t ke = t == SDPA_F32 ? 4 : 2, ve = w->v_type == SDPA_F32 ? 4 : 2;
+    const int first = j0 == w->kv_begin; /* nothing requested this block's first V rows */
+    /* other (a constant at each call, so that the loop without it is as lean as before): the
+       block's V rows too (see DECODE_BLOCK_FEW), inside the tiles when they lie end to end in whole
+       lines, else here */
+    const size_t vrow = w->dv * ve;
+    const int vplain = (ptrdiff_t)vrow == w->v_stride * (ptrdiff_t)ve && vrow % 64 == 0 &&
+                       ((uintptr_t)w->v & 63) == 0;
+    /* the tile's nk V rows over its steps that start a line of K, an equal share each */
+    const size_t starts = ((d & ~(size_t)7) * ke + 63) / 64;
+    const size_t oper = starts ? (nk * vrow / 64 + starts - 1) / starts : 0;
+    size_t j = 0;
+    if (first)
+        for (size_t i = 0; i < DECODE_PF_KEYS && j0 + i < w->kv_end; i++) sdpa_pf_row(k, ke, ks, j0 + i, d);
+    for (; j < nb; j += nk) {
+        const size_t n = nb - j < nk ? nb - j : nk; /* only R <= 4 has nk > 1, hence a tail */
+        /* the rows DECODE_PF_KEYS ahead: requested inside the tile when they all exist, else here */
+        const ptrdiff_t pfo = j0 + j + n - 1 + DECODE_PF_KEYS < w->kv_end ? DECODE_PF_KEYS * ks : 0;
+        const int oin = other && vplain && n == nk;
+        const char *oth = oin ? (const char *)w->v + (j0 + j) * vrow : NULL;
+        for (size_t i = 0; i < n; i++) {
+            if (!pfo && j0 + j + i + DECODE_PF_KEYS < w->kv_end) sdpa_pf_row(k, ke, ks, j0 + j + i + DECODE_PF_KEYS, d);
+            if ((other && !oin) || (first && j + i < DECODE_PF_KEYS))
+                sdpa_pf_row(w->v, ve, w->v_stride, j0 + j + i, w->dv);
+        }
+        if (n == nk) {
+            switch (R) { /* constant shapes, so the accumulators live in registers */
+            case 1:
+                if (oth)
+                    score_decode_mk(1, 8, t, q, d, k, ks, j0 + j, S + j, lds, pfo, oth, oth + 8 * vrow, oper);
+                else
+                    score_decode_mk(1, 8, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0);
+                break;
+            case 2: score_decode_mk(2, 4, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
+            case 3: score_decode_mk(3, 2, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
+            case 4: score_decode_mk(4, 3, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
+            case 5: score_decode_mk(5, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
+            case 6: score_decode_mk(6, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
+            case 7: score_decode_mk(7, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
+            default: score_decode_mk(8, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
+            }
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                switch (R) {
+                case 1: score_decode_mk(1, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo, NULL, NULL, 0); break;
+                case 2: score_decode_mk(2, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo, NULL, NULL, 0); break;
+                case 3: score_decode_mk(3, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo, NULL, NULL, 0); break;
+                default: score_decode_mk(4, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo, NULL, NULL, 0); break;
+                }
+            }
+        }
+    }
+}
+
+static void score_decode_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, float *S,
+                              size_t lds)
+{
+    const size_t R = w->rows - r0, d = w->d;
+    const float *q = w->q + r0 * d;
+    S += r0 * lds;
+#define SCORE_DECODE_T(T)                                                                      \
+    if (stream_one_row(w))                                                                     \
+        score_decode_t(T, R, q, d, w->k, w->k_stride, j0, nb, S, lds, w, 1);                   \
+    else                                                                                       \
+        score_decode_t(T, R, q, d, w->k, w->k_stride, j0, nb, S, lds, w, 0);
+    switch (w->k_type) {
+    case SDPA_F16: SCORE_DECODE_T(SDPA_F16) break;
+    case SDPA_BF16: SCORE_DECODE_T(SDPA_BF16) break;
+    default: SCORE_DECODE_T(SDPA_F32) break;
+    }
+#undef SCORE_DECODE_T
+}
+
+/* acc[r][c0..c0+8nv) = alpha_r acc + sum_j P[r][j] v_j for r < mr; cnt < 8 * nv means a tail
+   panel (nv == 1), read element-safely. */
+typedef struct pv_prefetch {
+    size_t      end;    /* kv_end: no row at or past it is requested */
+    size_t      es;     /* bytes per V element */
+    const char *k;      /* K, whose rows `ahead` keys on the first pass requests (with other) */
+    ptrdiff_t   kstep;  /* bytes from a K row to the next */
+    size_t      kbytes; /* bytes of a K row */
+    size_t      ahead;  /* keys: the block's size, so the next block's rows */
+} pv_prefetch;
+
+SDPA_INLINE void pv_decode_mk(size_t mr, size_t nv, sdpa_dtype t, float *acc, size_t dv,
+                              const float *alpha, const float *P, size_t lds, const void *v,
+                              ptrdiff_t vs, size_t j0, size_t nb, size_t c0, size_t cnt,
+                              pv_prefetch *pf, int other)
+{
+    __m256 a[12];
+    const int full = cnt == 8 * nv;
+    const __m256i mk = lanes_mask(cnt);
+    for (size_t r = 0; r < mr; r++) {
+        const __m256 al = _mm256_broadcast_ss(alpha + r);
+        for (size_t i = 0; i < nv; i++) {
+            const float *o = acc + r * dv + c0 + 8 * i;
+            a[r * nv + i] = _mm256_mul_ps(al, full ? _mm256_loadu_ps(o) : _mm256_maskload_ps(o, mk));
+        }
+    }
+    /* V and P are stepped by pointer, with no index arithmetic, which on a 16-FMA body would
+       compete with the FMAs for issue slots. Keys whose row DECODE_PF_KEYS ahead exists request this
+       pass's columns of it (rows past kv_end are not requested: the last ones already were) */
+    const char *vb = (const char *)v + ((ptrdiff_t)j0 * vs + (ptrdiff_t)c0) * (ptrdiff_t)pf->es;
+    const ptrdiff_t vstep = vs * (ptrdiff_t)pf->es;
+    const ptrdiff_t ahead = DECODE_PF_KEYS * vstep;
+    const size_t pbytes = cnt * pf->es;
+    const float *pj = P;
+    size_t j = 0;
+    const size_t jp = j0 + DECODE_PF_KEYS < pf->end ? (pf->end - j0 - DECODE_PF_KEYS < nb ? pf->end - j0 - DECODE_PF_KEYS : nb) : 0;
+    /* the first column pass requests the K rows pf->ahead keys on, when all of this group's
+       exist, with `other` (a constant at each call: the loop without it stays as it was) */
+    const size_t ka = j0 + pf->ahead;
+    const int kreq = other && c0 == 0 && ka < pf->end && pf->end - ka >= nb;
+    const char *kr = kreq ? pf->k + (ptrdiff_t)ka * pf->kstep : NULL;
+    for (int with_pf = 1; with_pf >= 0; with_pf--) {
+        const size_t run_end = with_pf ? jp : nb;
+        for (; j < run_end; j++, vb += vstep, pj++) {
+            if (with_pf)
+                for (size_t off = 0; off < pbytes; off += 64) __builtin_prefetch(vb + ahead + off, 0, SDPA_PF_STREAM_LOCALITY);
+            if (kreq) {
+                for (size_t off = 0; off < pf->kbytes; off += 64) __builtin_prefetch(kr + off, 0, SDPA_PF_STREAM_LOCALITY);
+                kr += pf->kstep;
+            }
+            __m256 b[8];
+            for (size_t i = 0; i < nv; i++)
+                b[i] = full ? load8_any(vb, t, 8 * (ptrdiff_t)i) : loadn_any(vb, t, 0, cnt);
+            for (size_t r = 0; r < mr; r++) {
+                const __m256 p = _mm256_broadcast_ss(pj + r * lds);
+                for (size_t i = 0; i < nv; i++) a[r * nv + i] = _mm256_fmadd_ps(p, b[i], a[r * nv + i]);
+            }
+        }
+    }
+    for (size_t r = 0; r < mr; r++)
+        for (size_t i = 0; i < nv; i++) {
+            float *o = acc + r * dv + c0 + 8 * i;
+            if (full)
+                _mm256_storeu_ps(o, a[r * nv + i]);
+            else
+                _mm256_maskstore_ps(o, mk, a[r * nv + i]);
+        }
+}
+
+/* Keys in groups of DECODE_PV_GROUP, every column pass over one group before the next: the group's V
+   rows stay in L1 across the passes, and the rows a pass requests DECODE_PF_KEYS keys ahead arrive
+   in the time of whole groups, not of one fast pass. alpha is applied by the first group
+   only. Columns in panels of 8 * NV(R) (NV chosen so R * NV accumulators fill the registers),
+   then 8-column panels, then one element-safe tail panel. */
+#define PV_DECODE_CASE(m, nv)                                                                  \
+    case m:                                                                                    \
+        for (size_t g = 0; g < nb; g += DECODE_PV_GROUP) {                                            \
+            const size_t ng = nb - g < DECODE_PV_GROUP ? nb - g : DECODE_PV_GROUP;                           \
+            const float *al = g == 0 ? alpha : ones;                                           \
+            size_t c = 0;                                                                      \
+            for (; c + 8 * (nv) <= dv; c += 8 * (nv))                                          \
+                pv_decode_mk(m, nv, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, 8 * (nv), &pf, other); \
+            for (; c + 8 <= dv; c += 8)                                                        \
+                pv_decode_mk(m, 1, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, 8, &pf, other);  \
+            if (c < dv) pv_decode_mk(m, 1, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, dv - c, &pf, other); \
+        }                                                                                      \
+        break;
+
+SDPA_INLINE void pv_decode_t(sdpa_dtype t, size_t R, float *acc, size_t dv, const float *alpha,
+                             const float *P, size_t lds, const void *v, ptrdiff_t vs, size_t j0,
+                             size_t nb, pv_prefetch pf, int other)
+{
+    static const float ones[DECODE_MAX_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1};
+    switch (R) {
+        PV_DECODE_CASE(1, 8)
+        PV_DECODE_CASE(2, 4)
+        PV_DECODE_CASE(3, 4)
+        PV_DECODE_CASE(4, 3)
+        PV_DECODE_CASE(5, 2)
+        PV_DECODE_CASE(6, 2)
+        PV_DECODE_CASE(7, 1)
+    default:
+        PV_DECODE_CASE(8, 1)
+    }
+}
+
+static void pv_decode_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, const float *alpha,
+                           const float *S, size_t lds)
+{
+    const size_t R = w->rows - r0, dv = w->dv;
+    float *acc = w->acc + r0 * dv;
+    S += r0 * lds;
+    alpha += r0;
+    const size_t ke = w->k_type == SDPA_F32 ? 4 : 2;
+    const pv_prefetch pf = {w->kv_end, w->v_type == SDPA_F32 ? 4 : 2,
+                            (const char *)w->k, w->k_stride * (ptrdiff_t)ke,
+                            w->d * ke, nb};
+#define PV_DECODE_T(T)                                                                         \
+    if (stream_one_row(w))                                                                     \
+        pv_decode_t(T, R, acc, dv, alpha, S, lds, w->v, w->v_stride, j0, nb, pf, 1);           \
+    else                                                                                       \
+        pv_decode_t(T, R, acc, dv, alpha, S, lds, w->v, w->v_stride, j0, nb, pf, 0);
+    switch (w->v_type) {
+    case SDPA_F16: PV_DECODE_T(SDPA_F16) break;
+    case SDPA_BF16: PV_DECODE_T(SDPA_BF16) break;
+    default: PV_DECODE_T(SDPA_F32) break;
+    }
+#undef PV_DECODE_T
+}
+
+/* --- the loop ------------------------------------------------------------------------------- */
+
+/* Rows before r0 see none of the current block (limits are non-decreasing in r); keys past a
+   row's limit inside the block get weight exactly 0 (written by the softmax, never
+   exponentiated); nothing at or past kv_end is read. */
+void sdpa_decode_avx2(const sdpa_rows *w)
+{
+    const size_t R = w->rows;
+    const size_t B = stream_one_row(w) && block_keys(w->block, DECODE_BLOCK) > DECODE_BLOCK_FEW
+                         ? DECODE_BLOCK_FEW
+                         : block_keys(w->block, DECODE_BLOCK);
+    const size_t lds = sdpa_round16(B);
+    float *S = w->ws;
+    float *alpha = S + R * lds;
+    size_t r0 = 0;
+
+    for (size_t j0 = w->kv_begin; j0 < w->kv_end; j0 += B) {
+        const size_t nb = (w->kv_end - j0 < B) ? w->kv_end - j0 : B;
+        while (r0 < R && w->kv_limit[r0] <= j0) r0++;
+        if (r0 == R) break;
+        score_decode_avx2(w, r0, j0, nb, S, lds);
+        for (size_t r = r0; r < R; r++) {
+            const size_t lim = w->kv_limit[r];
+            const size_t nv = lim < j0 + nb ? lim - j0 : nb;
+            alpha[r] = softmax_fused_avx2(S + r * lds, nv, nb, &w->m[r], &w->l[r], NULL);
+        }
+        pv_decode_avx2(w, r0, j0, nb, alpha, S, lds);
+    }
+}

@@ -1,0 +1,478 @@
+/* decode.c -- the AVX-512 decode path: few query rows, K and V read once, in place, from memory */
+#include "avx512.h"
+#include "prefetch.h"
+
+/*
+ * Work of at most DECODE_MAX_ROWS rows is bound by reading K and V once, and the core overlaps
+ * little of its arithmetic with the memory stream, so every operation per key counts. Per block
+ * of keys: scores in tiles of RP rows x 16/RP keys (RP = R rounded up to 1, 2, 4 or 8), each K
+ * chunk loaded and converted once, in a register, and used by every row, the 16 dot products of
+ * a tile reduced by one shuffle tree; then one online-softmax step per row for the whole block;
+ * then P·V with each V vector converted once in a register and used by every row, the
+ * accumulators of R rows x NV column vectors in registers. K and V are requested ahead of their
+ * use, in address order (decode_pf).
+ */
+
+static size_t decode_block(size_t block) { return sdpa_min(block ? block : 1, DECODE_BLOCK); }
+
+size_t sdpa_decode_ws_avx512(size_t rows, size_t d, size_t dv, size_t block)
+{
+    /* alpha | scores | q packed by lines (padded to 8 rows) */
+    (void)block, (void)dv;
+    return state_floats(rows) + rows * DECODE_LDS + DECODE_MAX_ROWS * (d + 32);
+}
+
+/* The decode loop's two prefetch streams while one phase runs, each requested in address
+   order (sdpa_pf_rows) a fixed number of lines per step of the phase's work: s[0] is the
+   phase's own array DECODE_PF_KEYS keys ahead, s[1] the other array one phase ahead (while the
+   score loop reads a block's K rows it requests the block's V rows, and while the P·V loop
+   reads them, the next block's K rows), so that the next phase starts on rows already in cache
+   and two streams of requests are in flight at all times. s[1] is used with one or two rows,
+   with blocks of DECODE_BLOCK_FEW keys, so that both arrays stream at once almost all the time;
+   with more rows the extra requests cost more than the concurrency gives, so there s[1] is
+   empty and requests nothing (decode_pf_mode 2). */
+typedef struct decode_pf {
+    sdpa_pf_rows s[2];
+    int          per[2]; /* lines per step */
+} decode_pf;
+
+/* keys rows of each stream over `steps` steps (rounded up: a stream never falls behind) */
+static inline void decode_pf_rate(decode_pf *p, size_t keys, size_t steps)
+{
+    for (int i = 0; i < 2; i++) p->per[i] = steps ? (int)((keys * p->s[i].L + steps - 1) / steps) : 0;
+}
+
+SDPA_INLINE void decode_pf_step(decode_pf *p)
+{
+    sdpa_pf_rows_next(&p->s[0], p->per[0]);
+    sdpa_pf_rows_next(&p->s[1], p->per[1]);
+}
+
+/* How a run of steps may request its lines when its rows have L lines each: 1 when both
+   streams have such rows laid end to end (no gap: the next line is always the one after) and
+   at least `lines` lines left each, 2 when the first does and the second is empty (one
+   stream), else 0 (the general cursor, decode_pf_step). In modes 1 and 2 a step requests its
+   lines with a pointer bump (decode_pf_simple), the general cursor's bookkeeping costing more
+   than the requests themselves when the data is already in cache. */
+static inline int decode_pf_mode(const decode_pf *p, size_t L, size_t lines)
+{
+    if (p->s[0].skip != 0 || p->s[0].L != L || p->s[0].n < lines) return 0;
+    if (p->s[1].n == 0) return 2;
+    return p->s[1].skip == 0 && p->s[1].L == L && p->s[1].n >= lines ? 1 : 0;
+}
+
+/* `per` lines of the first stream (and of the second when `two`) from line offset `at` (in
+   lines) of the plain run starting at the streams' current lines. */
+SDPA_INLINE void decode_pf_simple(const decode_pf *p, int per, size_t at, int two)
+{
+    SDPA_UNROLL for (int i = 0; i < per; i++) {
+        __builtin_prefetch(p->s[0].p + 64 * (at + (size_t)i), 0, SDPA_PF_STREAM_LOCALITY);
+        if (two) __builtin_prefetch(p->s[1].p + 64 * (at + (size_t)i), 0, SDPA_PF_STREAM_LOCALITY);
+    }
+}
+
+/* Advances the first stream of a plain run (and the second when `two`) by `lines` lines (the
+   line-in-row count only matters for rows with a gap, which a plain run never has). */
+static inline void decode_pf_skip(decode_pf *p, size_t lines, int two)
+{
+    for (int i = 0; i < 1 + two; i++) {
+        p->s[i].p += 64 * lines;
+        p->s[i].n -= lines;
+    }
+}
+
+/* Rows [j, min(j + n, jend)) of a K/V view as a prefetch stream (empty when j >= jend). */
+static inline sdpa_pf_rows decode_rows(const void *base, ptrdiff_t stride, size_t es, size_t rb,
+                                    size_t j, size_t n, size_t jend)
+{
+    n = j < jend ? sdpa_min(n, jend - j) : 0;
+    if (!n) j = 0; /* an empty stream still points at a row of the view */
+    return sdpa_pf_rows_begin((const char *)base + sdpa_row_off(stride, j) * (ptrdiff_t)es,
+                              stride * (ptrdiff_t)es, rb, n);
+}
+
+/* One 16-element chunk (columns [c, c + 16), mask m) of the RP x NK score tile: each key chunk
+   is converted once, in a register, and feeds all RP rows; a[PERM16(r * NK + i)] holds the
+   16-lane partial sums of row r and key i. */
+SDPA_INLINE void score_decode_step(int RP, int NK, sdpa_dtype kt, __m512 *a, const float *const *qr,
+                       const void *k, const ptrdiff_t *ko, size_t c, __mmask16 m,
+                       decode_pf *pf)
+{
+    const size_t es = kt == SDPA_F32 ? 4 : 2;
+    if (((c * es) & 63) == 0) decode_pf_step(pf); /* once per line of the rows */
+    __m512 qv[DECODE_MAX_ROWS];
+    SDPA_UNROLL for (int r = 0; r < RP; r++) qv[r] = _mm512_maskz_loadu_ps(m, qr[r] + c);
+    SDPA_UNROLL for (int i = 0; i < NK; i++) {
+        const __m512 kv = load_kv(k, kt, ko[i] + (ptrdiff_t)c, m);
+        SDPA_UNROLL for (int r = 0; r < RP; r++)
+            a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qv[r], kv, a[PERM16(r * NK + i)]);
+    }
+}
+
+/* The fast path of a full score tile (NK keys), one 64-byte line of each K row per step. The
+   slow path (score_decode_step) keeps a row offset per key and a pointer per query row: more
+   integers than registers, and the spills and reloads it then makes compete with the FMAs for
+   issue ports. Here q is packed (qp, see pack_q_lines) and every K row is kc + i * ksb, whole
+   lines of each row; a last partial line (masked, zero-padded q) is done without requests. */
+SDPA_INLINE void score_decode_fast(int RP, int NK, int kt, int plain, const float *qp, size_t d,
+                       const char *kc, ptrdiff_t ksb, decode_pf *pf, __m512 *a)
+{
+    const size_t es = kt == SDPA_F32 ? 4 : 2, E = 64 / es; /* elements per line */
+    const size_t lines = d / E;
+    for (size_t g = 0; g < lines; g++, kc += 64, qp += RP * E) {
+        if (plain)
+            decode_pf_simple(pf, NK, g * (size_t)NK, plain == 1);
+        else
+            decode_pf_step(pf);
+        SDPA_UNROLL for (size_t h = 0; h < E / 16; h++) {
+            __m512 qv[DECODE_MAX_ROWS];
+            SDPA_UNROLL for (int r = 0; r < RP; r++) qv[r] = _mm512_load_ps(qp + (size_t)r * E + 16 * h);
+            SDPA_UNROLL for (int i = 0; i < NK; i++) {
+                const __m512 kv = load_kv(kc + i * ksb, (sdpa_dtype)kt, (ptrdiff_t)(16 * h), 0xFFFF);
+                SDPA_UNROLL for (int r = 0; r < RP; r++)
+                    a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qv[r], kv, a[PERM16(r * NK + i)]);
+            }
+        }
+    }
+    /* the partial last line */
+    for (size_t c = lines * E; c < d; c += 16, qp += 16) {
+        const __mmask16 m = lanes(d - c);
+        SDPA_UNROLL for (int i = 0; i < NK; i++) {
+            const __m512 kv = load_kv(kc + i * ksb, (sdpa_dtype)kt, (ptrdiff_t)(c - lines * E), m);
+            SDPA_UNROLL for (int r = 0; r < RP; r++)
+                a[PERM16(r * NK + i)] = _mm512_fmadd_ps(_mm512_load_ps(qp + (size_t)r * E), kv,
+                                                        a[PERM16(r * NK + i)]);
+        }
+    }
+}
+
+/* q rows [0, R) padded to RP (repeating the last), packed line by line for score_decode_fast: the E
+   elements of line g of row r at qp[(g * RP + r) * E], the partial last line zero-padded. */
+static void pack_q_lines(const float *const *qr, size_t RP, size_t d, size_t E, float *qp)
+{
+    const size_t lines = (d + E - 1) / E;
+    for (size_t g = 0; g < lines; g++)
+        for (size_t r = 0; r < RP; r++)
+            for (size_t e = 0; e < E; e++) {
+                const size_t c = g * E + e;
+                qp[(g * RP + r) * E + e] = c < d ? qr[r][c] : 0.0f;
+            }
+}
+
+/* Scores of rows [0, R) (padded to RP in {1, 2, 4, 8}: the padding rows repeat the last real
+   row and are computed but never stored) against the keys [0, nk) of the block starting at key
+   j0, into S[r][0..nk). RP * NK = 16 dot products per tile, so a single shuffle tree reduces
+   them all and lane r * NK + i of its result is row r's score for key i: no horizontal sum per
+   key, and (unlike a per-row pass) K is read and converted once for all rows. A tail tile
+   repeats its last key (in bounds) in the missing lanes and stores only the real ones. */
+SDPA_INLINE void score_decode_block(int RP, int kt, const float *const *qr, size_t R, size_t d,
+                        const void *k, ptrdiff_t ks, size_t j0, size_t nk, float *S, size_t lds,
+                        decode_pf *pfs, const float *qp)
+{
+    const int NK = 16 / RP;
+    const size_t es = kt == SDPA_F32 ? 4 : 2;
+    const ptrdiff_t ksb = ks * (ptrdiff_t)es;
+    /* the streams' lines of a tile's NK keys, spread over its steps (one per line of K) */
+    const size_t steps = (d * es + 63) / 64, fsteps = d * es / 64;
+    decode_pf pf = *pfs, pff = pf;
+    decode_pf_rate(&pf, NK, steps);
+    decode_pf_rate(&pff, NK, fsteps);
+    for (size_t j = 0; j < nk; j += NK) {
+        const size_t nv = sdpa_min(NK, nk - j);
+        if (nv == (size_t)NK && fsteps) {
+            __m512 a[16];
+            SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+            const char *kc = (const char *)k + sdpa_row_off(ks, j0 + j) * (ptrdiff_t)es;
+            /* rows of whole lines (L = fsteps), end to end: NK lines of each live stream a step */
+            const size_t tl = (size_t)NK * fsteps;
+            const int pm = decode_pf_mode(&pf, fsteps, tl);
+            if (pm == 1) {
+                score_decode_fast(RP, NK, kt, 1, qp, d, kc, ksb, &pf, a);
+                decode_pf_skip(&pf, tl, 1);
+            } else if (pm == 2) {
+                score_decode_fast(RP, NK, kt, 2, qp, d, kc, ksb, &pf, a);
+                decode_pf_skip(&pf, tl, 0);
+            } else {
+                pff.s[0] = pf.s[0];
+                pff.s[1] = pf.s[1];
+                score_decode_fast(RP, NK, kt, 0, qp, d, kc, ksb, &pff, a);
+                pf.s[0] = pff.s[0];
+                pf.s[1] = pff.s[1];
+            }
+            const __m512 sv = reduce16(a);
+            SDPA_UNROLL for (int r = 0; r < RP; r++)
+                if ((size_t)r < R)
+                    _mm512_mask_storeu_ps(S + (size_t)r * lds + j - (size_t)r * NK,
+                                          (__mmask16)(((1u << NK) - 1u) << (r * NK)), sv);
+            continue;
+        }
+        ptrdiff_t ko[16];
+        SDPA_UNROLL for (int i = 0; i < NK; i++) ko[i] = sdpa_row_off(ks, j0 + j + sdpa_min((size_t)i, nv - 1));
+        __m512 a[16];
+        SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+        size_t c = 0;
+        _Pragma("GCC unroll 2")
+        for (; c + 16 <= d; c += 16) score_decode_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, c, 0xFFFF, &pf);
+        if (c < d) score_decode_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, c, lanes(d - c), &pf);
+        const __m512 s = reduce16(a);
+        const unsigned keys = (1u << nv) - 1u;
+        /* row r's lanes [r * NK, r * NK + nv) go to S[r][j..); the pointer stays inside S */
+        SDPA_UNROLL for (int r = 0; r < RP; r++)
+            if ((size_t)r < R)
+                _mm512_mask_storeu_ps(S + (size_t)r * lds + j - (size_t)r * NK,
+                                      (__mmask16)(keys << (r * NK)), s);
+    }
+    pfs->s[0] = pf.s[0];
+    pfs->s[1] = pf.s[1];
+}
+
+#define SCORE_DECODE_KT(RP)                                                                    \
+    if (kt == SDPA_F32)                                                                     \
+        score_decode_block(RP, SDPA_F32, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);                      \
+    else if (kt == SDPA_F16)                                                                \
+        score_decode_block(RP, SDPA_F16, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);                      \
+    else                                                                                    \
+        score_decode_block(RP, SDPA_BF16, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);
+
+static void score_avx512_decode(const float *const *qr, size_t R, size_t d, const void *k,
+                                int kt, ptrdiff_t ks, size_t j0, size_t nk, float *S, size_t lds,
+                                decode_pf *pf, const float *qp)
+{
+    if (R == 1) {
+        SCORE_DECODE_KT(1)
+    } else if (R == 2) {
+        SCORE_DECODE_KT(2)
+    } else if (R <= 4) {
+        SCORE_DECODE_KT(4)
+    } else {
+        SCORE_DECODE_KT(8)
+    }
+}
+
+/* NV vectors of a V row from element off (masks mk), converted. */
+SDPA_INLINE void pv_decode_load(int NV, __m512 *x, const void *v, int vt, ptrdiff_t off, const __mmask16 *mk)
+{
+    SDPA_UNROLL for (int t = 0; t < NV; t++) x[t] = load_kv(v, (sdpa_dtype)vt, off + 16 * t, mk[t]);
+}
+
+/* acc[r][c0..) = alpha[r] * acc (alpha != NULL) + sum_{j in [ja, jb), j < nk[r]} S[r][j] *
+   V[j][c0..) for r < R (nk non-decreasing in r), NV column vectors (masked past dv), V converted
+   in registers, each converted vector feeding all R rows. Keys a row does not see are skipped
+   rather than weighted by 0 (an inf or NaN there stays out of that row). */
+SDPA_INLINE void pv_decode_tile_p(int R, int NV, int full, int plain, float *acc, size_t dv, size_t c0,
+                      const float *alpha, const float *S, const void *v, int vt, ptrdiff_t vs,
+                      size_t j0, size_t ja, size_t jb, const size_t *nk, decode_pf *pfp)
+{
+    const size_t lds = DECODE_LDS;
+    decode_pf pf[1] = {*pfp}; /* a local copy, kept in registers */
+    const size_t ev = vt == SDPA_F32 ? 4 : 2;
+    const int PER = NV * (int)ev / 4;
+    const size_t kmax = sdpa_min(jb, nk[R - 1]) - ja;
+    __m512 a[DECODE_MAX_ROWS][8];
+    __mmask16 mk[8];
+    /* full: all NV vectors lie inside dv, so every load is a plain one */
+    SDPA_UNROLL for (int t = 0; t < NV; t++)
+        mk[t] = full ? (__mmask16)0xFFFF : c0 + 16 * t < dv ? lanes(dv - c0 - 16 * t) : 0;
+    SDPA_UNROLL for (int r = 0; r < R; r++) {
+        SDPA_UNROLL for (int t = 0; t < NV; t++)
+            a[r][t] = _mm512_maskz_loadu_ps(mk[t], acc + r * dv + c0 + 16 * t);
+        if (alpha) {
+            const __m512 al = _mm512_set1_ps(alpha[r]);
+            SDPA_UNROLL for (int t = 0; t < NV; t++) a[r][t] = _mm512_mul_ps(a[r][t], al);
+        }
+    }
+    size_t j = ja;
+    const size_t jall = sdpa_min(jb, nk[0]), jmax = sdpa_min(jb, nk[R - 1]);
+    _Pragma("GCC unroll 2")
+    for (; j < jall; j++) {
+        const ptrdiff_t off = sdpa_row_off(vs, j0 + j) + (ptrdiff_t)c0;
+        if (plain)
+            decode_pf_simple(pf, PER, (j - ja) * (size_t)PER, plain == 1);
+        else
+            decode_pf_step(pf);
+        __m512 x[8];
+        pv_decode_load(NV, x, v, vt, off, mk);
+        SDPA_UNROLL for (int r = 0; r < R; r++) {
+            const __m512 p = _mm512_set1_ps(S[r * lds + j]);
+            SDPA_UNROLL for (int t = 0; t < NV; t++) a[r][t] = _mm512_fmadd_ps(p, x[t], a[r][t]);
+        }
+    }
+    for (; j < jmax; j++) {
+        const ptrdiff_t off = sdpa_row_off(vs, j0 + j) + (ptrdiff_t)c0;
+        if (plain)
+            decode_pf_simple(pf, PER, (j - ja) * (size_t)PER, plain == 1);
+        else
+            decode_pf_step(pf);
+        __m512 x[8];
+        pv_decode_load(NV, x, v, vt, off, mk);
+        SDPA_UNROLL for (int r = 1; r < R; r++) {
+            if (j < nk[r]) {
+                const __m512 p = _mm512_set1_ps(S[r * lds + j]);
+                SDPA_UNROLL for (int t = 0; t < NV; t++) a[r][t] = _mm512_fmadd_ps(p, x[t], a[r][t]);
+            }
+        }
+    }
+    SDPA_UNROLL for (int r = 0; r < R; r++)
+        SDPA_UNROLL for (int t = 0; t < NV; t++)
+            _mm512_mask_storeu_ps(acc + r * dv + c0 + 16 * t, mk[t], a[r][t]);
+    if (plain) decode_pf_skip(pf, PER * kmax, plain == 1);
+    *pfp = pf[0];
+}
+
+/* Full passes over rows of whole lines laid end to end request PER lines of each stream per
+   key (a pass's share of a row, when both streams' rows are dv's size) with a pointer bump;
+   the cases (two streams, one, the general cursor) are separate instances so that the plain
+   ones keep their few pointers in registers. */
+SDPA_INLINE void pv_decode_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, const float *alpha,
+                    const float *S, const void *v, int vt, ptrdiff_t vs, size_t j0, size_t ja,
+                    size_t jb, const size_t *nk, decode_pf *pf)
+{
+    const size_t ev = vt == SDPA_F32 ? 4 : 2;
+    const size_t PER = (size_t)NV * ev / 4;
+    const size_t kmax = sdpa_min(jb, nk[R - 1]) - ja, L = dv * ev / 64;
+    const int pm = full && dv % (16 * (size_t)NV) == 0 && (dv * ev) % 64 == 0
+                       ? decode_pf_mode(pf, L, PER * kmax)
+                       : 0;
+    if (pm == 1)
+        pv_decode_tile_p(R, NV, full, 1, acc, dv, c0, alpha, S, v, vt, vs, j0, ja, jb, nk, pf);
+    else if (pm == 2)
+        pv_decode_tile_p(R, NV, full, 2, acc, dv, c0, alpha, S, v, vt, vs, j0, ja, jb, nk, pf);
+    else
+        pv_decode_tile_p(R, NV, full, 0, acc, dv, c0, alpha, S, v, vt, vs, j0, ja, jb, nk, pf);
+}
+
+/* The value type is a template parameter so that each instance converts with one instruction
+   sequence and no per-load branch. Keys go in groups of DECODE_PV_GROUP, each group's V rows (a few KB)
+   staying in L1 while every column chunk passes over them; alpha is applied by the first. NV
+   (column vectors per pass) keeps R * NV accumulators at 8..24: at least 8 independent FMA
+   chains to cover the FMA latency, few enough to stay in registers. */
+#define PV_DECODE_VT(R, NV, FULL)                                                              \
+    if (vt == SDPA_F32)                                                                     \
+        pv_decode_tile(R, NV, FULL, acc, dv, c0, al, S, v, SDPA_F32, vs, j0, ja, jb, nk, pf);   \
+    else if (vt == SDPA_F16)                                                                \
+        pv_decode_tile(R, NV, FULL, acc, dv, c0, al, S, v, SDPA_F16, vs, j0, ja, jb, nk, pf);   \
+    else                                                                                    \
+        pv_decode_tile(R, NV, FULL, acc, dv, c0, al, S, v, SDPA_BF16, vs, j0, ja, jb, nk, pf);
+#define PV_DECODE_CASE(R, NV)                                                                  \
+    case R:                                                                                 \
+        decode_pf_rate(pf, 1, (dv + 16 * NV - 1) / (16 * NV));                                 \
+        for (size_t ja = 0; ja < nk[R - 1]; ja += DECODE_PV_GROUP) {                                 \
+            const float *al = ja == 0 ? alpha : NULL;                                       \
+            const size_t jb = sdpa_min(ja + DECODE_PV_GROUP, nk[R - 1]);                              \
+            for (size_t c0 = 0; c0 < dv; c0 += 16 * NV) {                                    \
+                if (c0 + 16 * NV <= dv) {                                                   \
+                    PV_DECODE_VT(R, NV, 1)                                                     \
+                } else {                                                                    \
+                    PV_DECODE_VT(R, NV, 0)                                                     \
+                }                                                                           \
+            }                                                                               \
+        }                                                                                   \
+        break;
+
+static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha, const float *S,
+                   const void *v, int vt, ptrdiff_t vs, size_t j0,
+                   const size_t *nk, decode_pf *pf)
+{
+    switch (R) {
+        PV_DECODE_CASE(1, 8)
+        PV_DECODE_CASE(2, 8)
+        PV_DECODE_CASE(3, 4)
+        PV_DECODE_CASE(4, 4)
+        PV_DECODE_CASE(5, 4)
+        PV_DECODE_CASE(6, 4)
+        PV_DECODE_CASE(7, 2)
+        PV_DECODE_CASE(8, 2)
+    default: break;
+    }
+}
+
+/* The online-softmax step of one decode row over its n scores s[0..n) (n >= 1), p written in
+   place; returns alpha. As softmax_lim, but with the fused kernel's cheaper exp for the p
+   values (flushes below 2^-126, where the sum they join is at least 1). */
+static float softmax_decode(float *s, size_t n, float *m, float *l)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mx0 = ninf, mx1 = ninf;
+    size_t i = 0;
+    /* MAXPS returns its second operand when either is NaN: NaN scores are skipped here */
+    for (; i + 32 <= n; i += 32) {
+        mx0 = _mm512_max_ps(_mm512_loadu_ps(s + i), mx0);
+        mx1 = _mm512_max_ps(_mm512_loadu_ps(s + i + 16), mx1);
+    }
+    for (; i < n; i += 16) mx0 = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, lanes(n - i), s + i), mx0);
+    const float bm = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
+    const float mo = *m;
+    const float mn = bm > mo ? bm : mo;
+    const __m512 msub = _mm512_set1_ps(mn == -INFINITY ? 0.0f : mn);
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 p0 = exp_avx512_ftz(_mm512_sub_ps(_mm512_loadu_ps(s + i), msub));
+        const __m512 p1 = exp_avx512_ftz(_mm512_sub_ps(_mm512_loadu_ps(s + i + 16), msub));
+        _mm512_storeu_ps(s + i, p0);
+        _mm512_storeu_ps(s + i + 16, p1);
+        s0 = _mm512_add_ps(s0, p0);
+        s1 = _mm512_add_ps(s1, p1);
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 mv = lanes(n - i);
+        const __m512 p = _mm512_maskz_mov_ps(mv, exp_avx512_ftz(_mm512_sub_ps(_mm512_maskz_loadu_ps(mv, s + i), msub)));
+        _mm512_mask_storeu_ps(s + i, mv, p);
+        s0 = _mm512_add_ps(s0, p);
+    }
+    const float alpha = mn == -INFINITY ? 1.0f : exp_avx512_1(mo - mn);
+    *l = alpha * *l + _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    *m = mn;
+    return alpha;
+}
+
+void sdpa_decode_avx512(const sdpa_rows *w)
+{
+    const size_t R = w->rows, d = w->d, dv = w->dv;
+    const int other = R <= 2; /* the other array's stream, and short blocks (decode_pf) */
+    const size_t NB = other ? sdpa_min(DECODE_BLOCK_FEW, decode_block(w->block)) : decode_block(w->block);
+    const size_t lds = DECODE_LDS;
+    float *ml = w->ws;               /* alpha [R] (the state stays in w->m, w->l) */
+    float *S = ml + state_floats(R); /* [R][lds] */
+    float *qpk = S + R * lds;        /* q packed by lines for score_decode_fast (aligned) */
+    const int kt = (int)w->k_type, vt = (int)w->v_type;
+    const float *qr[DECODE_MAX_ROWS];
+    for (size_t r = 0; r < DECODE_MAX_ROWS; r++) qr[r] = w->q + sdpa_min(r, R - 1) * d;
+    const size_t RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8;
+    pack_q_lines(qr, RP, d, w->k_type == SDPA_F32 ? 16 : 32, qpk);
+    const size_t ek = w->k_type == SDPA_F32 ? 4 : 2, ev = w->v_type == SDPA_F32 ? 4 : 2;
+    const size_t kend = sdpa_min(w->kv_end, w->kv_limit[R - 1]); /* keys past it are never read */
+    {
+        /* the steady-state streams run DECODE_PF_KEYS keys ahead; the call's first keys are requested
+           here, at once, so that they too are on their way before they are needed (later
+           requests are spread among the arithmetic: a burst of a whole block's lines would
+           stall on the few line-fill buffers while no arithmetic runs) */
+        sdpa_pf_rows k0 = decode_rows(w->k, w->k_stride, ek, d * ek, w->kv_begin, DECODE_PF_KEYS, kend);
+        sdpa_pf_rows v0 = decode_rows(w->v, w->v_stride, ev, dv * ev, w->kv_begin, DECODE_PF_KEYS, kend);
+        sdpa_pf_rows_next(&k0, (int)k0.n);
+        sdpa_pf_rows_next(&v0, (int)v0.n);
+    }
+
+    for (size_t j0 = w->kv_begin; j0 < w->kv_end; j0 += NB) {
+        const size_t nb = sdpa_min(NB, w->kv_end - j0);
+        /* keys past the last row's limit are never needed (rows are ordered by limit) */
+        const size_t nk = sdpa_min(nb, w->kv_limit[R - 1] - j0);
+        /* the score loop requests K DECODE_PF_KEYS keys ahead (and, for R <= 2, this block's V rows);
+           the P·V loop V DECODE_PF_KEYS keys ahead (and, for R <= 2, the next block's K rows); never a
+           key at or past kend (see decode_pf) */
+        decode_pf pf = {{decode_rows(w->k, w->k_stride, ek, d * ek, j0 + DECODE_PF_KEYS, nk, kend),
+                      decode_rows(w->v, w->v_stride, ev, dv * ev, j0, other ? nk : 0, kend)},
+                     {0, 0}};
+        score_avx512_decode(qr, R, d, w->k, kt, w->k_stride, j0, nk, S, lds, &pf, qpk);
+        size_t valid[DECODE_MAX_ROWS];
+        for (size_t r = 0; r < R; r++) {
+            const size_t lim = w->kv_limit[r];
+            valid[r] = lim <= j0 ? 0 : sdpa_min(nk, lim - j0);
+            /* a row that sees none of the block keeps its state: alpha 1 */
+            ml[r] = valid[r] ? softmax_decode(S + r * lds, valid[r], &w->m[r], &w->l[r]) : 1.0f;
+        }
+        pf.s[0] = decode_rows(w->v, w->v_stride, ev, dv * ev, j0 + DECODE_PF_KEYS, nk, kend);
+        pf.s[1] = decode_rows(w->k, w->k_stride, ek, d * ek, j0 + NB, other ? NB : 0, kend);
+        pv_avx512_decode(R, w->acc, dv, ml, S, w->v, vt, w->v_stride, j0, valid, &pf);
+    }
+}

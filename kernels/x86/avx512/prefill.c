@@ -1,0 +1,390 @@
+/* prefill.c -- the AVX-512 prefill path: many query rows, two transposed GEMMs per key block */
+#include "avx512.h"
+#include "prefetch.h"
+
+/*
+ * Two GEMMs per key block, computed transposed so that nothing but Q is ever transposed:
+ * Sᵀ[j][r] = sum_c K[j][c] * Qᵀ[c][r] (keys broadcast, 16 query rows per vector, Qᵀ packed once
+ * per call in panels of PREFILL_PANEL rows), the online softmax then runs along the key axis
+ * with 16 rows per vector (no horizontal reductions; causal masks are per-lane compares), and
+ * O[r][:] += Pᵀ[j][r] * V[j][:] broadcasts P against V rows (f32 V used in place, f16/bf16 V
+ * converted once per block). The transposed layout is why this path keeps its own block loop
+ * rather than the generic one (kernels/generic/rows_loop.h), whose tiles are row-major.
+ */
+
+static size_t prefill_block(size_t block) { return sdpa_min(block ? block : 1, PREFILL_BLOCK); }
+
+size_t sdpa_prefill_ws_avx512(size_t rows, size_t d, size_t dv, size_t block)
+{
+    const size_t nb = prefill_block(block);
+    return state_floats(rows) + sdpa_round16(rows) * d + nb * PREFILL_PANEL +
+           nb * sdpa_round16(d) + nb * sdpa_round16(dv) + PREFILL_PANEL;
+}
+
+/* Convert rows [j0, j0 + nb) of a K/V view (n elements each) to f32 rows of stride ld. */
+static void convert_rows(const void *src, sdpa_dtype t, ptrdiff_t stride, size_t j0, size_t nb,
+                         size_t n, float *dst, size_t ld)
+{
+    for (size_t j = 0; j < nb; j++) {
+        const ptrdiff_t o = sdpa_row_off(stride, j0 + j);
+        float *d = dst + j * ld;
+        for (size_t c = 0; c < n; c += 16) {
+            const __mmask16 m = lanes(n - c);
+            __m512 x;
+            if (t == SDPA_F16)
+                x = load_f16((const uint16_t *)src + o + (ptrdiff_t)c, m);
+            else if (t == SDPA_BF16)
+                x = load_bf16((const uint16_t *)src + o + (ptrdiff_t)c, m);
+            else
+                x = _mm512_maskz_loadu_ps(m, (const float *)src + o + (ptrdiff_t)c);
+            _mm512_mask_storeu_ps(d + c, m, x);
+        }
+    }
+}
+
+#define PF_LINES 8 /* hint lines requested per score tile (sdpa_pf_lines) */
+
+/* Sᵀ tile: st[i][0..16*NV) = sum_c k[i][c] * qt[c][0..16*NV) for MR keys i (key index j + i
+   within the block). qt is a Qᵀ panel [d][pw]; each step broadcasts MR key elements against NV
+   query vectors. With masking on, a key at or past a lane's limit lim[] becomes -inf (whatever
+   it computed, NaN included). The tile's maximum joins the panel's running maximum mx (NaN
+   scores skipped: MAXPS returns the second operand, the running maximum, for a NaN). */
+SDPA_INLINE void score_t_tile(int MR, int NV, const float *qt, size_t pw, const float *k, ptrdiff_t ks,
+                     size_t d, float *st, size_t j, int masked, const int32_t *lim, float *mx)
+{
+    __m512 a[SCORE_MR][4];
+    const float *kr[SCORE_MR];
+    SDPA_UNROLL for (int i = 0; i < MR; i++) {
+        kr[i] = k + i * ks;
+        SDPA_UNROLL for (int t = 0; t < NV; t++) a[i][t] = _mm512_setzero_ps();
+    }
+    _Pragma("GCC unroll 2")
+    for (size_t c = 0; c < d; c++) {
+        __m512 qv[4];
+        SDPA_UNROLL for (int t = 0; t < NV; t++) qv[t] = _mm512_load_ps(qt + c * pw + 16 * t);
+        SDPA_UNROLL for (int i = 0; i < MR; i++) {
+            const __m512 kv = _mm512_set1_ps(kr[i][c]);
+            SDPA_UNROLL for (int t = 0; t < NV; t++) a[i][t] = _mm512_fmadd_ps(kv, qv[t], a[i][t]);
+        }
+    }
+    if (masked) {
+        const __m512 ninf = _mm512_set1_ps(-INFINITY);
+        SDPA_UNROLL for (int t = 0; t < NV; t++) {
+            const __m512i L = _mm512_loadu_si512(lim + 16 * t);
+            SDPA_UNROLL for (int i = 0; i < MR; i++) {
+                const __mmask16 in = _mm512_cmpgt_epi32_mask(L, _mm512_set1_epi32((int32_t)(j + i)));
+                a[i][t] = _mm512_mask_mov_ps(ninf, in, a[i][t]);
+            }
+        }
+    }
+    SDPA_UNROLL for (int t = 0; t < NV; t++) {
+        __m512 m = _mm512_load_ps(mx + 16 * t);
+        SDPA_UNROLL for (int i = 0; i < MR; i++) {
+            _mm512_store_ps(st + i * pw + 16 * t, a[i][t]);
+            m = _mm512_max_ps(a[i][t], m);
+        }
+        _mm512_store_ps(mx + 16 * t, m);
+    }
+}
+
+#define SCORE_T_NV(MR)                                                                      \
+    case MR:                                                                                \
+        switch (nv) {                                                                       \
+        case 1: score_t_tile(MR, 1, qt, pw, k, ks, d, st, j, 1, lim, mx); break;            \
+        case 2: score_t_tile(MR, 2, qt, pw, k, ks, d, st, j, 1, lim, mx); break;            \
+        case 3: score_t_tile(MR, 3, qt, pw, k, ks, d, st, j, 1, lim, mx); break;            \
+        default: score_t_tile(MR, 4, qt, pw, k, ks, d, st, j, 1, lim, mx); break;           \
+        }                                                                                   \
+        break;
+
+/* Every tile shape other than the full unmasked one (key tails, narrow panels, the diagonal). */
+static void score_avx512_6x64(size_t mr, size_t nv, const float *qt, size_t pw, const float *k,
+                             ptrdiff_t ks, size_t d, float *st, size_t j, const int32_t *lim,
+                             float *mx)
+{
+    switch (mr) {
+        SCORE_T_NV(1)
+        SCORE_T_NV(2)
+        SCORE_T_NV(3)
+        SCORE_T_NV(4)
+        SCORE_T_NV(5)
+        SCORE_T_NV(6)
+    default: break;
+    }
+}
+
+/* The whole Sᵀ of a panel: keys [0, nk) (rows k, stride ks) against its pw rows, masked by the
+   rows' limits lim[], with the row maxima left in mx[0..pw) (-inf where nothing is seen). */
+static void score_t(const float *qt, size_t pw, const float *k, ptrdiff_t ks, size_t d,
+                    size_t nk, float *st, const int32_t *lim, float *mx, sdpa_pf_cursor *pf)
+{
+    const size_t nv = pw / 16;
+    /* limits are non-decreasing over the panel: keys below the first row's need no mask */
+    const size_t jfree = (size_t)lim[0];
+    for (size_t t = 0; t < pw; t += 16) _mm512_store_ps(mx + t, _mm512_set1_ps(-INFINITY));
+    size_t j = 0;
+    if (nv == PREFILL_PANEL / 16)
+        for (; j + SCORE_MR <= nk && j + SCORE_MR <= jfree; j += SCORE_MR)
+        {
+            score_t_tile(SCORE_MR, PREFILL_PANEL / 16, qt, pw, k + (ptrdiff_t)j * ks, ks, d, st + j * pw, j, 0, lim,
+                         mx);
+            sdpa_pf_lines(pf, PF_LINES);
+        }
+    for (; j < nk; j += SCORE_MR) {
+        /* on the diagonal, a 16-row vector whose last row's limit is at or before key j sees
+           none of the tile: skipped (its softmax stops at that limit and never reads here) */
+        size_t t0 = 0;
+        while ((size_t)lim[16 * t0 + 15] <= j) t0++; /* ends: the panel's last limit is nk */
+        score_avx512_6x64(sdpa_min(SCORE_MR, nk - j), nv - t0, qt + 16 * t0, pw,
+                         k + (ptrdiff_t)j * ks, ks, d, st + j * pw + 16 * t0, j, lim + 16 * t0,
+                         mx + 16 * t0);
+        sdpa_pf_lines(pf, PF_LINES);
+    }
+}
+
+/* O tile: acc[i][c0..c0+64) (= alpha[i] * acc first when alpha != NULL) += sum_j P[j][i] *
+   V[j][c0..) for MR rows i and keys j < nk[i] (non-decreasing in i); columns past dv masked
+   off. A row's excluded keys are skipped, not multiplied by p = 0, so that an inf or NaN in a
+   value row that only later rows see cannot reach it. */
+SDPA_INLINE void pv_t_tile(int MR, int full, float *acc, size_t dv, size_t c0, const float *alpha,
+                  const float *P, size_t pw, const float *v, ptrdiff_t vs, const size_t *nk)
+{
+    __m512 a[PV_MR][4];
+    __mmask16 mk[4];
+    /* full: all 64 columns inside dv, every load a plain one */
+    SDPA_UNROLL for (int t = 0; t < 4; t++)
+        mk[t] = full ? (__mmask16)0xFFFF : c0 + 16 * t < dv ? lanes(dv - c0 - 16 * t) : 0;
+    SDPA_UNROLL for (int i = 0; i < MR; i++) {
+        SDPA_UNROLL for (int t = 0; t < 4; t++)
+            a[i][t] = _mm512_maskz_loadu_ps(mk[t], acc + i * dv + c0 + 16 * t);
+        if (alpha) {
+            const __m512 al = _mm512_set1_ps(alpha[i]);
+            SDPA_UNROLL for (int t = 0; t < 4; t++) a[i][t] = _mm512_mul_ps(a[i][t], al);
+        }
+    }
+    /* pointers stepped per key (no index multiply), the bound in a register: the integer
+       work shares ports with the 512-bit FMAs */
+    const float *vp = v + c0, *pp = P;
+    size_t j = 0;
+    const size_t n0 = nk[0], n1 = nk[MR - 1];
+    _Pragma("GCC unroll 2")
+    for (; j < n0; j++, vp += vs, pp += pw) {
+        __m512 x[4];
+        SDPA_UNROLL for (int t = 0; t < 4; t++)
+            x[t] = full ? _mm512_loadu_ps(vp + 16 * t) : _mm512_maskz_loadu_ps(mk[t], vp + 16 * t);
+        SDPA_UNROLL for (int i = 0; i < MR; i++) {
+            const __m512 p = _mm512_set1_ps(pp[i]);
+            SDPA_UNROLL for (int t = 0; t < 4; t++) a[i][t] = _mm512_fmadd_ps(p, x[t], a[i][t]);
+        }
+    }
+    for (; j < n1; j++) { /* the diagonal: some rows stop earlier */
+        __m512 x[4];
+        SDPA_UNROLL for (int t = 0; t < 4; t++)
+            x[t] = _mm512_maskz_loadu_ps(mk[t], v + (ptrdiff_t)j * vs + (ptrdiff_t)(c0 + 16 * t));
+        SDPA_UNROLL for (int i = 1; i < MR; i++) {
+            if (j < nk[i]) {
+                const __m512 p = _mm512_set1_ps(P[j * pw + i]);
+                SDPA_UNROLL for (int t = 0; t < 4; t++) a[i][t] = _mm512_fmadd_ps(p, x[t], a[i][t]);
+            }
+        }
+    }
+    SDPA_UNROLL for (int i = 0; i < MR; i++)
+        SDPA_UNROLL for (int t = 0; t < 4; t++)
+            _mm512_mask_storeu_ps(acc + i * dv + c0 + 16 * t, mk[t], a[i][t]);
+}
+
+static void pv_avx512_6x64(size_t mr, float *acc, size_t dv, size_t c0, const float *alpha,
+                     const float *P, size_t pw, const float *v, ptrdiff_t vs, const size_t *nk)
+{
+    if (mr == PV_MR && c0 + 64 <= dv) {
+        pv_t_tile(PV_MR, 1, acc, dv, c0, alpha, P, pw, v, vs, nk);
+        return;
+    }
+    switch (mr) {
+    case 1: pv_t_tile(1, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 2: pv_t_tile(2, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 3: pv_t_tile(3, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 4: pv_t_tile(4, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 5: pv_t_tile(5, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 6: pv_t_tile(6, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    default: break;
+    }
+}
+
+/* The online softmax of one 16-row vector of a panel's Sᵀ (stride pw), keys [0, nk), whose
+   masked entries are already -inf and whose block maxima are bm (16 lanes). m, l, alpha: 16
+   lanes in memory, updated. */
+static void softmax_t16(float *st, size_t pw, size_t nk, const float *bm, float *m, float *l,
+                        float *alpha)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    const __m512 mo = _mm512_loadu_ps(m);
+    /* NaN-free: bm skipped NaN scores and m is never NaN */
+    const __m512 mn = _mm512_max_ps(_mm512_load_ps(bm), mo);
+    /* a lane that has seen only -inf subtracts 0: p = exp(-inf) = 0, alpha 1, no NaN */
+    const __mmask16 dead = _mm512_cmpeq_ps_mask(mn, ninf);
+    const __m512 msub = _mm512_mask_mov_ps(mn, dead, _mm512_setzero_ps());
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    size_t j = 0;
+    for (; j + 2 <= nk; j += 2) {
+        const __m512 p0 = exp_avx512_ftz(_mm512_sub_ps(_mm512_load_ps(st + j * pw), msub));
+        const __m512 p1 = exp_avx512_ftz(_mm512_sub_ps(_mm512_load_ps(st + (j + 1) * pw), msub));
+        _mm512_store_ps(st + j * pw, p0);
+        _mm512_store_ps(st + (j + 1) * pw, p1);
+        s0 = _mm512_add_ps(s0, p0);
+        s1 = _mm512_add_ps(s1, p1);
+    }
+    if (j < nk) {
+        const __m512 p0 = exp_avx512_ftz(_mm512_sub_ps(_mm512_load_ps(st + j * pw), msub));
+        _mm512_store_ps(st + j * pw, p0);
+        s0 = _mm512_add_ps(s0, p0);
+    }
+    const __m512 al = _mm512_mask_mov_ps(exp_avx512_ftz(_mm512_sub_ps(mo, mn)), dead,
+                                         _mm512_set1_ps(1.0f));
+    _mm512_storeu_ps(alpha, al);
+    _mm512_storeu_ps(l, _mm512_add_ps(_mm512_mul_ps(al, _mm512_loadu_ps(l)), _mm512_add_ps(s0, s1)));
+    _mm512_storeu_ps(m, mn);
+}
+
+/* In-register transpose of a 16 x 16 block: r[i] lane c becomes r[c] lane i. 32-bit, then 64-bit
+   unpacks within 128-bit lanes leave u[4g + j] lane k holding column 4k + j of rows 4g..4g+3;
+   two rounds of 128-bit lane shuffles then gather each column's four row groups. */
+SDPA_INLINE void transpose16(__m512 r[16])
+{
+    __m512 t[16], u[16];
+    SDPA_UNROLL for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    SDPA_UNROLL for (int g = 0; g < 16; g += 4) {
+        const __m512d a = _mm512_castps_pd(t[g]), b = _mm512_castps_pd(t[g + 1]);
+        const __m512d c = _mm512_castps_pd(t[g + 2]), e = _mm512_castps_pd(t[g + 3]);
+        u[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        u[g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        u[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
+        u[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
+    }
+    SDPA_UNROLL for (int j = 0; j < 4; j++) {
+        const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
+        const __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
+        const __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+        const __m512 v3 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xDD);
+        r[j] = _mm512_shuffle_f32x4(v0, v2, 0x88);
+        r[4 + j] = _mm512_shuffle_f32x4(v1, v3, 0x88);
+        r[8 + j] = _mm512_shuffle_f32x4(v0, v2, 0xDD);
+        r[12 + j] = _mm512_shuffle_f32x4(v1, v3, 0xDD);
+    }
+}
+
+/* Qᵀ panels from the packed rows q[R][d]: panel p0 (width pw = min(PREFILL_PANEL, Rp - p0)) is
+   qt[p0 * d + c * pw + r], rows R..Rp zero. 16 x 16 blocks through registers: every load and
+   store a whole line (a strided scalar copy touched a new line per element). */
+static void pack_qt(const float *q, size_t R, size_t d, size_t Rp, float *qt)
+{
+    for (size_t p0 = 0; p0 < Rp; p0 += PREFILL_PANEL) {
+        const size_t pw = sdpa_min(PREFILL_PANEL, Rp - p0);
+        float *qp = qt + p0 * d;
+        for (size_t rb = 0; rb < pw; rb += 16) {
+            const size_t r0 = p0 + rb;
+            for (size_t c = 0; c < d; c += 16) {
+                const __mmask16 mc = lanes(d - c);
+                __m512 x[16];
+                SDPA_UNROLL for (int i = 0; i < 16; i++)
+                    x[i] = r0 + i < R ? _mm512_maskz_loadu_ps(mc, q + (r0 + i) * d + c)
+                                      : _mm512_setzero_ps();
+                transpose16(x);
+                const size_t nc = sdpa_min(16, d - c);
+                SDPA_UNROLL for (int i = 0; i < 16; i++)
+                    if ((size_t)i < nc) _mm512_store_ps(qp + (c + i) * pw + rb, x[i]);
+            }
+        }
+    }
+}
+
+void sdpa_prefill_avx512(const sdpa_rows *w)
+{
+    const size_t R = w->rows, d = w->d, dv = w->dv, Rp = sdpa_round16(R);
+    const size_t dp = sdpa_round16(d), dvp = sdpa_round16(dv);
+    const size_t NB = prefill_block(w->block);
+    float *mw = w->ws, *lw = mw + Rp, *aw = lw + Rp;
+    int32_t *lim = (int32_t *)(void *)(aw + Rp);
+    float *qt = mw + state_floats(R); /* panels [R/64][d][64], the last one narrower */
+    float *st = qt + Rp * d;          /* [NB][PREFILL_PANEL] */
+    float *kc = st + NB * PREFILL_PANEL;      /* [NB][dp] */
+    float *vc = kc + NB * dp;         /* [NB][dvp] */
+    float *bm = vc + NB * dvp;        /* [PREFILL_PANEL] block maxima of a panel's rows */
+    sdpa_pf_cursor pfc = sdpa_pf_begin(w);
+
+    /* Pack Qᵀ once per call (padding rows are zero), load the row state (padding rows: dead). */
+    pack_qt(w->q, R, d, Rp, qt);
+    for (size_t r = 0; r < Rp; r++) {
+        mw[r] = r < R ? w->m[r] : -INFINITY;
+        lw[r] = r < R ? w->l[r] : 0.0f;
+    }
+
+    /* blocks in decreasing order when the driver asks (sdpa_rows.reverse) */
+    const size_t nblk = (w->kv_end - w->kv_begin + NB - 1) / NB;
+    for (size_t bi = 0; bi < nblk; bi++) {
+        const size_t j0 = w->kv_begin + (w->reverse ? nblk - 1 - bi : bi) * NB;
+        const size_t nb = sdpa_min(NB, w->kv_end - j0);
+        for (size_t r = 0; r < Rp; r++) {
+            /* padding rows copy the last real row's limit, keeping limits non-decreasing */
+            const size_t L = w->kv_limit[r < R ? r : R - 1];
+            lim[r] = (int32_t)(L <= j0 ? 0 : sdpa_min(nb, L - j0));
+        }
+        const float *kr, *vr;
+        ptrdiff_t ks, vs;
+        /* the last row sees the most keys: nothing past its limit is converted or read */
+        const size_t nmax = (size_t)lim[R - 1];
+        if (w->k_type == SDPA_F32) {
+            kr = (const float *)w->k + sdpa_row_off(w->k_stride, j0);
+            ks = w->k_stride;
+        } else {
+            convert_rows(w->k, w->k_type, w->k_stride, j0, nmax, d, kc, dp);
+            kr = kc;
+            ks = (ptrdiff_t)dp;
+        }
+        if (w->v_type == SDPA_F32) {
+            vr = (const float *)w->v + sdpa_row_off(w->v_stride, j0);
+            vs = w->v_stride;
+        } else {
+            convert_rows(w->v, w->v_type, w->v_stride, j0, nmax, dv, vc, dvp);
+            vr = vc;
+            vs = (ptrdiff_t)dvp;
+        }
+
+        for (size_t p0 = 0; p0 < Rp; p0 += PREFILL_PANEL) {
+            const size_t pw = sdpa_min(PREFILL_PANEL, Rp - p0);
+            const size_t rl = sdpa_min(R, p0 + pw) - 1; /* the panel's last real row */
+            const size_t np = (size_t)lim[rl];          /* keys any row of the panel sees */
+            if (np == 0) continue;                      /* nothing seen: state unchanged */
+            score_t(qt + p0 * d, pw, kr, ks, d, np, st, lim + p0, bm, &pfc);
+            /* a vector's keys stop at its last row's limit: P past a row's limit is never read */
+            for (size_t t = 0; t < pw; t += 16)
+                softmax_t16(st + t, pw, sdpa_min(np, (size_t)lim[p0 + t + 15]), bm + t, mw + p0 + t,
+                            lw + p0 + t, aw + p0 + t);
+            /* P·V over the panel's real rows, keys in L1-sized sub-blocks */
+            const size_t nrow = rl + 1 - p0;
+            for (size_t kb = 0; kb < np; kb += PV_KB) {
+                for (size_t c0 = 0; c0 < dv; c0 += 64) {
+                    for (size_t i = 0; i < nrow; i += PV_MR) {
+                        const size_t mr = sdpa_min(PV_MR, nrow - i);
+                        size_t nk[PV_MR]; /* keys of this sub-block each row sees */
+                        for (size_t t = 0; t < mr; t++) {
+                            const size_t li = (size_t)lim[p0 + i + t];
+                            nk[t] = li <= kb ? 0 : sdpa_min(PV_KB, li - kb);
+                        }
+                        /* no key seen at all: kb > 0, or kb == 0 and alpha = 1, p = 0 */
+                        if (nk[mr - 1] == 0) continue;
+                        pv_avx512_6x64(mr, w->acc + (p0 + i) * dv, dv, c0, kb == 0 ? aw + p0 + i : NULL,
+                                 st + kb * pw + i, pw, vr + (ptrdiff_t)kb * vs, vs, nk);
+                    }
+                }
+            }
+        }
+    }
+    for (size_t r = 0; r < R; r++) {
+        w->m[r] = mw[r];
+        w->l[r] = lw[r];
+    }
+}

@@ -1,0 +1,198 @@
+/* prims.c -- AVX-512 primitives (score, online softmax, accumulate, exp) and the kernel table */
+#include "avx512.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* Dot products of one query with 16 keys                                                     */
+/* ------------------------------------------------------------------------------------------ */
+
+/* a[perm(i)] += dot(q[0..16*NC), k row i) over NC chunks of 16, the last masked by mlast: the
+   query chunks stay in registers and one pointer walks the 16 key rows. */
+SDPA_INLINE void dot16_acc(int NC, __m512 *a, const float *q, const float *k, ptrdiff_t ks,
+                  __mmask16 mlast)
+{
+    __m512 qv[8];
+    SDPA_UNROLL for (int t = 0; t < NC; t++)
+        qv[t] = t < NC - 1 ? _mm512_loadu_ps(q + 16 * t) : _mm512_maskz_loadu_ps(mlast, q + 16 * t);
+    SDPA_UNROLL for (int i = 0; i < 16; i++) {
+        const float *kr = k + i * ks;
+        __m512 s0 = a[PERM16(i)], s1 = _mm512_setzero_ps();
+        /* two chains per key: latency over the chunks halves, the 16 keys overlap the rest */
+        SDPA_UNROLL for (int t = 0; t < NC; t++) {
+            const __m512 kv = t < NC - 1 ? _mm512_loadu_ps(kr + 16 * t)
+                                         : _mm512_maskz_loadu_ps(mlast, kr + 16 * t);
+            if (t & 1)
+                s1 = _mm512_fmadd_ps(qv[t], kv, s1);
+            else
+                s0 = _mm512_fmadd_ps(qv[t], kv, s0);
+        }
+        a[PERM16(i)] = _mm512_add_ps(s0, s1);
+    }
+}
+
+/* out lane i = dot(q[0..d), k row i) for the 16 f32 key rows at k + i * ks. */
+static __m512 score_avx512_1x16(const float *q, const float *k, ptrdiff_t ks, size_t d)
+{
+    __m512 a[16];
+    SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+    size_t c = 0;
+    for (; d - c > 128; c += 128) dot16_acc(8, a, q + c, k + c, ks, 0xFFFF);
+    const size_t rem = d - c, nc = (rem + 15) / 16;
+    const __mmask16 ml = lanes(rem - 16 * (nc - 1));
+    switch (nc) {
+    case 1: dot16_acc(1, a, q + c, k + c, ks, ml); break;
+    case 2: dot16_acc(2, a, q + c, k + c, ks, ml); break;
+    case 3: dot16_acc(3, a, q + c, k + c, ks, ml); break;
+    case 4: dot16_acc(4, a, q + c, k + c, ks, ml); break;
+    case 5: dot16_acc(5, a, q + c, k + c, ks, ml); break;
+    case 6: dot16_acc(6, a, q + c, k + c, ks, ml); break;
+    case 7: dot16_acc(7, a, q + c, k + c, ks, ml); break;
+    default: dot16_acc(8, a, q + c, k + c, ks, ml); break;
+    }
+    return reduce16(a);
+}
+
+/* One dot product (for key counts that do not fill a group of 16). */
+static inline float dot1_f32(const float *q, const float *k, size_t d)
+{
+    __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();
+    size_t c = 0;
+    for (; c + 32 <= d; c += 32) {
+        a = _mm512_fmadd_ps(_mm512_loadu_ps(q + c), _mm512_loadu_ps(k + c), a);
+        b = _mm512_fmadd_ps(_mm512_loadu_ps(q + c + 16), _mm512_loadu_ps(k + c + 16), b);
+    }
+    for (; c < d; c += 16) {
+        const __mmask16 m = lanes(d - c);
+        a = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + c), _mm512_maskz_loadu_ps(m, k + c), a);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(a, b));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The three primitives                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+
+static void score_f32_avx512(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+                             float scale, float *s)
+{
+    const __m512 sc = _mm512_set1_ps(scale);
+    size_t j = 0;
+    for (; j + 16 <= n; j += 16)
+        _mm512_storeu_ps(s + j, _mm512_mul_ps(score_avx512_1x16(q, k + j * k_stride,
+                                                        (ptrdiff_t)k_stride, d), sc));
+    for (; j < n; j++) s[j] = dot1_f32(q, k + j * k_stride, d) * scale;
+}
+
+/* The online-softmax step over s[0..n), where only s[0..valid) are real scores and the rest
+   count as -inf (p written as 0); the public primitive is valid = n. */
+static float softmax_lim(float *s, size_t n, size_t valid, float *m, float *l)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mx = ninf;
+    /* MAXPS returns its second operand when either is NaN: with the running max second, NaN
+       scores are skipped here (the max stays a number) and reach l through their p below. */
+    for (size_t i = 0; i < valid; i += 16)
+        mx = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, lanes(valid - i), s + i), mx);
+    const float bm = _mm512_reduce_max_ps(mx);
+    const float mo = *m;
+    const float mn = bm > mo ? bm : mo;
+    /* While every score is -inf, subtract 0 instead of -inf: p = exp(-inf) = 0, no NaN. */
+    const __m512 msub = _mm512_set1_ps(mn == -INFINITY ? 0.0f : mn);
+    __m512 sum = _mm512_setzero_ps();
+    size_t i = 0;
+    for (; i + 16 <= valid; i += 16) {
+        const __m512 p = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + i), msub));
+        _mm512_storeu_ps(s + i, p);
+        sum = _mm512_add_ps(sum, p);
+    }
+    if (i < valid) {
+        const __mmask16 mv = lanes(valid - i), mn16 = lanes(n - i);
+        /* lanes past valid but before n become 0 */
+        const __m512 p = _mm512_maskz_mov_ps(mv, exp_avx512(_mm512_sub_ps(
+                                                     _mm512_maskz_loadu_ps(mv, s + i), msub)));
+        _mm512_mask_storeu_ps(s + i, mn16, p);
+        sum = _mm512_add_ps(sum, p);
+        i += 16;
+    }
+    for (; i < n; i += 16) _mm512_mask_storeu_ps(s + i, lanes(n - i), _mm512_setzero_ps());
+    const float alpha = mn == -INFINITY ? 1.0f : exp_avx512_1(mo - mn);
+    *l = alpha * *l + _mm512_reduce_add_ps(sum);
+    *m = mn;
+    return alpha;
+}
+
+static float softmax_online_f32_avx512(float *s, size_t n, float *m, float *l)
+{
+    return softmax_lim(s, n, n, m, l);
+}
+
+static void accumulate_f32_avx512(float *o, float alpha, const float *p, const float *v,
+                                  size_t v_stride, size_t n, size_t dv)
+{
+    const __m512 al = _mm512_set1_ps(alpha);
+    for (size_t c = 0; c < dv; c += 64) {
+        __mmask16 mk[4];
+        __m512 a[4];
+        SDPA_UNROLL for (int t = 0; t < 4; t++) {
+            mk[t] = c + 16 * t < dv ? lanes(dv - c - 16 * t) : 0;
+            a[t] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[t], o + c + 16 * t), al);
+        }
+        for (size_t j = 0; j < n; j++) {
+            const __m512 pj = _mm512_set1_ps(p[j]);
+            const float *vr = v + j * v_stride + c;
+            SDPA_UNROLL for (int t = 0; t < 4; t++)
+                a[t] = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(mk[t], vr + 16 * t), a[t]);
+        }
+        SDPA_UNROLL for (int t = 0; t < 4; t++) _mm512_mask_storeu_ps(o + c + 16 * t, mk[t], a[t]);
+    }
+}
+
+
+/* ------------------------------------------------------------------------------------------ */
+/* exp over an array, and the fused kernel's entry                                             */
+/* ------------------------------------------------------------------------------------------ */
+
+static void exp_f32_avx512(const float *x, float *y, size_t n)
+{
+    size_t i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, exp_avx512(_mm512_loadu_ps(x + i)));
+    if (i < n) {
+        const __mmask16 m = lanes(n - i);
+        _mm512_mask_storeu_ps(y + i, m, exp_avx512(_mm512_maskz_loadu_ps(m, x + i)));
+    }
+}
+
+static void rows_avx512(const sdpa_rows *w)
+{
+    if (w->rows <= DECODE_MAX_ROWS)
+        sdpa_decode_avx512(w);
+    else
+        sdpa_prefill_avx512(w);
+}
+
+static size_t ws_floats_avx512(size_t rows, size_t d, size_t dv, size_t block)
+{
+    return rows <= DECODE_MAX_ROWS ? sdpa_decode_ws_avx512(rows, d, dv, block)
+                                   : sdpa_prefill_ws_avx512(rows, d, dv, block);
+}
+
+const sdpa_kernels sdpa_kernels_avx512 = {
+    .score_f32 = score_f32_avx512,
+    .softmax_online_f32 = softmax_online_f32_avx512,
+    .accumulate_f32 = accumulate_f32_avx512,
+    .exp_f32 = exp_f32_avx512,
+    .exp_max_ulp = EXP_MAX_ULP,
+    .rows = rows_avx512,
+    .ws_floats = ws_floats_avx512,
+    .tuning = {.decode_max_rows = DECODE_MAX_ROWS,
+               .decode_block = DECODE_BLOCK,
+               .decode_block_few = DECODE_BLOCK_FEW,
+               .decode_pf_keys = DECODE_PF_KEYS,
+               .decode_pv_group = DECODE_PV_GROUP,
+               .prefill_block = PREFILL_BLOCK,
+               .prefill_panel = PREFILL_PANEL,
+               .score_mr = SCORE_MR,
+               .score_nr = SCORE_NR,
+               .pv_mr = PV_MR,
+               .pv_nr = PV_NR,
+               .pv_kb = PV_KB},
+};
