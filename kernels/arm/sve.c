@@ -443,7 +443,7 @@ static void pv_tile(float *acc, size_t dv, const float *alpha, const float *P, s
 
 #define SDPA_ROWS_FN rows_sve
 #define SDPA_WS_FN ws_floats_sve
-#include "rows_loop.h"
+#include "packed_path.h"
 
 const sdpa_kernels sdpa_kernels_sve = {
     .score_f32 = score_sve,

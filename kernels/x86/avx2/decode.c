@@ -294,32 +294,48 @@ static void pv_decode_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, 
 #undef PV_DECODE_T
 }
 
-/* --- the loop ------------------------------------------------------------------------------- */
+/* --- the hooks of the generic loop (rows_loop.h) -------------------------------------------- */
 
-/* Rows before r0 see none of the current block (limits are non-decreasing in r); keys past a
-   row's limit inside the block get weight exactly 0 (written by the softmax, never
-   exponentiated); nothing at or past kv_end is read. */
-void sdpa_decode_avx2(const sdpa_rows *w)
+typedef struct decode_ctx {
+    int unused;
+} decode_ctx;
+
+static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
+                                float **alpha)
 {
-    const size_t R = w->rows;
+    (void)c;
     const size_t B = stream_one_row(w) && block_keys(w->block, DECODE_BLOCK) > DECODE_BLOCK_FEW
                          ? DECODE_BLOCK_FEW
                          : block_keys(w->block, DECODE_BLOCK);
-    const size_t lds = sdpa_round16(B);
-    float *S = w->ws;
-    float *alpha = S + R * lds;
-    size_t r0 = 0;
-
-    for (size_t j0 = w->kv_begin; j0 < w->kv_end; j0 += B) {
-        const size_t nb = (w->kv_end - j0 < B) ? w->kv_end - j0 : B;
-        while (r0 < R && w->kv_limit[r0] <= j0) r0++;
-        if (r0 == R) break;
-        score_decode_avx2(w, r0, j0, nb, S, lds);
-        for (size_t r = r0; r < R; r++) {
-            const size_t lim = w->kv_limit[r];
-            const size_t nv = lim < j0 + nb ? lim - j0 : nb;
-            alpha[r] = softmax_fused_avx2(S + r * lds, nv, nb, &w->m[r], &w->l[r], NULL);
-        }
-        pv_decode_avx2(w, r0, j0, nb, alpha, S, lds);
-    }
+    *lds = sdpa_round16(B);
+    *S = w->ws;
+    *alpha = *S + w->rows * *lds;
+    return B;
 }
+
+static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
+                               float *S, size_t lds)
+{
+    (void)c;
+    score_decode_avx2(w, r0, j0, nb, S, lds);
+}
+
+static inline float loop_softmax(decode_ctx *c, size_t r, float *s, size_t nv, size_t nb, float *m,
+                                 float *l)
+{
+    (void)c, (void)r;
+    return softmax_fused_avx2(s, nv, nb, m, l, NULL);
+}
+
+static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
+                               const float *alpha, const float *S, size_t lds)
+{
+    (void)c;
+    pv_decode_avx2(w, r0, j0, nb, alpha, S, lds);
+}
+
+#define SDPA_LOOP_FN decode_loop_avx2
+#define SDPA_LOOP_CTX decode_ctx
+#include "rows_loop.h"
+
+void sdpa_decode_avx2(const sdpa_rows *w) { decode_loop_avx2(w); }

@@ -272,44 +272,57 @@ static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float 
     }
 }
 
-/* --- the loop ------------------------------------------------------------------------------- */
+/* --- the hooks of the generic loop (rows_loop.h) -------------------------------------------- */
 
-/* Rows before r0 see none of the current block (limits are non-decreasing in r); keys past a
-   row's limit inside the block get weight exactly 0 (written by the softmax, never
-   exponentiated); nothing at or past kv_end is read. */
-void sdpa_prefill_avx2(const sdpa_rows *w)
+typedef struct prefill_ctx {
+    float *kp, *vp, *qp, *rm;
+} prefill_ctx;
+
+static inline size_t loop_begin(prefill_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
+                                float **alpha)
 {
-    const size_t R = w->rows, d = w->d, dv = w->dv;
+    const size_t R = w->rows, d = w->d;
     const size_t B = block_keys(w->block, PREFILL_BLOCK);
-    const size_t lds = sdpa_round16(B);
-    float *S = w->ws;
-    float *alpha = S + R * lds;
-    float *kp = alpha + sdpa_round16(R);
-    float *vp = kp + lds * d;
-    float *qp = vp + lds * sdpa_round16(dv);
-    float *rm = qp + sdpa_round16((R + SCORE_MR - 1) / SCORE_MR * SCORE_MR * d);
-    size_t r0 = 0;
-    pack_q_avx2(w->q, R, d, qp);
-
-    for (size_t j0 = w->kv_begin; j0 < w->kv_end; j0 += B) {
-        const size_t nb = (w->kv_end - j0 < B) ? w->kv_end - j0 : B;
-        while (r0 < R && w->kv_limit[r0] <= j0) r0++;
-        if (r0 == R) break;
-        pack_k_avx2(w, j0, nb, kp);
-        /* from r0's group: rows before r0 in it get scores that are never used */
-        score_tile_avx2(qp, r0 / SCORE_MR * SCORE_MR, R, d, kp, nb, S, lds, rm, w->kv_limit, j0);
-        for (size_t r = r0; r < R; r++) {
-            float *s = S + r * lds;
-            const size_t lim = w->kv_limit[r];
-            const size_t nv = lim < j0 + nb ? lim - j0 : nb;
-            /* the score kernel's max is exact when the row sees every key of the block and
-               the block has no zero padding keys */
-            const float *rmax = nv == nb && nb % SCORE_NR == 0 ? rm + 8 * r : NULL;
-            alpha[r] = softmax_fused_avx2(s, nv, nb, &w->m[r], &w->l[r], rmax);
-        }
-        const size_t c_pack = pack_v_avx2(w, j0, nb, vp);
-        const float *vd = (const float *)w->v + (ptrdiff_t)j0 * w->v_stride;
-        pv_tile_avx2(w->acc + r0 * dv, dv, alpha + r0, S + r0 * lds, lds, R - r0, vd,
-                     w->v_stride, c_pack, vp, nb, w->kv_limit + r0, j0);
-    }
+    *lds = sdpa_round16(B);
+    *S = w->ws;
+    *alpha = *S + R * *lds;
+    c->kp = *alpha + sdpa_round16(R);
+    c->vp = c->kp + *lds * d;
+    c->qp = c->vp + *lds * sdpa_round16(w->dv);
+    c->rm = c->qp + sdpa_round16((R + SCORE_MR - 1) / SCORE_MR * SCORE_MR * d);
+    pack_q_avx2(w->q, R, d, c->qp);
+    return B;
 }
+
+static inline void loop_scores(prefill_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
+                               float *S, size_t lds)
+{
+    pack_k_avx2(w, j0, nb, c->kp);
+    /* from r0's group: rows before r0 in it get scores that are never used */
+    score_tile_avx2(c->qp, r0 / SCORE_MR * SCORE_MR, w->rows, w->d, c->kp, nb, S, lds, c->rm,
+                    w->kv_limit, j0);
+}
+
+static inline float loop_softmax(prefill_ctx *c, size_t r, float *s, size_t nv, size_t nb, float *m,
+                                 float *l)
+{
+    /* the score kernel's max is exact when the row sees every key of the block and the block
+       has no zero padding keys */
+    const float *rmax = nv == nb && nb % SCORE_NR == 0 ? c->rm + 8 * r : NULL;
+    return softmax_fused_avx2(s, nv, nb, m, l, rmax);
+}
+
+static inline void loop_values(prefill_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
+                               const float *alpha, const float *S, size_t lds)
+{
+    const size_t c_pack = pack_v_avx2(w, j0, nb, c->vp);
+    const float *vd = (const float *)w->v + (ptrdiff_t)j0 * w->v_stride;
+    pv_tile_avx2(w->acc + r0 * w->dv, w->dv, alpha + r0, S + r0 * lds, lds, w->rows - r0, vd,
+                 w->v_stride, c_pack, c->vp, nb, w->kv_limit + r0, j0);
+}
+
+#define SDPA_LOOP_FN prefill_loop_avx2
+#define SDPA_LOOP_CTX prefill_ctx
+#include "rows_loop.h"
+
+void sdpa_prefill_avx2(const sdpa_rows *w) { prefill_loop_avx2(w); }

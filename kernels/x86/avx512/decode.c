@@ -426,53 +426,84 @@ static float softmax_decode(float *s, size_t n, float *m, float *l)
     return alpha;
 }
 
-void sdpa_decode_avx512(const sdpa_rows *w)
+/* --- the hooks of the generic loop (rows_loop.h) -------------------------------------------- */
+
+typedef struct decode_ctx {
+    const float *qr[DECODE_MAX_ROWS]; /* query rows, the last repeated up to DECODE_MAX_ROWS */
+    float       *qpk;                 /* q packed by lines for score_decode_fast */
+    size_t       ek, ev;              /* bytes per K, V element */
+    size_t       kend;                /* keys past it are never read */
+    size_t       NB;
+    int          other;               /* the other array's stream, and short blocks (decode_pf) */
+    decode_pf    pf;                  /* the block's streams, from the scores to the values */
+} decode_ctx;
+
+static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
+                                float **alpha)
 {
     const size_t R = w->rows, d = w->d, dv = w->dv;
-    const int other = R <= 2; /* the other array's stream, and short blocks (decode_pf) */
-    const size_t NB = other ? sdpa_min(DECODE_BLOCK_FEW, decode_block(w->block)) : decode_block(w->block);
-    const size_t lds = DECODE_LDS;
-    float *ml = w->ws;               /* alpha [R] (the state stays in w->m, w->l) */
-    float *S = ml + state_floats(R); /* [R][lds] */
-    float *qpk = S + R * lds;        /* q packed by lines for score_decode_fast (aligned) */
-    const int kt = (int)w->k_type, vt = (int)w->v_type;
-    const float *qr[DECODE_MAX_ROWS];
-    for (size_t r = 0; r < DECODE_MAX_ROWS; r++) qr[r] = w->q + sdpa_min(r, R - 1) * d;
+    c->other = R <= 2;
+    c->NB = c->other ? sdpa_min(DECODE_BLOCK_FEW, decode_block(w->block)) : decode_block(w->block);
+    *lds = DECODE_LDS;
+    *alpha = w->ws;                   /* the state stays in w->m, w->l */
+    *S = *alpha + state_floats(R);    /* [R][lds] */
+    c->qpk = *S + R * DECODE_LDS;     /* aligned */
+    for (size_t r = 0; r < DECODE_MAX_ROWS; r++) c->qr[r] = w->q + sdpa_min(r, R - 1) * d;
     const size_t RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8;
-    pack_q_lines(qr, RP, d, w->k_type == SDPA_F32 ? 16 : 32, qpk);
-    const size_t ek = w->k_type == SDPA_F32 ? 4 : 2, ev = w->v_type == SDPA_F32 ? 4 : 2;
-    const size_t kend = sdpa_min(w->kv_end, w->kv_limit[R - 1]); /* keys past it are never read */
-    {
-        /* the steady-state streams run DECODE_PF_KEYS keys ahead; the call's first keys are requested
-           here, at once, so that they too are on their way before they are needed (later
-           requests are spread among the arithmetic: a burst of a whole block's lines would
-           stall on the few line-fill buffers while no arithmetic runs) */
-        sdpa_pf_rows k0 = decode_rows(w->k, w->k_stride, ek, d * ek, w->kv_begin, DECODE_PF_KEYS, kend);
-        sdpa_pf_rows v0 = decode_rows(w->v, w->v_stride, ev, dv * ev, w->kv_begin, DECODE_PF_KEYS, kend);
-        sdpa_pf_rows_next(&k0, (int)k0.n);
-        sdpa_pf_rows_next(&v0, (int)v0.n);
-    }
-
-    for (size_t j0 = w->kv_begin; j0 < w->kv_end; j0 += NB) {
-        const size_t nb = sdpa_min(NB, w->kv_end - j0);
-        /* keys past the last row's limit are never needed (rows are ordered by limit) */
-        const size_t nk = sdpa_min(nb, w->kv_limit[R - 1] - j0);
-        /* the score loop requests K DECODE_PF_KEYS keys ahead (and, for R <= 2, this block's V rows);
-           the P·V loop V DECODE_PF_KEYS keys ahead (and, for R <= 2, the next block's K rows); never a
-           key at or past kend (see decode_pf) */
-        decode_pf pf = {{decode_rows(w->k, w->k_stride, ek, d * ek, j0 + DECODE_PF_KEYS, nk, kend),
-                      decode_rows(w->v, w->v_stride, ev, dv * ev, j0, other ? nk : 0, kend)},
-                     {0, 0}};
-        score_avx512_decode(qr, R, d, w->k, kt, w->k_stride, j0, nk, S, lds, &pf, qpk);
-        size_t valid[DECODE_MAX_ROWS];
-        for (size_t r = 0; r < R; r++) {
-            const size_t lim = w->kv_limit[r];
-            valid[r] = lim <= j0 ? 0 : sdpa_min(nk, lim - j0);
-            /* a row that sees none of the block keeps its state: alpha 1 */
-            ml[r] = valid[r] ? softmax_decode(S + r * lds, valid[r], &w->m[r], &w->l[r]) : 1.0f;
-        }
-        pf.s[0] = decode_rows(w->v, w->v_stride, ev, dv * ev, j0 + DECODE_PF_KEYS, nk, kend);
-        pf.s[1] = decode_rows(w->k, w->k_stride, ek, d * ek, j0 + NB, other ? NB : 0, kend);
-        pv_avx512_decode(R, w->acc, dv, ml, S, w->v, vt, w->v_stride, j0, valid, &pf);
-    }
+    pack_q_lines(c->qr, RP, d, w->k_type == SDPA_F32 ? 16 : 32, c->qpk);
+    c->ek = w->k_type == SDPA_F32 ? 4 : 2;
+    c->ev = w->v_type == SDPA_F32 ? 4 : 2;
+    c->kend = sdpa_min(w->kv_end, w->kv_limit[R - 1]);
+    /* the steady-state streams run DECODE_PF_KEYS keys ahead; the call's first keys are
+       requested here, at once, so that they too are on their way before they are needed (later
+       requests are spread among the arithmetic: a burst of a whole block's lines would stall on
+       the few line-fill buffers while no arithmetic runs) */
+    sdpa_pf_rows k0 = decode_rows(w->k, w->k_stride, c->ek, d * c->ek, w->kv_begin, DECODE_PF_KEYS, c->kend);
+    sdpa_pf_rows v0 = decode_rows(w->v, w->v_stride, c->ev, dv * c->ev, w->kv_begin, DECODE_PF_KEYS, c->kend);
+    sdpa_pf_rows_next(&k0, (int)k0.n);
+    sdpa_pf_rows_next(&v0, (int)v0.n);
+    return c->NB;
 }
+
+/* All rows are computed (r0 is ignored): the score tiles are shaped by the row count. */
+static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
+                               float *S, size_t lds)
+{
+    (void)r0;
+    const size_t d = w->d;
+    /* the score loop requests K DECODE_PF_KEYS keys ahead (and, with few rows, this block's V
+       rows); never a key at or past kend (see decode_pf) */
+    const decode_pf pf = {{decode_rows(w->k, w->k_stride, c->ek, d * c->ek, j0 + DECODE_PF_KEYS, nb, c->kend),
+                           decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, j0, c->other ? nb : 0, c->kend)},
+                          {0, 0}};
+    c->pf = pf;
+    score_avx512_decode(c->qr, w->rows, d, w->k, (int)w->k_type, w->k_stride, j0, nb, S, lds,
+                        &c->pf, c->qpk);
+}
+
+static inline float loop_softmax(decode_ctx *c, size_t r, float *s, size_t nv, size_t nb, float *m,
+                                 float *l)
+{
+    (void)c, (void)r, (void)nb;
+    return softmax_decode(s, nv, m, l);
+}
+
+static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
+                               const float *alpha, const float *S, size_t lds)
+{
+    (void)r0, (void)lds;
+    const size_t R = w->rows;
+    size_t valid[DECODE_MAX_ROWS];
+    for (size_t r = 0; r < R; r++) valid[r] = sdpa_visible(w, r, j0, nb);
+    /* the P·V loop requests V DECODE_PF_KEYS keys ahead (and, with few rows, the next block's K
+       rows) */
+    c->pf.s[0] = decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, j0 + DECODE_PF_KEYS, nb, c->kend);
+    c->pf.s[1] = decode_rows(w->k, w->k_stride, c->ek, w->d * c->ek, j0 + c->NB, c->other ? c->NB : 0, c->kend);
+    pv_avx512_decode(R, w->acc, w->dv, alpha, S, w->v, (int)w->v_type, w->v_stride, j0, valid, &c->pf);
+}
+
+#define SDPA_LOOP_FN decode_loop_avx512
+#define SDPA_LOOP_CTX decode_ctx
+#include "rows_loop.h"
+
+void sdpa_decode_avx512(const sdpa_rows *w) { decode_loop_avx512(w); }

@@ -1,0 +1,99 @@
+/* packed_path.h -- the rows_loop.h hooks of a path that packs each key block and runs row-major tiles */
+/*
+ * For implementations with one path for every unit (neon, sve): K is converted and packed per
+ * block, V converted per block (f32 V read in place), and two register-blocked tile kernels do
+ * the products. Included by the implementation's translation unit after it defines, as static
+ * inline functions compiled for its ISA:
+ *
+ *   SDPA_KPAD(d)                       floats per packed key row (>= d), a macro
+ *   void  pack_k(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
+ *         converts keys [j0, j0 + nb) to f32 in the ISA's packed layout in kp
+ *         (room: nb * SDPA_KPAD(d) floats, 64-byte aligned)
+ *   void  score_tile(const float *q, size_t ra, size_t d, const float *kp, size_t nb,
+ *                    float *S, size_t lds)
+ *         S[r * lds + j] = dot(q[r * d ..], key j) for r < ra, j < nb
+ *   float softmax_row(float *s, size_t n, float *m, float *l)
+ *         the online-softmax primitive (sdpa.h contract)
+ *   SDPA_ROW_TO_F32(src, element_offset, n, dtype, dst), its converter of one f16/bf16 row
+ *   void  pv_tile(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,
+ *                 size_t ra, const float *v, ptrdiff_t vs, size_t nb)
+ *         acc[r] = alpha[r] * acc[r] + sum_j P[r * lds + j] * v[j * vs ..] for r < ra
+ *
+ * and SDPA_ROWS_FN / SDPA_WS_FN, the names to give the path and its scratch size.
+ */
+#include <math.h>
+
+#include "kernel_table.h"
+#include "kernel_util.h"
+
+typedef struct packed_ctx {
+    float *kp, *vp;
+} packed_ctx;
+
+/* f32 values are used in place; f16/bf16 rows are converted into vp (the dtype a constant in
+   each loop, so the converter specialises when it inlines). */
+static const float *pack_v(const sdpa_rows *w, size_t j0, size_t nb, float *vp, ptrdiff_t *vs)
+{
+    const ptrdiff_t stride = w->v_stride;
+    if (w->v_type == SDPA_F32) {
+        *vs = stride;
+        return (const float *)w->v + (ptrdiff_t)j0 * stride;
+    }
+    const size_t dv = w->dv;
+    *vs = (ptrdiff_t)dv;
+    if (w->v_type == SDPA_F16)
+        for (size_t j = 0; j < nb; j++)
+            SDPA_ROW_TO_F32(w->v, (ptrdiff_t)(j0 + j) * stride, dv, SDPA_F16, vp + j * dv);
+    else
+        for (size_t j = 0; j < nb; j++)
+            SDPA_ROW_TO_F32(w->v, (ptrdiff_t)(j0 + j) * stride, dv, SDPA_BF16, vp + j * dv);
+    return vp;
+}
+
+/* Scratch layout: S [rows][lds], kp [block][KPAD(d)], vp [block][dv], alpha [rows]. */
+static size_t SDPA_WS_FN(size_t rows, size_t d, size_t dv, size_t block)
+{
+    const size_t lds = sdpa_round16(block);
+    return rows * lds + sdpa_round16(block * SDPA_KPAD(d)) + sdpa_round16(block * dv) +
+           sdpa_round16(rows);
+}
+
+static inline size_t loop_begin(packed_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
+                                float **alpha)
+{
+    const size_t B = w->block;
+    *lds = sdpa_round16(B);
+    *S = w->ws;
+    c->kp = *S + w->rows * *lds;
+    c->vp = c->kp + sdpa_round16(B * SDPA_KPAD(w->d));
+    *alpha = c->vp + sdpa_round16(B * w->dv);
+    return B;
+}
+
+static inline void loop_scores(packed_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
+                               float *S, size_t lds)
+{
+    pack_k(w, j0, nb, c->kp);
+    score_tile(w->q + r0 * w->d, w->rows - r0, w->d, c->kp, nb, S + r0 * lds, lds);
+}
+
+/* the diagonal tile: keys past the row's limit get weight exactly 0 */
+static inline float loop_softmax(packed_ctx *c, size_t r, float *s, size_t nv, size_t nb, float *m,
+                                 float *l)
+{
+    (void)c, (void)r;
+    for (size_t j = nv; j < nb; j++) s[j] = -INFINITY;
+    return softmax_row(s, nb, m, l);
+}
+
+static inline void loop_values(packed_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
+                               const float *alpha, const float *S, size_t lds)
+{
+    ptrdiff_t vs;
+    const float *vr = pack_v(w, j0, nb, c->vp, &vs);
+    pv_tile(w->acc + r0 * w->dv, w->dv, alpha + r0, S + r0 * lds, lds, w->rows - r0, vr, vs, nb);
+}
+
+#define SDPA_LOOP_FN SDPA_ROWS_FN
+#define SDPA_LOOP_CTX packed_ctx
+#include "rows_loop.h"
