@@ -7,8 +7,8 @@
 
 #include "convert.h"
 #include "kernel_table.h"
+#include "kernel_util.h"
 
-#define NEON_INLINE static inline __attribute__((always_inline))
 
 /* ------------------------------------------------------------------------------------------ */
 /* exp                                                                                         */
@@ -16,7 +16,7 @@
 
 #include "exp_coeffs.h" /* the exp every SIMD implementation shares */
 
-NEON_INLINE float32x4_t exp_neon_v(float32x4_t x)
+SDPA_INLINE float32x4_t exp_neon_v(float32x4_t x)
 {
     /* Below -104 every result rounds to 0 and above 89 to inf, so clamping loses nothing and keeps
        n in [-150, 129]. FMAX/FMIN return NaN for a NaN input, so NaN flows through to the end. */
@@ -62,14 +62,14 @@ static void exp_neon(const float *x, float *y, size_t n)
 /* ------------------------------------------------------------------------------------------ */
 
 /* Loads n < 4 floats into the low lanes of a vector whose other lanes are `fill`. */
-NEON_INLINE float32x4_t load_partial_neon(const float *p, size_t n, float fill)
+SDPA_INLINE float32x4_t load_partial_neon(const float *p, size_t n, float fill)
 {
     float t[4] = {fill, fill, fill, fill};
     memcpy(t, p, n * sizeof *t);
     return vld1q_f32(t);
 }
 
-NEON_INLINE void store_partial_neon(float *p, size_t n, float32x4_t x)
+SDPA_INLINE void store_partial_neon(float *p, size_t n, float32x4_t x)
 {
     float t[4];
     vst1q_f32(t, x);
@@ -121,7 +121,7 @@ static void score_neon(const float *q, const float *k, size_t k_stride, size_t n
 }
 
 /* NaN-propagating maximum, as FMAX: a NaN on either side wins. */
-NEON_INLINE float max_nan_neon(float a, float b)
+SDPA_INLINE float max_nan_neon(float a, float b)
 {
     return vgetq_lane_f32(vmaxq_f32(vdupq_n_f32(a), vdupq_n_f32(b)), 0);
 }
@@ -214,10 +214,10 @@ static void accumulate_neon(float *o, float alpha, const float *p, const float *
    same dimension of 4 consecutive keys: a score tile is then broadcast-q x K-vector FMAs.
    The layout needs exactly nb * d floats. */
 #define SDPA_KPAD(d) (d)
-#define NEON_MR 4 /* query rows per micro-kernel */
+#define TILE_MR 4 /* query rows per micro-kernel */
 
 /* 4 consecutive elements of a K or V row, converted exactly to f32. */
-NEON_INLINE float32x4_t load4_neon(const void *base, ptrdiff_t off, sdpa_dtype t)
+SDPA_INLINE float32x4_t load4_neon(const void *base, ptrdiff_t off, sdpa_dtype t)
 {
     if (t == SDPA_F32) return vld1q_f32((const float *)base + off);
     const uint16x4_t h = vld1_u16((const uint16_t *)base + off);
@@ -225,7 +225,7 @@ NEON_INLINE float32x4_t load4_neon(const void *base, ptrdiff_t off, sdpa_dtype t
     return vreinterpretq_f32_u32(vshll_n_u16(h, 16));
 }
 
-NEON_INLINE float load1_neon(const void *base, ptrdiff_t off, sdpa_dtype t)
+SDPA_INLINE float load1_neon(const void *base, ptrdiff_t off, sdpa_dtype t)
 {
     if (t == SDPA_F32) return ((const float *)base)[off];
     const uint16_t h = ((const uint16_t *)base)[off];
@@ -233,7 +233,7 @@ NEON_INLINE float load1_neon(const void *base, ptrdiff_t off, sdpa_dtype t)
 }
 
 /* Transposes the 4x4 block of keys c..c+3, dimensions dd..dd+3 into the panel (width W). */
-NEON_INLINE void pack_4x4_neon(const void *k, ptrdiff_t ks, ptrdiff_t row0, size_t dd,
+SDPA_INLINE void pack_4x4_neon(const void *k, ptrdiff_t ks, ptrdiff_t row0, size_t dd,
                                sdpa_dtype t, float *dst, size_t W)
 {
     const ptrdiff_t o = row0 * ks + (ptrdiff_t)dd;
@@ -250,7 +250,7 @@ NEON_INLINE void pack_4x4_neon(const void *k, ptrdiff_t ks, ptrdiff_t row0, size
 }
 
 /* One panel of W (4 or 16) keys starting at row `row0` of k. */
-NEON_INLINE void pack_panel_neon(const void *k, ptrdiff_t ks, ptrdiff_t row0, size_t d,
+SDPA_INLINE void pack_panel_neon(const void *k, ptrdiff_t ks, ptrdiff_t row0, size_t d,
                                  sdpa_dtype t, size_t W, float *dst)
 {
     size_t dd = 0;
@@ -263,7 +263,7 @@ NEON_INLINE void pack_panel_neon(const void *k, ptrdiff_t ks, ptrdiff_t row0, si
 }
 
 /* One row of n elements converted to f32. */
-NEON_INLINE void row_to_f32_neon(const void *src, ptrdiff_t off, size_t n, sdpa_dtype t,
+SDPA_INLINE void row_to_f32_neon(const void *src, ptrdiff_t off, size_t n, sdpa_dtype t,
                                  float *dst)
 {
     size_t c = 0;
@@ -271,7 +271,7 @@ NEON_INLINE void row_to_f32_neon(const void *src, ptrdiff_t off, size_t n, sdpa_
     for (; c < n; c++) dst[c] = load1_neon(src, off + (ptrdiff_t)c, t);
 }
 
-NEON_INLINE void pack_k_typed_neon(const sdpa_rows *w, size_t j0, size_t nb, float *kp,
+SDPA_INLINE void pack_k_typed_neon(const sdpa_rows *w, size_t j0, size_t nb, float *kp,
                                    sdpa_dtype t)
 {
     const size_t d = w->d;
@@ -297,16 +297,16 @@ static void pack_k(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
 /* S[r][0..4*NV) = dot(q_r, keys of a panel of width 4*NV) for r < mr (mr <= 4 and NV are
    compile-time constants after inlining, so acc stays in registers). Four dimensions per step:
    one q load per row, lane-indexed FMAs (FMLA by element) against the K vectors. */
-NEON_INLINE void score_neon_mxn(const float *q, size_t d, const float *kp, float *S, size_t lds,
+SDPA_INLINE void score_neon_mxn(const float *q, size_t d, const float *kp, float *S, size_t lds,
                                 const int mr, const int NV)
 {
     const size_t W = 4 * (size_t)NV;
-    float32x4_t acc[NEON_MR][4];
+    float32x4_t acc[TILE_MR][4];
     for (int r = 0; r < mr; r++)
         for (int v = 0; v < NV; v++) acc[r][v] = vdupq_n_f32(0.0f);
     size_t dd = 0;
     for (; dd + 4 <= d; dd += 4) {
-        float32x4_t qv[NEON_MR];
+        float32x4_t qv[TILE_MR];
         for (int r = 0; r < mr; r++) qv[r] = vld1q_f32(q + r * d + dd);
 #define SCORE_STEP(L)                                                                          \
     do {                                                                                       \
@@ -365,8 +365,8 @@ static void score_tile(const float *q, size_t ra, size_t d, const float *kp, siz
                        size_t lds)
 {
     const size_t n16 = nb & ~(size_t)15, n4 = nb & ~(size_t)3;
-    for (size_t r0 = 0; r0 < ra; r0 += NEON_MR) {
-        const size_t mr = ra - r0 < NEON_MR ? ra - r0 : NEON_MR;
+    for (size_t r0 = 0; r0 < ra; r0 += TILE_MR) {
+        const size_t mr = ra - r0 < TILE_MR ? ra - r0 : TILE_MR;
         const float *qr = q + r0 * d;
         float *Sr = S + r0 * lds;
         size_t c = 0;
@@ -387,17 +387,17 @@ static void score_tile(const float *q, size_t ra, size_t d, const float *kp, siz
 /* acc[r][c..c+4*NV) = alpha[r] * acc + sum_j P[r][j] * v[j][c..] for r < mr: the column block of
    mr rows stays in registers over all nb keys; four keys per step, each P[r][j..j+3] loaded once
    and used lane by lane. */
-NEON_INLINE void pv_neon_mxn(float *acc, size_t dv, const float *alpha, const float *P,
+SDPA_INLINE void pv_neon_mxn(float *acc, size_t dv, const float *alpha, const float *P,
                              size_t lds, const float *v, ptrdiff_t vs, size_t nb, const int mr,
                              const int NV)
 {
-    float32x4_t a[NEON_MR][4];
+    float32x4_t a[TILE_MR][4];
     for (int r = 0; r < mr; r++)
         for (int x = 0; x < NV; x++)
             a[r][x] = vmulq_n_f32(vld1q_f32(acc + r * dv + 4 * x), alpha[r]);
     size_t j = 0;
     for (; j + 4 <= nb; j += 4) {
-        float32x4_t pv[NEON_MR];
+        float32x4_t pv[TILE_MR];
         for (int r = 0; r < mr; r++) pv[r] = vld1q_f32(P + r * lds + j);
 #define PV_STEP(L)                                                                             \
     do {                                                                                       \
@@ -452,8 +452,8 @@ static void pv_tile(float *acc, size_t dv, const float *alpha, const float *P, s
                     size_t ra, const float *v, ptrdiff_t vs, size_t nb)
 {
     const size_t c16 = dv & ~(size_t)15, c4 = dv & ~(size_t)3;
-    for (size_t r0 = 0; r0 < ra; r0 += NEON_MR) {
-        const size_t mr = ra - r0 < NEON_MR ? ra - r0 : NEON_MR;
+    for (size_t r0 = 0; r0 < ra; r0 += TILE_MR) {
+        const size_t mr = ra - r0 < TILE_MR ? ra - r0 : TILE_MR;
         float *ar = acc + r0 * dv;
         const float *Pr = P + r0 * lds;
         size_t c = 0;
@@ -486,4 +486,5 @@ const sdpa_kernels sdpa_kernels_neon = {
     .exp_max_ulp = EXP_MAX_ULP,
     .rows = rows_neon,
     .ws_floats = ws_floats_neon,
+    .tuning = {.score_mr = TILE_MR, .score_nr = 16, .pv_mr = TILE_MR, .pv_nr = 16},
 };

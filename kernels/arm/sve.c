@@ -7,8 +7,8 @@
 
 #include "convert.h"
 #include "kernel_table.h"
+#include "kernel_util.h"
 
-#define SVE_INLINE static inline __attribute__((always_inline))
 
 /* Nothing here assumes a vector length: every loop steps by svcntw() lanes and every tail is a
    svwhilelt predicate, so no load or store touches an element past the end of its array. */
@@ -20,7 +20,7 @@
 #include "exp_coeffs.h" /* the exp every SIMD implementation shares */
 
 /* e^x on every lane (inactive lanes of a caller's predicate are computed too and ignored). */
-SVE_INLINE svfloat32_t exp_sve_v(svfloat32_t x)
+SDPA_INLINE svfloat32_t exp_sve_v(svfloat32_t x)
 {
     const svbool_t all = svptrue_b32();
     /* Below -104 every result rounds to 0 and above 89 to inf, so clamping loses nothing and keeps
@@ -158,16 +158,16 @@ static void accumulate_sve(float *o, float alpha, const float *p, const float *v
    load gives the same dimension of consecutive keys: a score tile is then broadcast-q x K-vector
    FMAs. The last, narrower panel is read with predicates; the layout needs exactly nb * d. */
 #define SDPA_KPAD(d) (d)
-#define SVE_MR 4 /* query rows per micro-kernel */
+#define TILE_MR 4 /* query rows per micro-kernel */
 
-SVE_INLINE svfloat32_t widen_sve(svbool_t pg, svuint32_t h, sdpa_dtype t)
+SDPA_INLINE svfloat32_t widen_sve(svbool_t pg, svuint32_t h, sdpa_dtype t)
 {
     if (t == SDPA_F16) return svcvt_f32_f16_x(pg, svreinterpret_f16_u32(h)); /* exact */
     return svreinterpret_f32_u32(svlsl_n_u32_x(pg, h, 16));                  /* bf16 */
 }
 
 /* One row of n elements converted to f32 (widening 16-bit loads for f16 / bf16). */
-SVE_INLINE void row_to_f32_sve(const void *src, ptrdiff_t off, size_t n, sdpa_dtype t, float *dst)
+SDPA_INLINE void row_to_f32_sve(const void *src, ptrdiff_t off, size_t n, sdpa_dtype t, float *dst)
 {
     for (size_t c = 0; c < n; c += svcntw()) {
         const svbool_t pg = svwhilelt_b32_u64(c, n);
@@ -182,14 +182,14 @@ SVE_INLINE void row_to_f32_sve(const void *src, ptrdiff_t off, size_t n, sdpa_dt
 
 /* Lanes [0, W) of a panel column: element dd of W consecutive keys, gathered with a signed
    32-bit index of lane * ks (the caller checks it fits). */
-SVE_INLINE svfloat32_t gather_sve(svbool_t pg, const void *src, ptrdiff_t off, svint32_t idx,
+SDPA_INLINE svfloat32_t gather_sve(svbool_t pg, const void *src, ptrdiff_t off, svint32_t idx,
                                   sdpa_dtype t)
 {
     if (t == SDPA_F32) return svld1_gather_s32index_f32(pg, (const float *)src + off, idx);
     return widen_sve(pg, svld1uh_gather_s32index_u32(pg, (const uint16_t *)src + off, idx), t);
 }
 
-SVE_INLINE void pack_k_typed_sve(const sdpa_rows *w, size_t j0, size_t nb, float *kp, sdpa_dtype t)
+SDPA_INLINE void pack_k_typed_sve(const sdpa_rows *w, size_t j0, size_t nb, float *kp, sdpa_dtype t)
 {
     const size_t d = w->d;
     const ptrdiff_t ks = w->k_stride;
@@ -252,7 +252,7 @@ static void pack_k(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
 /* S[r][0..W) = dot(q_r, keys of a panel of width W <= NV * VL) for r < mr. Four dimensions per
    step: LD1RQ puts q_r[dd..dd+3] in every 128-bit segment and FMLA (indexed) multiplies the K
    vectors by one of them. */
-SVE_INLINE void score_sve_mxn(const float *q, size_t d, const float *kp, size_t W, float *S,
+SDPA_INLINE void score_sve_mxn(const float *q, size_t d, const float *kp, size_t W, float *S,
                               size_t lds, const int mr, const int NV)
 {
     const svbool_t all = svptrue_b32();
@@ -316,8 +316,8 @@ static void score_tile(const float *q, size_t ra, size_t d, const float *kp, siz
                        size_t lds)
 {
     const uint64_t vl = svcntw();
-    for (size_t r0 = 0; r0 < ra; r0 += SVE_MR) {
-        const size_t mr = ra - r0 < SVE_MR ? ra - r0 : SVE_MR;
+    for (size_t r0 = 0; r0 < ra; r0 += TILE_MR) {
+        const size_t mr = ra - r0 < TILE_MR ? ra - r0 : TILE_MR;
         const float *qr = q + r0 * d;
         float *Sr = S + r0 * lds;
         for (size_t c0 = 0; c0 < nb; c0 += 2 * vl) {
@@ -350,7 +350,7 @@ static void score_tile(const float *q, size_t ra, size_t d, const float *kp, siz
 /* acc[r][c..c+NV*VL) = alpha[r] * acc + sum_j P[r][j] * v[j][c..] for r < mr (columns past dv
    masked off): the block stays in registers over all nb keys; four keys per step, P[r][j..j+3]
    replicated per 128-bit segment and used by indexed FMLA. */
-SVE_INLINE void pv_sve_mxn(float *acc, size_t dv, size_t c, const float *alpha, const float *P,
+SDPA_INLINE void pv_sve_mxn(float *acc, size_t dv, size_t c, const float *alpha, const float *P,
                            size_t lds, const float *v, ptrdiff_t vs, size_t nb, const int mr,
                            const int NV)
 {
@@ -417,8 +417,8 @@ static void pv_tile(float *acc, size_t dv, const float *alpha, const float *P, s
                     size_t ra, const float *v, ptrdiff_t vs, size_t nb)
 {
     const uint64_t vl = svcntw();
-    for (size_t r0 = 0; r0 < ra; r0 += SVE_MR) {
-        const size_t mr = ra - r0 < SVE_MR ? ra - r0 : SVE_MR;
+    for (size_t r0 = 0; r0 < ra; r0 += TILE_MR) {
+        const size_t mr = ra - r0 < TILE_MR ? ra - r0 : TILE_MR;
         float *ar = acc + r0 * dv;
         const float *Pr = P + r0 * lds, *al = alpha + r0;
         for (size_t c = 0; c < dv; c += 2 * vl) {
@@ -453,4 +453,6 @@ const sdpa_kernels sdpa_kernels_sve = {
     .exp_max_ulp = EXP_MAX_ULP,
     .rows = rows_sve,
     .ws_floats = ws_floats_sve,
+    /* the tiles are two vectors wide, a length known only at run time: nr is not stated */
+    .tuning = {.score_mr = TILE_MR, .pv_mr = TILE_MR},
 };
