@@ -178,12 +178,13 @@ SDPA_INLINE __m256 exp_avx2_ftz(__m256 x)
 /* The fused online softmax (both paths)                                                       */
 /* ------------------------------------------------------------------------------------------ */
 
-/* One row of one block: keys [0, nv) of the block are visible, [nv, nb) masked (1 <= nv <= nb).
-   The sdpa.h online-softmax contract over the visible keys, p = 0 written for the masked ones
-   (never computed: see exp_avx2_ftz); returns alpha. Whole vectors are written up to nb rounded
-   up to 8, inside the row's lds floats. */
-SDPA_INLINE float softmax_fused_avx2(float *s, size_t nv, size_t nb, float *m, float *l,
-                                     const float *rm)
+/* The one online-softmax step of this ISA (the sdpa.h contract), over keys [0, nv) of a block,
+   [nv, nb) masked (1 <= nv <= nb): p = 0 is written for the masked ones, never computed;
+   returns alpha. fused (a constant at each call): the fused kernels' row, p by exp_avx2_ftz and
+   whole vectors written up to nb rounded up to 8, inside the row's lds floats; else the public
+   primitive (nv = nb = n), p by exp_avx2 and nothing written past s[n). */
+SDPA_INLINE float softmax_avx2(int fused, float *s, size_t nv, size_t nb, float *m, float *l,
+                               const float *rm)
 {
     const __m256 ninf = _mm256_set1_ps(-INFINITY);
     __m256 vm0 = ninf, vm1 = ninf;
@@ -214,14 +215,18 @@ SDPA_INLINE float softmax_fused_avx2(float *s, size_t nv, size_t nb, float *m, f
     const __m256 vms = _mm256_set1_ps(msub);
     __m256 sum = _mm256_setzero_ps();
     for (j = 0; j + 8 <= nv; j += 8) {
-        const __m256 p0 = exp_avx2_ftz(_mm256_sub_ps(_mm256_loadu_ps(s + j), vms));
+        const __m256 x = _mm256_sub_ps(_mm256_loadu_ps(s + j), vms);
+        const __m256 p0 = fused ? exp_avx2_ftz(x) : exp_avx2(x);
         _mm256_storeu_ps(s + j, p0);
         sum = _mm256_add_ps(sum, p0);
     }
     if (tail) {
-        __m256 p0 = exp_avx2_ftz(_mm256_sub_ps(_mm256_maskload_ps(s + j, mk), vms));
-        p0 = _mm256_and_ps(p0, _mm256_castsi256_ps(mk));
-        _mm256_storeu_ps(s + j, p0);
+        const __m256 x = _mm256_sub_ps(_mm256_maskload_ps(s + j, mk), vms);
+        const __m256 p0 = _mm256_and_ps(fused ? exp_avx2_ftz(x) : exp_avx2(x), _mm256_castsi256_ps(mk));
+        if (fused)
+            _mm256_storeu_ps(s + j, p0);
+        else
+            _mm256_maskstore_ps(s + j, mk, p0);
         sum = _mm256_add_ps(sum, p0);
         j += 8;
     }

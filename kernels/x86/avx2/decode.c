@@ -324,7 +324,7 @@ static inline float loop_softmax(decode_ctx *c, size_t r, float *s, size_t nv, s
                                  float *l)
 {
     (void)c, (void)r;
-    return softmax_fused_avx2(s, nv, nb, m, l, NULL);
+    return softmax_avx2(1, s, nv, nb, m, l, NULL);
 }
 
 static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,

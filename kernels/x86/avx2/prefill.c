@@ -309,7 +309,7 @@ static inline float loop_softmax(prefill_ctx *c, size_t r, float *s, size_t nv, 
     /* the score kernel's max is exact when the row sees every key of the block and the block
        has no zero padding keys */
     const float *rmax = nv == nb && nb % SCORE_NR == 0 ? c->rm + 8 * r : NULL;
-    return softmax_fused_avx2(s, nv, nb, m, l, rmax);
+    return softmax_avx2(1, s, nv, nb, m, l, rmax);
 }
 
 static inline void loop_values(prefill_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,

@@ -49,68 +49,9 @@ static void score_f32_avx2(const float *q, const float *k, size_t k_stride, size
     }
 }
 
-/* ------------------------------------------------------------------------------------------ */
-/* Primitive: online softmax                                                                  */
-/* ------------------------------------------------------------------------------------------ */
-/* Two passes over the block: the max (NaN scores ignored, as a comparison ignores them: they
-   propagate through p instead), then p = exp(s - m_new) and its sum. While everything seen is
-   -inf the exponent is taken against 0, so p = exp(-inf) = 0 exactly and a NaN score still
-   gives p = NaN and reaches l. */
-SDPA_INLINE float softmax_online_avx2_inl(float *s, size_t n, float *m, float *l)
-{
-    const __m256 ninf = _mm256_set1_ps(-INFINITY);
-    __m256 vm0 = ninf, vm1 = ninf;
-    size_t j = 0;
-    /* max(x, acc) keeps acc when x is NaN (second operand wins on unordered) */
-    for (; j + 16 <= n; j += 16) {
-        vm0 = _mm256_max_ps(_mm256_loadu_ps(s + j), vm0);
-        vm1 = _mm256_max_ps(_mm256_loadu_ps(s + j + 8), vm1);
-    }
-    for (; j + 8 <= n; j += 8) vm0 = _mm256_max_ps(_mm256_loadu_ps(s + j), vm0);
-    if (j < n) {
-        const __m256i mk = lanes_mask(n - j);
-        const __m256 x = _mm256_blendv_ps(ninf, _mm256_maskload_ps(s + j, mk), _mm256_castsi256_ps(mk));
-        vm0 = _mm256_max_ps(x, vm0);
-    }
-    const float bm = hmax8(_mm256_max_ps(vm0, vm1));
-    const float m_old = *m;
-    const float m_new = m_old > bm ? m_old : bm;
-    float alpha = 1.0f, msub = 0.0f;
-    if (m_new != -INFINITY) {
-        msub = m_new;
-        alpha = exp_avx2_1(m_old - m_new);
-    }
-    const __m256 vms = _mm256_set1_ps(msub);
-    __m256 sum0 = _mm256_setzero_ps(), sum1 = _mm256_setzero_ps();
-    j = 0;
-    for (; j + 16 <= n; j += 16) {
-        const __m256 p0 = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), vms));
-        const __m256 p1 = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j + 8), vms));
-        _mm256_storeu_ps(s + j, p0);
-        _mm256_storeu_ps(s + j + 8, p1);
-        sum0 = _mm256_add_ps(sum0, p0);
-        sum1 = _mm256_add_ps(sum1, p1);
-    }
-    for (; j + 8 <= n; j += 8) {
-        const __m256 p0 = exp_avx2(_mm256_sub_ps(_mm256_loadu_ps(s + j), vms));
-        _mm256_storeu_ps(s + j, p0);
-        sum0 = _mm256_add_ps(sum0, p0);
-    }
-    if (j < n) {
-        const __m256i mk = lanes_mask(n - j);
-        __m256 p0 = exp_avx2(_mm256_sub_ps(_mm256_maskload_ps(s + j, mk), vms));
-        p0 = _mm256_and_ps(p0, _mm256_castsi256_ps(mk));
-        _mm256_maskstore_ps(s + j, mk, p0);
-        sum1 = _mm256_add_ps(sum1, p0);
-    }
-    *m = m_new;
-    *l = alpha * *l + hsum8(_mm256_add_ps(sum0, sum1));
-    return alpha;
-}
-
 static float softmax_online_f32_avx2(float *s, size_t n, float *m, float *l)
 {
-    return softmax_online_avx2_inl(s, n, m, l);
+    return softmax_avx2(0, s, n, n, m, l, NULL);
 }
 
 /* ------------------------------------------------------------------------------------------ */

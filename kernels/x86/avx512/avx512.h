@@ -170,4 +170,54 @@ SDPA_INLINE __m512 reduce16(const __m512 *a)
 }
 #define PERM16(i) ((((i) & 3) << 2) | ((i) >> 2))
 
+/* ------------------------------------------------------------------------------------------ */
+/* The online-softmax step of a row                                                            */
+/* ------------------------------------------------------------------------------------------ */
+
+SDPA_INLINE __m512 softmax_exp_avx512(int fused, __m512 x)
+{
+    return fused ? exp_avx512_ftz(x) : exp_avx512(x);
+}
+
+/* The sdpa.h online-softmax step over s[0..n) (n >= 1), p written in place; returns alpha.
+   fused (a constant at each call): p by the fused kernels' exp (exp_avx512_ftz), else by
+   exp_avx512, as the public primitive states. */
+SDPA_INLINE float softmax_avx512(int fused, float *s, size_t n, float *m, float *l)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mx0 = ninf, mx1 = ninf;
+    size_t i = 0;
+    /* MAXPS returns its second operand when either is NaN: NaN scores are skipped here */
+    for (; i + 32 <= n; i += 32) {
+        mx0 = _mm512_max_ps(_mm512_loadu_ps(s + i), mx0);
+        mx1 = _mm512_max_ps(_mm512_loadu_ps(s + i + 16), mx1);
+    }
+    for (; i < n; i += 16) mx0 = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, lanes(n - i), s + i), mx0);
+    const float bm = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
+    const float mo = *m;
+    const float mn = bm > mo ? bm : mo;
+    const __m512 msub = _mm512_set1_ps(mn == -INFINITY ? 0.0f : mn);
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m512 p0 = softmax_exp_avx512(fused, _mm512_sub_ps(_mm512_loadu_ps(s + i), msub));
+        const __m512 p1 = softmax_exp_avx512(fused, _mm512_sub_ps(_mm512_loadu_ps(s + i + 16), msub));
+        _mm512_storeu_ps(s + i, p0);
+        _mm512_storeu_ps(s + i + 16, p1);
+        s0 = _mm512_add_ps(s0, p0);
+        s1 = _mm512_add_ps(s1, p1);
+    }
+    for (; i < n; i += 16) {
+        const __mmask16 mv = lanes(n - i);
+        const __m512 p = _mm512_maskz_mov_ps(mv, softmax_exp_avx512(fused, _mm512_sub_ps(_mm512_maskz_loadu_ps(mv, s + i), msub)));
+        _mm512_mask_storeu_ps(s + i, mv, p);
+        s0 = _mm512_add_ps(s0, p);
+    }
+    const float alpha = mn == -INFINITY ? 1.0f : exp_avx512_1(mo - mn);
+    *l = alpha * *l + _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    *m = mn;
+    return alpha;
+}
+
 #endif /* SDPA_AVX512_H */
+

@@ -386,46 +386,6 @@ static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha
     }
 }
 
-/* The online-softmax step of one decode row over its n scores s[0..n) (n >= 1), p written in
-   place; returns alpha. As softmax_lim, but with the fused kernel's cheaper exp for the p
-   values (flushes below 2^-126, where the sum they join is at least 1). */
-static float softmax_decode(float *s, size_t n, float *m, float *l)
-{
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512 mx0 = ninf, mx1 = ninf;
-    size_t i = 0;
-    /* MAXPS returns its second operand when either is NaN: NaN scores are skipped here */
-    for (; i + 32 <= n; i += 32) {
-        mx0 = _mm512_max_ps(_mm512_loadu_ps(s + i), mx0);
-        mx1 = _mm512_max_ps(_mm512_loadu_ps(s + i + 16), mx1);
-    }
-    for (; i < n; i += 16) mx0 = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, lanes(n - i), s + i), mx0);
-    const float bm = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
-    const float mo = *m;
-    const float mn = bm > mo ? bm : mo;
-    const __m512 msub = _mm512_set1_ps(mn == -INFINITY ? 0.0f : mn);
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-    i = 0;
-    for (; i + 32 <= n; i += 32) {
-        const __m512 p0 = exp_avx512_ftz(_mm512_sub_ps(_mm512_loadu_ps(s + i), msub));
-        const __m512 p1 = exp_avx512_ftz(_mm512_sub_ps(_mm512_loadu_ps(s + i + 16), msub));
-        _mm512_storeu_ps(s + i, p0);
-        _mm512_storeu_ps(s + i + 16, p1);
-        s0 = _mm512_add_ps(s0, p0);
-        s1 = _mm512_add_ps(s1, p1);
-    }
-    for (; i < n; i += 16) {
-        const __mmask16 mv = lanes(n - i);
-        const __m512 p = _mm512_maskz_mov_ps(mv, exp_avx512_ftz(_mm512_sub_ps(_mm512_maskz_loadu_ps(mv, s + i), msub)));
-        _mm512_mask_storeu_ps(s + i, mv, p);
-        s0 = _mm512_add_ps(s0, p);
-    }
-    const float alpha = mn == -INFINITY ? 1.0f : exp_avx512_1(mo - mn);
-    *l = alpha * *l + _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-    *m = mn;
-    return alpha;
-}
-
 /* --- the hooks of the generic loop (rows_loop.h) -------------------------------------------- */
 
 typedef struct decode_ctx {
@@ -485,7 +445,7 @@ static inline float loop_softmax(decode_ctx *c, size_t r, float *s, size_t nv, s
                                  float *l)
 {
     (void)c, (void)r, (void)nb;
-    return softmax_decode(s, nv, m, l);
+    return softmax_avx512(1, s, nv, m, l);
 }
 
 static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,

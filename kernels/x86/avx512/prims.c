@@ -82,47 +82,9 @@ static void score_f32_avx512(const float *q, const float *k, size_t k_stride, si
     for (; j < n; j++) s[j] = dot1_f32(q, k + j * k_stride, d) * scale;
 }
 
-/* The online-softmax step over s[0..n), where only s[0..valid) are real scores and the rest
-   count as -inf (p written as 0); the public primitive is valid = n. */
-static float softmax_lim(float *s, size_t n, size_t valid, float *m, float *l)
-{
-    const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    __m512 mx = ninf;
-    /* MAXPS returns its second operand when either is NaN: with the running max second, NaN
-       scores are skipped here (the max stays a number) and reach l through their p below. */
-    for (size_t i = 0; i < valid; i += 16)
-        mx = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, lanes(valid - i), s + i), mx);
-    const float bm = _mm512_reduce_max_ps(mx);
-    const float mo = *m;
-    const float mn = bm > mo ? bm : mo;
-    /* While every score is -inf, subtract 0 instead of -inf: p = exp(-inf) = 0, no NaN. */
-    const __m512 msub = _mm512_set1_ps(mn == -INFINITY ? 0.0f : mn);
-    __m512 sum = _mm512_setzero_ps();
-    size_t i = 0;
-    for (; i + 16 <= valid; i += 16) {
-        const __m512 p = exp_avx512(_mm512_sub_ps(_mm512_loadu_ps(s + i), msub));
-        _mm512_storeu_ps(s + i, p);
-        sum = _mm512_add_ps(sum, p);
-    }
-    if (i < valid) {
-        const __mmask16 mv = lanes(valid - i), mn16 = lanes(n - i);
-        /* lanes past valid but before n become 0 */
-        const __m512 p = _mm512_maskz_mov_ps(mv, exp_avx512(_mm512_sub_ps(
-                                                     _mm512_maskz_loadu_ps(mv, s + i), msub)));
-        _mm512_mask_storeu_ps(s + i, mn16, p);
-        sum = _mm512_add_ps(sum, p);
-        i += 16;
-    }
-    for (; i < n; i += 16) _mm512_mask_storeu_ps(s + i, lanes(n - i), _mm512_setzero_ps());
-    const float alpha = mn == -INFINITY ? 1.0f : exp_avx512_1(mo - mn);
-    *l = alpha * *l + _mm512_reduce_add_ps(sum);
-    *m = mn;
-    return alpha;
-}
-
 static float softmax_online_f32_avx512(float *s, size_t n, float *m, float *l)
 {
-    return softmax_lim(s, n, n, m, l);
+    return softmax_avx512(0, s, n, m, l);
 }
 
 static void accumulate_f32_avx512(float *o, float alpha, const float *p, const float *v,
