@@ -45,7 +45,7 @@ SDPA_INLINE float32x4_t exp_neon_v(float32x4_t x)
     return vmulq_f32(vmulq_f32(p, s1), s2);
 }
 
-static void exp_neon(const float *x, float *y, size_t n)
+static void exp_f32_neon(const float *x, float *y, size_t n)
 {
     size_t i = 0;
     for (; i + 4 <= n; i += 4) vst1q_f32(y + i, exp_neon_v(vld1q_f32(x + i)));
@@ -77,7 +77,7 @@ SDPA_INLINE void store_partial_neon(float *p, size_t n, float32x4_t x)
 }
 
 /* The d-dot products of q with four keys; four independent FMA chains hide FMA latency. */
-static void score_neon(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+static void score_f32_neon(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
                        float scale, float *s)
 {
     const size_t d4 = d & ~(size_t)3, dr = d - d4;
@@ -126,7 +126,7 @@ SDPA_INLINE float max_nan_neon(float a, float b)
     return vgetq_lane_f32(vmaxq_f32(vdupq_n_f32(a), vdupq_n_f32(b)), 0);
 }
 
-static float softmax_online_neon(float *s, size_t n, float *m, float *l)
+static float softmax_online_f32_neon(float *s, size_t n, float *m, float *l)
 {
     const size_t n4 = n & ~(size_t)3, nr = n - n4;
     /* Block maximum with FMAX/FMAXV, which propagate NaN: a NaN score makes m_new, every p and
@@ -168,7 +168,7 @@ static float softmax_online_neon(float *s, size_t n, float *m, float *l)
     return alpha;
 }
 
-static void accumulate_neon(float *o, float alpha, const float *p, const float *v,
+static void accumulate_f32_neon(float *o, float alpha, const float *p, const float *v,
                             size_t v_stride, size_t n, size_t dv)
 {
     size_t c = 0;
@@ -375,11 +375,11 @@ static void score_tile(const float *q, size_t ra, size_t d, const float *kp, siz
         /* the last nb % 4 keys are packed row by row: plain dot products */
         if (c < nb)
             for (size_t r = 0; r < mr; r++)
-                score_neon(qr + r * d, kp + c * d, d, nb - c, d, 1.0f, Sr + r * lds + c);
+                score_f32_neon(qr + r * d, kp + c * d, d, nb - c, d, 1.0f, Sr + r * lds + c);
     }
 }
 
-#define softmax_row softmax_online_neon
+#define softmax_row softmax_online_f32_neon
 
 /* pack_v: the generic one in rows_loop.h, converting with this ISA's row converter */
 #define SDPA_ROW_TO_F32 row_to_f32_neon
@@ -478,13 +478,10 @@ static void pv_tile(float *acc, size_t dv, const float *alpha, const float *P, s
 #define SDPA_WS_FN ws_floats_neon
 #include "packed_path.h"
 
-const sdpa_kernels sdpa_kernels_neon = {
-    .score_f32 = score_neon,
-    .softmax_online_f32 = softmax_online_neon,
-    .accumulate_f32 = accumulate_neon,
-    .exp_f32 = exp_neon,
-    .exp_max_ulp = EXP_MAX_ULP,
-    .rows = rows_neon,
-    .ws_floats = ws_floats_neon,
-    .tuning = {.score_mr = TILE_MR, .score_nr = 16, .pv_mr = TILE_MR, .pv_nr = 16},
-};
+#define SCORE_MR TILE_MR
+#define SCORE_NR 16
+#define PV_MR TILE_MR
+#define PV_NR 16
+#include "kernel_def.h"
+
+SDPA_DEFINE_KERNELS(neon, EXP_MAX_ULP);

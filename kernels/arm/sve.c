@@ -50,7 +50,7 @@ SDPA_INLINE svfloat32_t exp_sve_v(svfloat32_t x)
     return svmul_f32_x(all, svmul_f32_x(all, p, s1), s2);
 }
 
-static void exp_sve(const float *x, float *y, size_t n)
+static void exp_f32_sve(const float *x, float *y, size_t n)
 {
     for (size_t i = 0; i < n; i += svcntw()) {
         const svbool_t pg = svwhilelt_b32_u64(i, n);
@@ -64,7 +64,7 @@ static void exp_sve(const float *x, float *y, size_t n)
 
 /* Four keys at a time, four independent FMA chains over d; the d tail is a predicated step
    (inactive lanes load as 0 and leave the merging FMA's accumulator as it was). */
-static void score_sve(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+static void score_f32_sve(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
                       float scale, float *s)
 {
     const svbool_t all = svptrue_b32();
@@ -98,7 +98,7 @@ static void score_sve(const float *q, const float *k, size_t k_stride, size_t n,
     }
 }
 
-static float softmax_online_sve(float *s, size_t n, float *m, float *l)
+static float softmax_online_f32_sve(float *s, size_t n, float *m, float *l)
 {
     const svbool_t all = svptrue_b32();
     const uint64_t vl = svcntw();
@@ -129,7 +129,7 @@ static float softmax_online_sve(float *s, size_t n, float *m, float *l)
     return alpha;
 }
 
-static void accumulate_sve(float *o, float alpha, const float *p, const float *v,
+static void accumulate_f32_sve(float *o, float alpha, const float *p, const float *v,
                            size_t v_stride, size_t n, size_t dv)
 {
     const svbool_t all = svptrue_b32();
@@ -342,7 +342,7 @@ static void score_tile(const float *q, size_t ra, size_t d, const float *kp, siz
     }
 }
 
-#define softmax_row softmax_online_sve
+#define softmax_row softmax_online_f32_sve
 
 /* pack_v: the generic one in rows_loop.h, converting with this ISA's row converter */
 #define SDPA_ROW_TO_F32 row_to_f32_sve
@@ -445,14 +445,9 @@ static void pv_tile(float *acc, size_t dv, const float *alpha, const float *P, s
 #define SDPA_WS_FN ws_floats_sve
 #include "packed_path.h"
 
-const sdpa_kernels sdpa_kernels_sve = {
-    .score_f32 = score_sve,
-    .softmax_online_f32 = softmax_online_sve,
-    .accumulate_f32 = accumulate_sve,
-    .exp_f32 = exp_sve,
-    .exp_max_ulp = EXP_MAX_ULP,
-    .rows = rows_sve,
-    .ws_floats = ws_floats_sve,
-    /* the tiles are two vectors wide, a length known only at run time: nr is not stated */
-    .tuning = {.score_mr = TILE_MR, .pv_mr = TILE_MR},
-};
+/* the tiles are two vectors wide, a length known only at run time: nr is not stated */
+#define SCORE_MR TILE_MR
+#define PV_MR TILE_MR
+#include "kernel_def.h"
+
+SDPA_DEFINE_KERNELS(sve, EXP_MAX_ULP);

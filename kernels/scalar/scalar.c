@@ -35,12 +35,12 @@ static float exp_scalar_one(float xf)
     return (float)(p * scale);
 }
 
-static void exp_scalar(const float *x, float *y, size_t n)
+static void exp_f32_scalar(const float *x, float *y, size_t n)
 {
     for (size_t i = 0; i < n; i++) y[i] = exp_scalar_one(x[i]);
 }
 
-static void score_scalar(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+static void score_f32_scalar(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
                          float scale, float *s)
 {
     for (size_t j = 0; j < n; j++) {
@@ -51,7 +51,7 @@ static void score_scalar(const float *q, const float *k, size_t k_stride, size_t
     }
 }
 
-static float softmax_online_scalar(float *s, size_t n, float *m, float *l)
+static float softmax_online_f32_scalar(float *s, size_t n, float *m, float *l)
 {
     float mx = *m;
     /* A NaN score makes the max NaN, and a NaN max stays (no comparison with it is true), so
@@ -73,7 +73,7 @@ static float softmax_online_scalar(float *s, size_t n, float *m, float *l)
     return alpha;
 }
 
-static void accumulate_scalar(float *o, float alpha, const float *p, const float *v,
+static void accumulate_f32_scalar(float *o, float alpha, const float *p, const float *v,
                               size_t v_stride, size_t n, size_t dv)
 {
     for (size_t c = 0; c < dv; c++) o[c] *= alpha;
@@ -107,19 +107,13 @@ static void rows_scalar(const sdpa_rows *w)
             const size_t lim = w->kv_limit[r];
             if (lim <= j0) continue;
             const size_t n = lim - j0 < nb ? lim - j0 : nb;
-            score_scalar(w->q + r * d, kb, d, n, d, 1.0f, s);
-            const float alpha = softmax_online_scalar(s, n, &w->m[r], &w->l[r]);
-            accumulate_scalar(w->acc + r * dv, alpha, s, vb, dv, n, dv);
+            score_f32_scalar(w->q + r * d, kb, d, n, d, 1.0f, s);
+            const float alpha = softmax_online_f32_scalar(s, n, &w->m[r], &w->l[r]);
+            accumulate_f32_scalar(w->acc + r * dv, alpha, s, vb, dv, n, dv);
         }
     }
 }
 
-const sdpa_kernels sdpa_kernels_scalar = {
-    .score_f32 = score_scalar,
-    .softmax_online_f32 = softmax_online_scalar,
-    .accumulate_f32 = accumulate_scalar,
-    .exp_f32 = exp_scalar,
-    .exp_max_ulp = 1.0,
-    .rows = rows_scalar,
-    .ws_floats = ws_floats_scalar,
-};
+#include "kernel_def.h"
+
+SDPA_DEFINE_KERNELS(scalar, 1.0);

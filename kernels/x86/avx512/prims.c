@@ -123,38 +123,7 @@ static void exp_f32_avx512(const float *x, float *y, size_t n)
     }
 }
 
-static void rows_avx512(const sdpa_rows *w)
-{
-    if (w->rows <= DECODE_MAX_ROWS)
-        sdpa_decode_avx512(w);
-    else
-        sdpa_prefill_avx512(w);
-}
+#include "kernel_def.h"
 
-static size_t ws_floats_avx512(size_t rows, size_t d, size_t dv, size_t block)
-{
-    return rows <= DECODE_MAX_ROWS ? sdpa_decode_ws_avx512(rows, d, dv, block)
-                                   : sdpa_prefill_ws_avx512(rows, d, dv, block);
-}
-
-const sdpa_kernels sdpa_kernels_avx512 = {
-    .score_f32 = score_f32_avx512,
-    .softmax_online_f32 = softmax_online_f32_avx512,
-    .accumulate_f32 = accumulate_f32_avx512,
-    .exp_f32 = exp_f32_avx512,
-    .exp_max_ulp = EXP_MAX_ULP,
-    .rows = rows_avx512,
-    .ws_floats = ws_floats_avx512,
-    .tuning = {.decode_max_rows = DECODE_MAX_ROWS,
-               .decode_block = DECODE_BLOCK,
-               .decode_block_few = DECODE_BLOCK_FEW,
-               .decode_pf_keys = DECODE_PF_KEYS,
-               .decode_pv_group = DECODE_PV_GROUP,
-               .prefill_block = PREFILL_BLOCK,
-               .prefill_panel = PREFILL_PANEL,
-               .score_mr = SCORE_MR,
-               .score_nr = SCORE_NR,
-               .pv_mr = PV_MR,
-               .pv_nr = PV_NR,
-               .pv_kb = PV_KB},
-};
+SDPA_DEFINE_PATHS(avx512)
+SDPA_DEFINE_KERNELS(avx512, EXP_MAX_ULP);
