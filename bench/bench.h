@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "pool.h" /* bench_pool, the thread pool the benchmarks run on */
 #include "sdpa.h"
 
 #ifdef __cplusplus
@@ -13,15 +14,6 @@ extern "C" {
 
 /* Thread counts the benchmarks run at (index 1..BENCH_MAX_THREADS of the arrays below). */
 #define BENCH_MAX_THREADS 2
-
-/* ---- a persistent pthread pool implementing sdpa_parallel_for_fn (pool.c) ---------------- */
-typedef struct bench_pool bench_pool;
-/* n_threads >= 1 counting the caller, which runs tasks as thread 0; NULL on failure. */
-bench_pool *bench_pool_create(size_t n_threads);
-void        bench_pool_destroy(bench_pool *pool);
-size_t      bench_pool_threads(const bench_pool *pool);
-/* sdpa_parallel_for_fn: pool is a bench_pool *. */
-void        bench_pool_parallel_for(void *pool, size_t n_tasks, sdpa_task_fn task, void *arg);
 
 /* ---- machine limits, measured at start-up (machine.c) ------------------------------------ */
 #define BENCH_MAX_ISAS 4

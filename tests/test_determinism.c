@@ -1,143 +1,206 @@
 /* test_determinism.c -- the same bits on every run and for every thread count, through a caller's pthread pool */
 #include "attn.h"
 
-#include <pthread.h>
+#include "pool.h"
+
 #include <stdatomic.h>
+#include <time.h>
+
+/* The pools the library is run on (bench/pool.h, the benchmarks' own pool). Every one checks
+   the hook's contract as it runs: each task exactly once per call, thread indices below the
+   pool's n_threads, never two tasks at once under one index. */
+typedef struct pool_case {
+    const char        *how;
+    bench_pool_options opts;         /* check is set for every one */
+    size_t             hook_threads; /* sdpa_params.n_threads */
+} pool_case;
+
+static const pool_case pool_cases[] = {
+    /* tasks claimed from one counter by whichever thread is free, so which thread runs which
+       task changes from run to run, exactly what the library must not depend on */
+    {"pthread pool, 1 threads", {.n_threads = 1}, 1},
+    {"pthread pool, 2 threads", {.n_threads = 2}, 2},
+    {"pthread pool, 3 threads", {.n_threads = 3}, 3},
+    {"pthread pool, 4 threads", {.n_threads = 4}, 4},
+    /* the hook with n_threads 0 means one thread */
+    {"hook with n_threads 0", {.n_threads = 1}, 0},
+    /* one thread, tasks in reverse order, thread indices rotating over n_threads, so that any
+       dependence on order or on the index-to-task mapping shows */
+    {"reverse-order executor, 2 thread indices",
+     {.n_threads = 2, .order = BENCH_POOL_REVERSE, .serial = true},
+     2},
+    {"reverse-order executor, 5 thread indices",
+     {.n_threads = 5, .order = BENCH_POOL_REVERSE, .serial = true},
+     5},
+    /* the same with a different permutation on every call, alone and on threads */
+    {"shuffled-order executor, 3 thread indices",
+     {.n_threads = 3, .order = BENCH_POOL_SHUFFLE, .serial = true, .seed = 1},
+     3},
+    {"pthread pool, 3 threads, shuffled order",
+     {.n_threads = 3, .order = BENCH_POOL_SHUFFLE, .seed = 2},
+     3},
+    {"pthread pool, 2 threads, reverse order", {.n_threads = 2, .order = BENCH_POOL_REVERSE}, 2},
+};
 
 /* ------------------------------------------------------------------------------------------ */
-/* A small persistent pthread pool implementing sdpa_parallel_for_fn: n_threads - 1 workers    */
-/* plus the calling thread (index 0). Tasks are handed out by an atomic counter, so which      */
-/* thread runs which task changes from run to run, exactly what the library must not depend on.*/
+/* The pools themselves: the determinism below is only shown for the orders they really use.  */
 /* ------------------------------------------------------------------------------------------ */
-#define POOL_MAX 8
 
-typedef struct pool {
-    size_t          n_threads;
-    pthread_t       th[POOL_MAX];
-    pthread_mutex_t mu;
-    pthread_cond_t  wake, done;
-    unsigned long   generation; /* bumped per parallel_for */
-    size_t          finished;   /* workers done with the current generation */
-    bool            quit;
-    /* the current job */
-    size_t          n_tasks;
-    atomic_size_t   next;
-    sdpa_task_fn    fn;
-    void           *arg;
-    /* self-checks: every task ran exactly once, every thread index < n_threads */
-    atomic_uint    *ran;
-    size_t          ran_cap;
-    atomic_int      bad_index;
-    atomic_int      bad_count; /* some task did not run exactly once in a call */
-    atomic_int      calls;
-} pool;
+/* What one call did: the k-th task to start, the thread index it ran under, runs per task. */
+typedef struct record {
+    size_t        n;
+    atomic_size_t started;
+    size_t       *task_at, *thread_at;
+    atomic_uint  *runs;
+} record;
 
-typedef struct worker_arg {
-    pool  *p;
-    size_t index;
-} worker_arg;
-
-static worker_arg worker_args[POOL_MAX];
-
-static void run_tasks(pool *p, size_t thread)
+static void record_alloc(record *r, size_t max_n)
 {
-    for (;;) {
-        size_t i = atomic_fetch_add(&p->next, 1);
-        if (i >= p->n_tasks) break;
-        if (thread >= p->n_threads) atomic_store(&p->bad_index, 1);
-        if (i < p->ran_cap) atomic_fetch_add(&p->ran[i], 1);
-        p->fn(p->arg, i, thread);
-    }
+    r->task_at = tl_xmalloc(max_n * sizeof *r->task_at);
+    r->thread_at = tl_xmalloc(max_n * sizeof *r->thread_at);
+    r->runs = tl_xmalloc(max_n * sizeof *r->runs);
 }
 
-static void *worker_main(void *argp)
+static void record_free(record *r)
 {
-    worker_arg *wa = argp;
-    pool *p = wa->p;
-    unsigned long seen = 0;
-    pthread_mutex_lock(&p->mu);
-    for (;;) {
-        while (!p->quit && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
-        if (p->quit) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
-        run_tasks(p, wa->index);
-        pthread_mutex_lock(&p->mu);
-        p->finished++;
-        pthread_cond_signal(&p->done);
-    }
-    pthread_mutex_unlock(&p->mu);
-    return NULL;
+    free(r->task_at);
+    free(r->thread_at);
+    free(r->runs);
 }
 
-static void pool_parallel_for(void *pv, size_t n_tasks, sdpa_task_fn fn, void *arg)
+static void record_task(void *arg, size_t task, size_t thread)
 {
-    pool *p = pv;
-    atomic_fetch_add(&p->calls, 1);
-    for (size_t i = 0; i < n_tasks && i < p->ran_cap; i++) atomic_store(&p->ran[i], 0);
-    pthread_mutex_lock(&p->mu);
-    p->n_tasks = n_tasks;
-    p->fn = fn;
-    p->arg = arg;
-    atomic_store(&p->next, 0);
-    p->finished = 0;
-    p->generation++;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mu);
-    run_tasks(p, 0);
-    pthread_mutex_lock(&p->mu);
-    while (p->finished < p->n_threads - 1) pthread_cond_wait(&p->done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
-    for (size_t i = 0; i < n_tasks && i < p->ran_cap; i++)
-        if (atomic_load(&p->ran[i]) != 1) atomic_store(&p->bad_count, 1);
+    record *r = arg;
+    const size_t k = atomic_fetch_add(&r->started, 1);
+    if (k < r->n) r->task_at[k] = task, r->thread_at[k] = thread;
+    if (task < r->n) atomic_fetch_add(&r->runs[task], 1);
 }
 
-static void pool_start(pool *p, size_t n_threads, size_t max_tasks)
+static void record_call(bench_pool *pl, record *r, size_t n)
 {
-    memset(p, 0, sizeof *p);
-    p->n_threads = n_threads;
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->wake, NULL);
-    pthread_cond_init(&p->done, NULL);
-    p->ran_cap = max_tasks;
-    p->ran = tl_xmalloc(max_tasks * sizeof *p->ran);
-    for (size_t i = 0; i < max_tasks; i++) atomic_init(&p->ran[i], 0);
-    for (size_t t = 1; t < n_threads; t++) {
-        worker_args[t].p = p;
-        worker_args[t].index = t;
-        if (pthread_create(&p->th[t], NULL, worker_main, &worker_args[t]) != 0) {
-            printf("Bail out! pthread_create failed\n");
-            exit(1);
+    r->n = n;
+    atomic_init(&r->started, 0);
+    for (size_t i = 0; i < n; i++) atomic_init(&r->runs[i], 0);
+    bench_pool_parallel_for(pl, n, record_task, r);
+}
+
+static bool same_order(const record *a, const record *b)
+{
+    return a->n == b->n && memcmp(a->task_at, b->task_at, a->n * sizeof *a->task_at) == 0;
+}
+
+/* n tasks that each wait until all n have started (up to 10 s in all, so that a broken pool
+   fails rather than hangs): on n threads each must get its own. */
+typedef struct gang {
+    size_t        n;
+    atomic_size_t arrived, timed_out;
+} gang;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void gang_task(void *arg, size_t task, size_t thread)
+{
+    (void)task, (void)thread;
+    gang *g = arg;
+    atomic_fetch_add(&g->arrived, 1);
+    const double give_up = now_s() + 10.0;
+    while (atomic_load(&g->arrived) < g->n && atomic_load(&g->timed_out) == 0)
+        if (now_s() > give_up) {
+            atomic_fetch_add(&g->timed_out, 1);
+            return;
         }
+}
+
+static void test_pools(void)
+{
+    tl_start("the test pools: each task once, in the order each claims", "bench_pool");
+    static const size_t sizes[] = {1, 2, 3, 7, 64, 1000};
+    record a, b;
+    record_alloc(&a, 1000);
+    record_alloc(&b, 1000);
+    for (size_t pi = 0; pi < sizeof pool_cases / sizeof pool_cases[0]; pi++) {
+        const pool_case *pc = &pool_cases[pi];
+        bench_pool_options opts = pc->opts;
+        opts.check = true;
+        const size_t nt = opts.n_threads;
+        bench_pool *pl = bench_pool_create_opts(&opts), *twin = bench_pool_create_opts(&opts);
+        if (!CHECK(pl && twin, "%s: the pool could not be started", pc->how)) {
+            bench_pool_destroy(pl);
+            bench_pool_destroy(twin);
+            continue;
+        }
+        uint64_t tasks = 0;
+        for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+            const size_t n = sizes[si];
+            record_call(pl, &a, n);
+            tasks += n;
+            CHECK(atomic_load(&a.started) == n, "%s, %zu tasks: %zu ran", pc->how, n,
+                  atomic_load(&a.started));
+            for (size_t i = 0; i < n; i++)
+                CHECK(atomic_load(&a.runs[i]) == 1, "%s, %zu tasks: task %zu ran %u times", pc->how,
+                      n, i, atomic_load(&a.runs[i]));
+            for (size_t k = 0; k < n; k++) {
+                CHECK(a.thread_at[k] < nt, "%s, %zu tasks: thread index %zu", pc->how, n,
+                      a.thread_at[k]);
+                if (!opts.serial) continue; /* threads start claimed tasks in no fixed order */
+                CHECK(a.thread_at[k] == k % nt,
+                      "%s, %zu tasks: the task at position %zu ran as thread %zu", pc->how, n, k,
+                      a.thread_at[k]);
+                const size_t want = pc->opts.order == BENCH_POOL_REVERSE ? n - 1 - k : k;
+                if (pc->opts.order != BENCH_POOL_SHUFFLE)
+                    CHECK(a.task_at[k] == want,
+                          "%s, %zu tasks: task %zu ran at position %zu, not task %zu", pc->how, n,
+                          a.task_at[k], k, want);
+            }
+            if (pc->opts.order == BENCH_POOL_SHUFFLE && opts.serial) {
+                /* a pool of the same seed runs the same orders, call by call; the next call of
+                   a pool another one */
+                bool identity = true;
+                for (size_t k = 0; k < n; k++) identity &= a.task_at[k] == k;
+                record_call(twin, &b, n);
+                CHECK(same_order(&a, &b),
+                      "%s, %zu tasks: two pools of one seed ran different orders", pc->how, n);
+                record_call(pl, &b, n);
+                tasks += n;
+                if (n >= 64) {
+                    CHECK(!identity, "%s, %zu tasks: the shuffled order is the identity", pc->how,
+                          n);
+                    CHECK(!same_order(&a, &b), "%s, %zu tasks: two calls ran the same order",
+                          pc->how, n);
+                }
+                record_call(twin, &a, n);
+                CHECK(same_order(&a, &b),
+                      "%s, %zu tasks: two pools of one seed ran different orders", pc->how, n);
+            }
+        }
+        if (!opts.serial && nt > 1) { /* the gang machine.c's peak measurements rely on */
+            gang g = {.n = nt};
+            atomic_init(&g.arrived, 0);
+            atomic_init(&g.timed_out, 0);
+            bench_pool_parallel_for(pl, nt, gang_task, &g);
+            tasks += nt;
+            CHECK(atomic_load(&g.timed_out) == 0,
+                  "%s: %zu tasks that wait for each other did not all start", pc->how, nt);
+        }
+        const bench_pool_stats st = bench_pool_get_stats(pl);
+        CHECK(st.tasks == tasks, "%s: the pool counted %llu tasks, not %llu", pc->how,
+              (unsigned long long)st.tasks, (unsigned long long)tasks);
+        CHECK(st.bad_thread == 0 && st.overlaps == 0 && st.miscounts == 0,
+              "%s: the pool's own checks: %llu bad indices, %llu overlaps, %llu miscounts",
+              pc->how, (unsigned long long)st.bad_thread, (unsigned long long)st.overlaps,
+              (unsigned long long)st.miscounts);
+        bench_pool_destroy(twin);
+        bench_pool_destroy(pl);
     }
+    record_free(&a);
+    record_free(&b);
+    tl_end();
 }
-
-static void pool_stop(pool *p)
-{
-    pthread_mutex_lock(&p->mu);
-    p->quit = true;
-    pthread_cond_broadcast(&p->wake);
-    pthread_mutex_unlock(&p->mu);
-    for (size_t t = 1; t < p->n_threads; t++) pthread_join(p->th[t], NULL);
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->wake);
-    pthread_cond_destroy(&p->done);
-    free(p->ran);
-}
-
-/* A second, adversarial executor: one thread, tasks in reverse order, thread indices rotating
-   over n_threads, so that any dependence on order or on the index-to-task mapping shows. */
-typedef struct reverse_pool {
-    size_t n_threads;
-} reverse_pool;
-
-static void reverse_parallel_for(void *pv, size_t n_tasks, sdpa_task_fn fn, void *arg)
-{
-    reverse_pool *p = pv;
-    for (size_t i = n_tasks; i-- > 0;) fn(arg, i, (n_tasks - 1 - i) % p->n_threads);
-}
-
-/* ------------------------------------------------------------------------------------------ */
 
 typedef struct dcase {
     const char *name;
@@ -247,39 +310,28 @@ static void test_determinism(const sdpa_impl *impl)
             same_bits(c, &ref, &again, "serial, second run");
             free_out(&again);
         }
-        for (size_t nt = 1; nt <= 4; nt++) {
-            char how[64];
-            snprintf(how, sizeof how, "pthread pool, %zu threads", nt);
-            pool pl;
-            pool_start(&pl, nt, 1u << 20);
+        for (size_t pi = 0; pi < sizeof pool_cases / sizeof pool_cases[0]; pi++) {
+            const pool_case *pc = &pool_cases[pi];
+            bench_pool_options opts = pc->opts;
+            opts.check = true;
+            bench_pool *pl = bench_pool_create_opts(&opts);
+            if (!CHECK(pl != NULL, "%s: the pool could not be started", pc->how)) continue;
             run_out got;
-            if (run(impl, c, pool_parallel_for, &pl, nt, &got, how)) {
-                same_bits(c, &ref, &got, how);
+            if (run(impl, c, bench_pool_parallel_for, pl, pc->hook_threads, &got, pc->how)) {
+                same_bits(c, &ref, &got, pc->how);
                 free_out(&got);
             }
-            CHECK(!atomic_load(&pl.bad_index), "%s: the test pool handed out a thread index >= %zu", how, nt);
-            CHECK(!atomic_load(&pl.bad_count), "%s: the test pool ran some task other than once", how);
-            CHECK(atomic_load(&pl.calls) >= 1, "%s, %s: the library never called the thread-pool hook", c->name,
-                  how);
-            pool_stop(&pl);
-        }
-        /* the hook with n_threads 0 means one thread */
-        pool pl1;
-        pool_start(&pl1, 1, 16);
-        run_out got;
-        if (run(impl, c, pool_parallel_for, &pl1, 0, &got, "hook with n_threads 0")) {
-            same_bits(c, &ref, &got, "hook with n_threads 0");
-            free_out(&got);
-        }
-        pool_stop(&pl1);
-        for (size_t nt = 2; nt <= 5; nt += 3) {
-            char how[64];
-            snprintf(how, sizeof how, "reverse-order executor, %zu thread indices", nt);
-            reverse_pool rp = {nt};
-            if (run(impl, c, reverse_parallel_for, &rp, nt, &got, how)) {
-                same_bits(c, &ref, &got, how);
-                free_out(&got);
-            }
+            const bench_pool_stats st = bench_pool_get_stats(pl);
+            CHECK(st.bad_thread == 0, "%s, %s: the test pool handed out a thread index >= %zu",
+                  c->name, pc->how, opts.n_threads);
+            CHECK(st.overlaps == 0,
+                  "%s, %s: the test pool ran two tasks at once under one thread index", c->name,
+                  pc->how);
+            CHECK(st.miscounts == 0, "%s, %s: the test pool ran some task other than once", c->name,
+                  pc->how);
+            CHECK(st.calls >= 1, "%s, %s: the library never called the thread-pool hook", c->name,
+                  pc->how);
+            bench_pool_destroy(pl);
         }
         free_out(&ref);
         free_inputs();
@@ -314,6 +366,7 @@ static void test_active_forward(void)
 int main(void)
 {
     tl_header("determinism over runs and thread counts");
+    test_pools();
     tl_for_each_impl("determinism", test_determinism);
     test_active_forward();
     return tl_finish();
