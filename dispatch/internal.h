@@ -80,4 +80,9 @@ enum { SDPA_PLANNER_PARAMS(SDPA_PLANNER_ENUM) };
 /* Keys per block for head dims d and dv, from the L2 size in force (forward.c). */
 size_t sdpa_plan_block(size_t d, size_t dv);
 
+/* An sdpa_tuning as a list of its non-zero fields, as sdpa_impl_tunables reports it, and the
+   number of fields the list knows (tuning.c; a test holds it to the struct's size). */
+size_t sdpa_tuning_list(const sdpa_tuning *t, sdpa_tunable *out, size_t cap);
+size_t sdpa_tuning_fields(void);
+
 #endif /* SDPA_DISPATCH_INTERNAL_H */
