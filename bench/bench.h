@@ -36,8 +36,9 @@ typedef struct bench_machine {
    t threads). Returns 0, or -1 when the bandwidth buffer could not be allocated (then read_bw
    is 0). */
 int bench_measure_machine(bench_machine *m, bench_pool *const *pools, size_t read_bytes);
-/* The FMA peak that an implementation is judged against: the ISA of the same name or family
-   (avx512* -> avx512, sve -> neon), else the best measured. *isa receives the ISA used. */
+/* The FMA peak that an implementation is judged against: the ISA of its peak class in the
+   library's registry (sdpa_impl_peak_class), else the best measured. *isa receives the ISA
+   used ("none" when nothing was measured). */
 double bench_fma_peak_for(const bench_machine *m, const char *impl, size_t threads,
                           const char **isa);
 /* The best FMA peak of any ISA at this thread count (for the BLAS baseline). */

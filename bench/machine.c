@@ -285,16 +285,12 @@ double bench_fma_peak_now(const bench_machine *m, bench_pool *const *pools, cons
     return measure_fma_for((fma_fn)m->fma_fns[i], pools[threads], threads, seconds);
 }
 
-/* The ISA bench_fma_peak_for judges impl against (NULL: the best at start-up), or -1. */
+/* The ISA impl is judged against: its peak class from the library's registry; for NULL, an
+   implementation not compiled in, or a class this CPU cannot run, the best at start-up; -1
+   when nothing was measured. */
 static int peak_index(const bench_machine *m, const char *impl, size_t threads)
 {
-    int i = impl ? isa_index(m, impl) : -1;
-    if (impl) {
-        if (i < 0 && strncmp(impl, "avx512", 6) == 0) i = isa_index(m, "avx512");
-        if (i < 0 && strncmp(impl, "avx2", 4) == 0) i = isa_index(m, "avx2");
-        if (i < 0 && (strncmp(impl, "sve", 3) == 0 || strncmp(impl, "neon", 4) == 0))
-            i = isa_index(m, "neon");
-    }
+    int i = impl ? isa_index(m, sdpa_impl_peak_class(sdpa_impl_find(impl))) : -1;
     if (i < 0) {
         double best = 0;
         for (size_t k = 0; k < m->n_isa; k++)
@@ -309,14 +305,10 @@ static int peak_index(const bench_machine *m, const char *impl, size_t threads)
 double bench_fma_peak_for(const bench_machine *m, const char *impl, size_t threads,
                           const char **isa)
 {
+    *isa = "none";
     if (threads < 1 || threads > BENCH_MAX_THREADS) return 0;
-    int i = isa_index(m, impl);
-    /* later variants (avx512-bf16, ...) are judged against their family's FMA peak */
-    if (i < 0 && strncmp(impl, "avx512", 6) == 0) i = isa_index(m, "avx512");
-    if (i < 0 && strncmp(impl, "avx2", 4) == 0) i = isa_index(m, "avx2");
-    if (i < 0 && (strncmp(impl, "sve", 3) == 0 || strncmp(impl, "neon", 4) == 0))
-        i = isa_index(m, "neon");
-    if (i < 0) return bench_fma_peak_best(m, threads, isa);
+    const int i = peak_index(m, impl, threads);
+    if (i < 0) return 0;
     *isa = m->isa[i];
     return m->fma_flops[i][threads];
 }

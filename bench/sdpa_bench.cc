@@ -31,6 +31,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -422,6 +423,55 @@ std::string fmt(double v)
     return b;
 }
 
+std::vector<sdpa_tunable> tunables_of(const sdpa_impl *impl, size_t head_dim)
+{
+    std::vector<sdpa_tunable> t(impl ? sdpa_impl_tunables(impl, nullptr, 0)
+                                     : sdpa_planner_tunables(head_dim, nullptr, 0));
+    const size_t n = impl ? sdpa_impl_tunables(impl, t.data(), t.size())
+                          : sdpa_planner_tunables(head_dim, t.data(), t.size());
+    t.resize(n < t.size() ? n : t.size());
+    return t;
+}
+
+// The values the library plans with, so that a run's results can be read against them: the
+// cache sizes in force and their sources, the planner's parameters (and the key block it
+// derives for the head dims benchmarked), each implementation's peak class and tunables.
+void add_tuning_context()
+{
+    sdpa_cache_info ci;
+    sdpa_cache_info_get(&ci);
+    const struct {
+        const char *level;
+        size_t      bytes;
+        const char *source;
+    } levels[] = {{"l1d", ci.l1d_bytes, ci.l1d_source},
+                  {"l2", ci.l2_bytes, ci.l2_source},
+                  {"l3", ci.l3_bytes, ci.l3_source}};
+    for (const auto &l : levels) {
+        benchmark::AddCustomContext(std::string("sdpa_cache/") + l.level + "_bytes",
+                                    std::to_string(l.bytes));
+        benchmark::AddCustomContext(std::string("sdpa_cache/") + l.level + "_source", l.source);
+    }
+    for (const sdpa_tunable &t : tunables_of(nullptr, 0))
+        benchmark::AddCustomContext(std::string("sdpa_planner/") + t.name, std::to_string(t.value));
+    std::set<size_t> dims;
+    for (const Shape &s : prefill_shapes()) dims.insert(s.head_dim);
+    for (const Shape &s : decode_shapes()) dims.insert(s.head_dim);
+    for (size_t d : dims)
+        for (const sdpa_tunable &t : tunables_of(nullptr, d))
+            if (std::strcmp(t.name, "block") == 0)
+                benchmark::AddCustomContext("sdpa_planner/block/head_dim:" + std::to_string(d),
+                                            std::to_string(t.value));
+    for (size_t i = 0; i < sdpa_impl_count(); i++) {
+        const sdpa_impl *impl = sdpa_impl_at(i);
+        const std::string name = sdpa_impl_name(impl);
+        benchmark::AddCustomContext("sdpa_peak_class/" + name, sdpa_impl_peak_class(impl));
+        for (const sdpa_tunable &t : tunables_of(impl, 0))
+            benchmark::AddCustomContext("sdpa_tunables/" + name + "/" + t.name,
+                                        std::to_string(t.value));
+    }
+}
+
 void add_machine_context()
 {
     const bench_machine &m = g_machine;
@@ -444,6 +494,7 @@ void add_machine_context()
     }
     benchmark::AddCustomContext("sdpa_implementations", impls);
     benchmark::AddCustomContext("sdpa_active", sdpa_impl_name(sdpa_active()));
+    add_tuning_context();
 #ifdef BENCH_HAVE_BLAS
     benchmark::AddCustomContext("openblas_core", bench_blas_corename());
     benchmark::AddCustomContext("openblas_config", bench_blas_config());

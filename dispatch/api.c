@@ -11,26 +11,26 @@
 /* The selection state. The active implementation (with the reason it is active) is the one
    mutable thing; the CPU facts are read once, under pthread_once, and never change after. */
 static pthread_once_t sdpa_once = PTHREAD_ONCE_INIT;
-static sdpa_cpu sdpa_cpu_facts;
+static sdpa_cpu cpu_facts;
 static _Atomic(const struct sdpa_impl *) sdpa_active_impl;
 static atomic_int sdpa_active_reason;
 
 static const struct sdpa_impl *best_supported(void)
 {
     for (size_t i = 0; i < sdpa_registry_len; i++)
-        if (sdpa_registry[i].runs_on(&sdpa_cpu_facts)) return &sdpa_registry[i];
+        if (sdpa_registry[i].runs_on(&cpu_facts)) return &sdpa_registry[i];
     return &sdpa_registry[sdpa_registry_len - 1]; /* scalar runs anywhere */
 }
 
 static void sdpa_init(void)
 {
-    sdpa_cpu_detect(&sdpa_cpu_facts);
+    sdpa_cpu_detect(&cpu_facts);
     const struct sdpa_impl *pick = best_supported();
     sdpa_selection reason = SDPA_SELECTED_AUTO;
     const char *env = getenv("SDPA_ISA");
     if (env && *env && strcmp(env, "auto") != 0) {
         const sdpa_impl *want = sdpa_impl_find(env);
-        if (want && want->runs_on(&sdpa_cpu_facts)) {
+        if (want && want->runs_on(&cpu_facts)) {
             pick = want;
             reason = SDPA_SELECTED_ENV;
         } else {
@@ -70,7 +70,7 @@ const char *sdpa_impl_requires(const sdpa_impl *impl) { return impl ? impl->requ
 bool sdpa_impl_supported(const sdpa_impl *impl)
 {
     sdpa_ensure();
-    return impl && impl->runs_on(&sdpa_cpu_facts);
+    return impl && impl->runs_on(&cpu_facts);
 }
 
 const sdpa_impl *sdpa_impl_find(const char *name)
@@ -97,7 +97,7 @@ sdpa_status sdpa_select(const char *name)
     }
     const sdpa_impl *want = sdpa_impl_find(name);
     if (!want) return SDPA_ERR_UNKNOWN_IMPL;
-    if (!want->runs_on(&sdpa_cpu_facts)) return SDPA_ERR_UNSUPPORTED;
+    if (!want->runs_on(&cpu_facts)) return SDPA_ERR_UNSUPPORTED;
     atomic_store(&sdpa_active_reason, (int)SDPA_SELECTED_FORCED);
     atomic_store(&sdpa_active_impl, want);
     return SDPA_OK;
@@ -121,11 +121,13 @@ const char *sdpa_selection_str(sdpa_selection r)
     return "unknown";
 }
 
-size_t sdpa_cached_l2_bytes(void)
+const sdpa_cpu *sdpa_cpu_facts(void)
 {
     sdpa_ensure();
-    return sdpa_cpu_facts.l2_bytes;
+    return &cpu_facts;
 }
+
+size_t sdpa_cached_l2_bytes(void) { return sdpa_cpu_facts()->caches.bytes[SDPA_CACHE_L2]; }
 
 /* ---- primitives: a NULL or unsupported implementation, or an empty size, does nothing ---- */
 

@@ -189,22 +189,8 @@ sdpa_status sdpa_validate(const sdpa_params *p, const sdpa_tensor *q, const sdpa
 /* Planning: work items over batch x KV head x query block x KV chunk                        */
 /* ---------------------------------------------------------------------------------------- */
 
-enum {
-    ROWS_TARGET = 64,      /* query rows (heads of a group x queries) per work item */
-    SPLIT_CHUNK_MIN = 1024, /* keys per KV chunk when a problem is split (decode): at least, */
-    SPLIT_CHUNK_MAX = 16384, /* at most, */
-    SPLIT_ITEMS = 16,       /* and the largest power of two that still leaves this many items */
-    SPLIT_MIN_KV = 2048,   /* split only a single query block over at least this many keys */
-    BLOCK_MIN = 64,
-    BLOCK_MAX = 512
-};
-
-/* A call whose K and V together exceed this many bytes sets sdpa_rows.stream: more than the
-   last-level cache a core shares on current desktop and server parts, so its K and V come from
-   memory whatever the caller did just before (cache sizes read from the CPU are no help here:
-   in a virtual machine they can report the host's total). Fixed, so that the same problem
-   always takes the same path. */
-#define STREAM_BYTES ((size_t)32 << 20)
+/* The planner's parameters (ROWS_TARGET, SPLIT_*, BLOCK_*, STREAM_BYTES) are listed, with what
+   each is, in SDPA_PLANNER_PARAMS (internal.h), which sdpa_planner_tunables reports. */
 
 typedef struct plan {
     const sdpa_kernels *k;
@@ -400,11 +386,11 @@ static void run_all(const sdpa_params *p, size_t n, sdpa_task_fn fn, plan *pl)
     }
 }
 
-static size_t block_for(size_t D, size_t Dv)
+size_t sdpa_plan_block(size_t D, size_t Dv)
 {
     /* a block of K and V (f32) plus its score tile should sit in about half of L2 */
-    size_t l2 = sdpa_cached_l2_bytes();
-    if (l2 == 0) l2 = 1u << 20;
+    if (D > SIZE_MAX / 16 || Dv > SIZE_MAX / 16) return BLOCK_MIN; /* only from introspection */
+    const size_t l2 = sdpa_cached_l2_bytes();
     size_t b = l2 / 2 / (sizeof(float) * (D + Dv + ROWS_TARGET));
     b = b / 16 * 16;
     return b < BLOCK_MIN ? BLOCK_MIN : b > BLOCK_MAX ? BLOCK_MAX : b;
@@ -433,13 +419,8 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
     pl->n_qblk = (pl->Lq + pl->qb - 1) / pl->qb;
     pl->chunk = pl->Lk;
     if (pl->n_qblk == 1 && pl->Lk >= SPLIT_MIN_KV) {
-        /* Longer chunks stream K and V longer without a break (each item starts its streams
-           cold: on one thread, 32/8-head decode over 32768 f16 keys measured about 10 % faster
-           in 16384-key chunks than in 4096-key ones, and 20 % when the caches and TLBs had been
-           flushed by other work between calls, as in an engine between layers), shorter ones
-           leave more items to share among threads: at least SPLIT_ITEMS, so a decode over few
-           KV heads keeps at most that many threads busy. From the problem's size alone, so the
-           result stays the same for any thread count. */
+        /* The longest chunks (an item starts its K/V streams cold) that still leave SPLIT_ITEMS
+           items to share among threads; from the problem's size alone, never the thread count. */
         const size_t groups = pl->B * pl->Hkv;
         pl->chunk = SPLIT_CHUNK_MIN;
         while (pl->chunk < SPLIT_CHUNK_MAX && pl->chunk < pl->Lk &&
@@ -447,11 +428,12 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
             pl->chunk *= 2;
     }
     pl->n_chunks = (pl->Lk + pl->chunk - 1) / pl->chunk;
-    pl->block = block_for(pl->D, pl->Dv);
+    pl->block = sdpa_plan_block(pl->D, pl->Dv);
     pl->R = pl->qb * pl->G;
     {
         /* the K and V bytes the call reads (in double: a product of validated sizes, only
-           compared) against STREAM_BYTES */
+           compared) against STREAM_BYTES, a fixed size rather than the detected L3 (which in a
+           virtual machine can be the host's total), so the same problem takes the same path */
         const double kv = (double)pl->B * (double)pl->Hkv * (double)pl->Lk *
                           ((double)pl->D * (double)sdpa_dtype_size(pl->kt->dtype) +
                            (double)pl->Dv * (double)sdpa_dtype_size(pl->vt->dtype));

@@ -5,31 +5,84 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <cpu_features/cpu_features_macros.h>
+#if defined(CPU_FEATURES_ARCH_X86)
+#include <cpu_features/cpuinfo_x86.h>
+#elif defined(CPU_FEATURES_ARCH_AARCH64)
+#include <sys/auxv.h>
+#ifndef HWCAP_SVE
+#define HWCAP_SVE (1UL << 22) /* Linux arm64 ELF hwcap bit, arch/arm64/include/uapi/asm/hwcap.h */
+#endif
+#endif
+
+#include "cache.h"
 #include "kernel_table.h"
 #include "sdpa.h"
 
-/* What dispatch needs to know about the running CPU (compiled with baseline flags only). */
+/* What dispatch knows about the running CPU (compiled with baseline flags only): the whole
+   feature set, so that a registry predicate can test any feature without a change here. */
 typedef struct sdpa_cpu {
-    bool   avx2, fma, f16c, avx512f, avx512bw, avx512dq, avx512vl; /* as usable by the OS */
-    bool   neon, sve;
-    size_t l1d_bytes, l2_bytes;                                     /* 0 when unknown */
+#if defined(CPU_FEATURES_ARCH_X86)
+    /* cpu_features' bits, AVX and AVX-512 already cleared when the OS does not save their
+       state; 1-bit signed bitfields: test them as booleans */
+    X86Features x86;
+#elif defined(CPU_FEATURES_ARCH_AARCH64)
+    /* the kernel's hwcaps (getauxval AT_HWCAP, AT_HWCAP2: HWCAP_*, HWCAP2_* bits), which it
+       sets only for state it saves */
+    unsigned long hwcap, hwcap2;
+#endif
+    sdpa_caches caches; /* every level > 0 bytes, with its source */
 } sdpa_cpu;
 
-/* Reads the CPU with cpu_features (cpuid / hwcaps); cheap enough for selection, not for a hot path. */
+/* Reads the CPU once (cpuid / hwcaps, then the cache chain of cache.h); cheap enough for
+   selection, not for a hot path. Never prints, aborts or exits. */
 void sdpa_cpu_detect(sdpa_cpu *c);
 
+/* One registry line: everything dispatch and the reports know of an implementation. */
 struct sdpa_impl {
     const char         *name;
     const char         *requires;
     bool              (*runs_on)(const sdpa_cpu *c);
     const sdpa_kernels *k;
+    const char         *peak_class; /* sdpa_impl_peak_class: "scalar", "avx2", "avx512", "neon" */
 };
 
 /* The registry, best first (registry.c). */
 extern const struct sdpa_impl sdpa_registry[];
 extern const size_t           sdpa_registry_len;
 
-/* Cache sizes detected once at load, used to size blocks (api.c). */
+/* The CPU facts read once at load (api.c): never NULL, never changes after. */
+const sdpa_cpu *sdpa_cpu_facts(void);
+/* The L2 size in force, used to size blocks (api.c). */
 size_t sdpa_cached_l2_bytes(void);
+
+/* The planner's parameters (forward.c plans with them, sdpa_planner_tunables reports them):
+   X(constant, reported name, value, what it is). Fixed values, so that the same problem always
+   takes the same path whatever the thread count. */
+#define SDPA_PLANNER_PARAMS(X)                                                                  \
+    X(ROWS_TARGET, "rows_target", 64, "query rows (heads of a group x queries) per work item")  \
+    X(SPLIT_MIN_KV, "split_min_kv", 2048,                                                      \
+      "keys from which a problem of one query block is split into KV chunks")                  \
+    X(SPLIT_CHUNK_MIN, "split_chunk_min", 1024, "keys per KV chunk of a split problem, at least") \
+    X(SPLIT_CHUNK_MAX, "split_chunk_max", 16384,                                               \
+      "keys per KV chunk, at most: each chunk starts its K/V streams cold")                    \
+    X(SPLIT_ITEMS, "split_items", 16,                                                          \
+      "work items a split keeps: a chunk doubles while twice it still leaves this many")       \
+    X(BLOCK_MIN, "block_min", 64, "keys per block handed to the kernels, at least")            \
+    X(BLOCK_MAX, "block_max", 512, "keys per block handed to the kernels, at most")            \
+    X(STREAM_BYTES, "stream_bytes", 32 << 20,                                                  \
+      "bytes of K+V above which a call sets sdpa_rows.stream (more than a last-level cache)")
+
+#define SDPA_PLANNER_ENUM(c, name, value, about) c = value,
+enum { SDPA_PLANNER_PARAMS(SDPA_PLANNER_ENUM) };
+#undef SDPA_PLANNER_ENUM
+
+/* Keys per block for head dims d and dv, from the L2 size in force (forward.c). */
+size_t sdpa_plan_block(size_t d, size_t dv);
+
+/* An sdpa_tuning as a list of its non-zero fields, as sdpa_impl_tunables reports it, and the
+   number of fields the list knows (tuning.c; a test holds it to the struct's size). */
+size_t sdpa_tuning_list(const sdpa_tuning *t, sdpa_tunable *out, size_t cap);
+size_t sdpa_tuning_fields(void);
 
 #endif /* SDPA_DISPATCH_INTERNAL_H */

@@ -147,6 +147,47 @@ sdpa_status sdpa_impl_workspace_size(const sdpa_impl *impl, const sdpa_params *p
 sdpa_status sdpa_validate(const sdpa_params *p, const sdpa_tensor *q, const sdpa_tensor *k,
                           const sdpa_tensor *v, const sdpa_tensor *o, char *msg, size_t msg_len);
 
+/* ------------------------------------------------------------------------------------------ */
+/* Introspection: the values in force, for reports and benchmarks. Every string returned is    */
+/* static (never freed, never NULL); every function is thread-safe and cheap.                  */
+/* ------------------------------------------------------------------------------------------ */
+
+/* The cache sizes the planner uses, in bytes, read once at load time: each level from the
+   first source that knows it, named in *_source: "cpu_features" (CPUID), "sysconf" (the C
+   library), "sysfs" (Linux, cpu0) or "default" (a stated size: 32 KiB, 1 MiB, 8 MiB). Sizes are
+   as the source reports them (L3: the whole shared cache, which in a virtual machine may be the
+   host's) and always > 0. */
+typedef struct sdpa_cache_info {
+    size_t      l1d_bytes, l2_bytes, l3_bytes;
+    const char *l1d_source, *l2_source, *l3_source;
+} sdpa_cache_info;
+void sdpa_cache_info_get(sdpa_cache_info *out);          /* NULL out: does nothing */
+
+/* One named parameter: name is a lower-case identifier, unique in its list; about says in one
+   line what the value is and its unit (keys, rows, bytes). */
+typedef struct sdpa_tunable {
+    const char *name;
+    size_t      value;
+    const char *about;
+} sdpa_tunable;
+
+/* The blocking and prefetch parameters impl's kernels were compiled with: those it has (value
+   > 0), in a fixed order. Writes the first min(count, cap) to out (nothing when out is NULL)
+   and returns count; 0 for a NULL impl. Reported for every compiled-in implementation,
+   supported on this CPU or not. */
+size_t sdpa_impl_tunables(const sdpa_impl *impl, sdpa_tunable *out, size_t cap);
+
+/* The planner's parameters in force (work-item rows, split-K chunking, key-block bounds, the
+   streaming threshold), then, when head_dim > 0, "block": the keys per block it derives from
+   the L2 size for that head_dim (and v_dim = head_dim). Writes the first min(count, cap) to out
+   (nothing when out is NULL) and returns count. */
+size_t sdpa_planner_tunables(size_t head_dim, sdpa_tunable *out, size_t cap);
+
+/* The FMA peak an implementation's speed is judged against, as the benchmark measures it:
+   "scalar", "avx2", "avx512" or "neon" (an implementation without a peak kernel of its own is
+   judged against the nearest, e.g. sve against neon). "" for NULL. */
+const char *sdpa_impl_peak_class(const sdpa_impl *impl);
+
 #ifdef __cplusplus
 }
 #endif

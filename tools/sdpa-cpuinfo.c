@@ -3,9 +3,11 @@
  * Usage: sdpa-cpuinfo [--json]
  *
  * Prints the CPU (vendor, model), the instruction-set features that matter to attention
- * kernels, whether the OS saves the vector registers those features need, the cache sizes,
- * every implementation compiled into libsdpa (supported on this machine or not, and why), and
- * the active one with the reason it is active. --json prints the same as one JSON object.
+ * kernels, whether the OS saves the vector registers those features need, the caches, the
+ * values libsdpa plans with (the cache sizes in force and where each came from, the planner's
+ * parameters), every implementation compiled into libsdpa (supported on this machine or not,
+ * and why; its peak class and tunables), and the active one with the reason it is active.
+ * --json prints the same as one JSON object.
  *
  * Features come from cpu_features. Fields that an older cpu_features lacks (the build probes
  * them, see tools/meson.build) are read here from CPUID directly on x86, or reported as unknown
@@ -81,7 +83,11 @@ static void out_key(out *o, const char *key)
     } else {
         printf("%*s", indent, "");
     }
-    if (key) printf("%-*s", 22 - (indent > 20 ? 20 : indent), key);
+    if (key) {
+        const int width = 22 - (indent > 20 ? 20 : indent);
+        printf("%-*s", width, key);
+        if ((int)strlen(key) >= width) putchar(' '); /* a long key still ends before its value */
+    }
 }
 
 static void out_open(out *o, const char *key, bool array)
@@ -152,6 +158,31 @@ static void out_bytes(out *o, const char *key, long long v)
         printf("%lld KiB\n", v >> 10);
     else
         printf("%lld B\n", v);
+}
+
+/* A named parameter: its value and what it is ("name  value  about" in text). */
+static void out_tunable(out *o, const sdpa_tunable *t)
+{
+    out_key(o, t->name);
+    if (o->json) {
+        printf("{\"value\":%zu,\"about\":", t->value);
+        json_string(t->about);
+        putchar('}');
+    } else {
+        printf("%-8zu %s\n", t->value, t->about);
+    }
+}
+
+/* An object of named parameters ("(none)" in text when there are none). */
+static void out_tunables(out *o, const char *key, const sdpa_tunable *t, size_t n)
+{
+    if (n == 0 && !o->json) {
+        out_str(o, key, NULL);
+        return;
+    }
+    out_open(o, key, false);
+    for (size_t i = 0; i < n; i++) out_tunable(o, &t[i]);
+    out_close(o);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -497,8 +528,43 @@ static void report_cpu(out *o)
 #endif
 
 /* ------------------------------------------------------------------------------------------ */
-/* libsdpa: the registry and the active choice                                                 */
+/* libsdpa: the values it plans with, the registry and the active choice                       */
 /* ------------------------------------------------------------------------------------------ */
+#define MAX_TUNABLES 64
+
+static void report_planning(out *o)
+{
+    sdpa_cache_info ci;
+    sdpa_cache_info_get(&ci);
+    out_open(o, "caches_in_force", false);
+    out_bytes(o, "l1d_bytes", (long long)ci.l1d_bytes);
+    out_str(o, "l1d_source", ci.l1d_source);
+    out_bytes(o, "l2_bytes", (long long)ci.l2_bytes);
+    out_str(o, "l2_source", ci.l2_source);
+    out_bytes(o, "l3_bytes", (long long)ci.l3_bytes);
+    out_str(o, "l3_source", ci.l3_source);
+    out_close(o);
+
+    sdpa_tunable t[MAX_TUNABLES];
+    size_t n = sdpa_planner_tunables(0, t, MAX_TUNABLES);
+    out_open(o, "planner", false);
+    for (size_t i = 0; i < n && i < MAX_TUNABLES; i++) out_tunable(o, &t[i]);
+    /* the key block it derives from L2, for common head dims */
+    out_open(o, "block_keys", false);
+    static const size_t dims[] = {64, 128, 256};
+    for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++) {
+        const size_t m = sdpa_planner_tunables(dims[d], t, MAX_TUNABLES);
+        for (size_t i = 0; i < m && i < MAX_TUNABLES; i++)
+            if (strcmp(t[i].name, "block") == 0) {
+                char key[32];
+                snprintf(key, sizeof key, "head_dim_%zu", dims[d]);
+                out_int(o, key, (long long)t[i].value);
+            }
+    }
+    out_close(o);
+    out_close(o);
+}
+
 static void report_impls(out *o)
 {
     const sdpa_impl *active = sdpa_active();
@@ -518,6 +584,10 @@ static void report_impls(out *o)
                      sdpa_impl_requires(impl));
             out_str(o, "why_not", why);
         }
+        out_str(o, "peak_class", sdpa_impl_peak_class(impl));
+        sdpa_tunable t[MAX_TUNABLES];
+        const size_t n = sdpa_impl_tunables(impl, t, MAX_TUNABLES);
+        out_tunables(o, "tunables", t, n < MAX_TUNABLES ? n : MAX_TUNABLES);
         out_close(o);
     }
     out_close(o);
@@ -539,8 +609,9 @@ int main(int argc, char **argv)
             o.json = true;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             printf("usage: %s [--json]\n"
-                   "Reports this CPU's features, the OS vector state, caches, and which libsdpa\n"
-                   "implementations can run here (SDPA_ISA=<name> forces one).\n",
+                   "Reports this CPU's features, the OS vector state, caches, the values libsdpa\n"
+                   "plans with, and which libsdpa implementations can run here with their\n"
+                   "parameters (SDPA_ISA=<name> forces one).\n",
                    argv[0]);
             return 0;
         } else {
@@ -551,6 +622,7 @@ int main(int argc, char **argv)
     if (!o.json) printf("libsdpa capability report\n");
     out_open(&o, NULL, false);
     report_cpu(&o);
+    report_planning(&o);
     report_impls(&o);
     out_close(&o);
     return 0;

@@ -97,9 +97,5 @@ typedef struct sdpa_kernels {
 
 /* Every implementation exports one of these, named sdpa_kernels_<isa>. */
 extern const sdpa_kernels sdpa_kernels_scalar;
-extern const sdpa_kernels sdpa_kernels_avx2;
-extern const sdpa_kernels sdpa_kernels_avx512;
-extern const sdpa_kernels sdpa_kernels_neon;
-extern const sdpa_kernels sdpa_kernels_sve;
 
 #endif /* SDPA_KERNEL_TABLE_H */
