@@ -60,7 +60,9 @@ def roofline(row, b, ctx):
     """Sets row["pct_roof"] and row["bound"] for a decode row (see the module's doc)."""
     row["pct_roof"] = row["bound"] = None
     flop, bps, limit = b.get("FLOP"), b.get("bytes_per_second"), b.get("limit_bytes_per_s")
-    peak = ctx.get(f"fma_peak_flops/{row['impl']}/threads:{row['threads']}")
+    # the peak of the implementation's class, as the registry names it (sve: neon)
+    cls = ctx.get(f"sdpa_peak_class/{row['impl']}", row["impl"])
+    peak = ctx.get(f"fma_peak_flops/{cls}/threads:{row['threads']}")
     if row["kind"] != "decode" or not (flop and bps and limit and peak):
         return
     compute_bps = float(peak) / (flop / bps)  # bytes/s at which the FMA peak keeps up
