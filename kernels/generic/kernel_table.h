@@ -95,7 +95,9 @@ typedef struct sdpa_kernels {
     sdpa_tuning tuning;
 } sdpa_kernels;
 
-/* Every implementation exports one of these, named sdpa_kernels_<isa>. */
+/* Every implementation exports one of these, named sdpa_kernels_<isa> (kernel_def.h defines
+   it); each is declared beside its line in dispatch/registry.c, the reference also here, for
+   the driver's own use. */
 extern const sdpa_kernels sdpa_kernels_scalar;
 
 #endif /* SDPA_KERNEL_TABLE_H */
