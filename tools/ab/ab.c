@@ -108,6 +108,8 @@ const ab_side AB_CAT(ab_side_, AB_SIDE_PREFIX) = {side_count, side_name, side_su
 #include <sys/mman.h>
 #include <time.h>
 
+#include "convert.h" /* the project's exact f16/bf16 rounding */
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpu_features/cpuinfo_x86.h>
 #define AB_X86 1
@@ -197,39 +199,6 @@ static uint64_t next_u64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-static uint32_t f32_bits(float f)
-{
-    uint32_t x;
-    memcpy(&x, &f, sizeof x);
-    return x;
-}
-
-/* f32 -> f16, round to nearest even, subnormals kept */
-static uint16_t to_f16(float f)
-{
-    uint32_t x = f32_bits(f);
-    const uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
-    x &= 0x7fffffffu;
-    if (x > 0x7f800000u) return sign | 0x7e00u;
-    if (x >= 0x477ff000u) return sign | 0x7c00u; /* rounds to 65536 or more: infinity */
-    if (x < 0x38800000u) {                      /* below 2^-14: a multiple of 2^-24 */
-        float a;
-        memcpy(&a, &x, sizeof a);
-        return sign | (uint16_t)lrintf(a * 16777216.0f);
-    }
-    x += 0x0fffu + ((x >> 13) & 1u);
-    return sign | (uint16_t)((x - 0x38000000u) >> 13);
-}
-
-/* f32 -> bf16, round to nearest even */
-static uint16_t to_bf16(float f)
-{
-    uint32_t x = f32_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40u);
-    x += 0x7fffu + ((x >> 16) & 1u);
-    return (uint16_t)(x >> 16);
-}
-
 /* n values in [-1, 1) of the given type from seed; NULL when out of memory */
 static void *alloc_random(ab_dtype t, size_t n, uint64_t seed)
 {
@@ -241,7 +210,7 @@ static void *alloc_random(ab_dtype t, size_t n, uint64_t seed)
         if (t == AB_F32)
             ((float *)p)[i] = x;
         else
-            ((uint16_t *)p)[i] = t == AB_F16 ? to_f16(x) : to_bf16(x);
+            ((uint16_t *)p)[i] = t == AB_F16 ? sdpa_f32_to_f16(x) : sdpa_f32_to_bf16(x);
     }
     return p;
 }

@@ -159,7 +159,7 @@ cmp -s "${inc[0]}/sdpa.h" "${inc[1]}/sdpa.h" ||
 cflags=(-std=c11 -O2 -Wall -Wextra)
 $CC "${cflags[@]}" -DAB_SIDE_PREFIX=a_ -I"${inc[0]}" -c "$here/ab.c" -o "$work/side_a.o"
 $CC "${cflags[@]}" -DAB_SIDE_PREFIX=b_ -I"${inc[1]}" -c "$here/ab.c" -o "$work/side_b.o"
-$CC "${cflags[@]}" -c "$here/ab.c" -o "$work/ab.o"
+$CC "${cflags[@]}" -I"$root/kernels/generic" -c "$here/ab.c" -o "$work/ab.o"
 $CC -o "$work/ab" "$work/ab.o" "$work/side_a.o" "$work/side_b.o" "${lib[0]}" "${lib[1]}" "$cpuf" \
   -lm -lpthread
 
