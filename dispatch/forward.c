@@ -201,10 +201,12 @@ typedef struct plan {
     float *lse;
     size_t qb, n_qblk, chunk, n_chunks, block, R, n_items;
     int    stream;    /* sdpa_rows.stream: K and V exceed the last-level cache */
-    size_t ws_stride; /* floats of per-thread scratch: qp [R*D] | limits | state | kernel scratch */
+    size_t ws_stride; /* floats of per-thread scratch: qp [R*D] | limits | state | prefetch hints |
+                         score multipliers | kernel scratch */
     size_t lim_off;   /* where the key limits (size_t) start in it */
     size_t state_off; /* where m, l, acc start (unsplit problems) */
     size_t pf_off;    /* where the prefetch hints (2R spans) start */
+    size_t mul_off;   /* where the rows' score multipliers (R floats, see scale_row) start */
     size_t kws_off;   /* where the kernel's scratch starts */
     size_t partial_off; /* where the split-K partial states start, after the workspaces */
     float *ws;        /* n_threads * ws_stride floats, 64-byte aligned */
@@ -245,9 +247,32 @@ static void finish_row(const plan *pl, size_t b, size_t h, size_t i, float m, fl
     if (pl->lse) pl->lse[(b * pl->Hq + h) * pl->Lq + i] = m + logf(l);
 }
 
-static void scale_row(float *restrict dst, const float *restrict src, float scale, size_t n)
+/* dst = scale * src, each product rounded once to float; returns the power of two 2^e the row's
+   scores must be multiplied by. That is 1 unless max|scale * src| lies outside [2^-40, 2^40]
+   (and is finite, non-zero): then dst = scale * src * 2^-e, rounded once, with e in [-126, 127]
+   putting the largest element in [1, 2) where it can, so that scale * q neither overflows nor
+   underflows before the dot product. Powers of two scale exactly, so the scores are the same
+   bits as the plain product's wherever that one neither overflows nor underflows. */
+static float scale_row(float *restrict dst, const float *restrict src, float scale, size_t n)
 {
+    float mx = 0.0f; /* NaN elements are skipped, an infinite one makes M infinite */
+    for (size_t c = 0; c < n; c++) {
+        const float a = fabsf(src[c]);
+        mx = a > mx ? a : mx;
+    }
+    const double M = (double)mx * fabs((double)scale);
+    if (M != 0.0 && isfinite(M) && (M < 0x1p-40 || M >= 0x1p40)) {
+        int e;
+        (void)frexp(M, &e); /* M = f 2^e, f in [0.5, 1) */
+        e -= 1;
+        e = e < -126 ? -126 : e > 127 ? 127 : e;
+        /* scale * 2^-e * src is exact in double (48 significant bits, exponent well in range) */
+        const double f = ldexp((double)scale, -e);
+        for (size_t c = 0; c < n; c++) dst[c] = (float)(f * (double)src[c]);
+        return ldexpf(1.0f, e);
+    }
     for (size_t c = 0; c < n; c++) dst[c] = scale * src[c];
+    return 1.0f;
 }
 
 typedef struct item {
@@ -281,12 +306,15 @@ static void run_item(void *arg, size_t t, size_t thread)
     size_t *lim = (size_t *)(void *)(ws + pl->lim_off);
     float *state = (pl->n_chunks > 1) ? pl->partial + t * pl->R * (Dv + 2) : ws + pl->state_off;
     float *m = state, *l = state + R, *acc = state + 2 * R;
+    float *mul = ws + pl->mul_off;
+    bool scaled = false;
 
     for (size_t i = 0; i < it.qn; i++) {
         const size_t li = kv_limit(pl, it.i0 + i);
         for (size_t g = 0; g < pl->G; g++) {
             const size_t r = i * pl->G + g, h = it.kvh * pl->G + g;
-            scale_row(qp + r * D, f32_row(pl->q, it.b, h, it.i0 + i), pl->scale, D);
+            mul[r] = scale_row(qp + r * D, f32_row(pl->q, it.b, h, it.i0 + i), pl->scale, D);
+            scaled |= mul[r] != 1.0f;
             lim[r] = li;
             m[r] = -INFINITY;
             l[r] = 0.0f;
@@ -321,6 +349,7 @@ static void run_item(void *arg, size_t t, size_t thread)
         const size_t ke = sdpa_dtype_size(pl->kt->dtype), ve = sdpa_dtype_size(pl->vt->dtype);
         const sdpa_rows w = {
             .rows = R, .d = D, .dv = Dv, .q = qp, .kv_limit = lim,
+            .score_mul = scaled ? mul : NULL,
             .k = (const char *)pl->kt->data +
                  ((ptrdiff_t)it.b * pl->kt->batch_stride + (ptrdiff_t)it.kvh * pl->kt->head_stride) *
                      (ptrdiff_t)ke,
@@ -347,7 +376,9 @@ static void run_item(void *arg, size_t t, size_t thread)
 }
 
 /* Merges the chunks of one (batch, KV head, query block) in chunk order, so the result does not
-   depend on which thread computed what: m = max m_c, l = sum l_c e^(m_c - m), the same for acc. */
+   depend on which thread computed what: m = max m_c, l = sum l_c e^(m_c - m), the same for acc.
+   A chunk's state says what it saw: l = 0, nothing (whatever m is); l or m NaN, a NaN score
+   (some kernels keep NaN out of m and carry it in l only), which makes the whole row NaN. */
 static void merge_group(void *arg, size_t grp, size_t thread)
 {
     const plan *pl = arg;
@@ -357,22 +388,29 @@ static void merge_group(void *arg, size_t grp, size_t thread)
     float *acc = pl->ws + thread * pl->ws_stride; /* Dv floats of this thread's scratch */
     for (size_t r = 0; r < R; r++) {
         float m = -INFINITY;
+        bool nan = false;
         for (size_t c = 0; c < pl->n_chunks; c++) {
-            const float mc = first[c * stride + r];
-            if (mc > m) m = mc;
+            const float mc = first[c * stride + r], lc = first[c * stride + R + r];
+            if (isnan(mc) || isnan(lc))
+                nan = true;
+            else if (lc != 0.0f && mc > m)
+                m = mc;
         }
         float l = 0.0f;
         memset(acc, 0, Dv * sizeof *acc);
-        if (m != -INFINITY)
+        if (nan) {
+            l = NAN; /* finish_row then writes NaN for o and lse */
+        } else if (m != -INFINITY) {
             for (size_t c = 0; c < pl->n_chunks; c++) {
                 const float *st = first + c * stride;
                 const float mc = st[r], lc = st[R + r];
-                if (mc == -INFINITY) continue; /* the chunk saw nothing for this row */
+                if (lc == 0.0f) continue; /* the chunk saw nothing for this row */
                 const float f = expf(mc - m);
                 const float *ac = st + 2 * R + r * Dv;
                 l += f * lc;
                 for (size_t j = 0; j < Dv; j++) acc[j] += f * ac[j];
             }
+        }
         finish_row(pl, it.b, it.kvh * pl->G + r % pl->G, it.i0 + r / pl->G, m, l, acc);
     }
 }
@@ -447,7 +485,8 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
     pl->lim_off = round16(pl->R * pl->D);
     pl->state_off = pl->lim_off + lim_floats;
     pl->pf_off = pl->state_off + round16(pl->R * (pl->Dv + 2));
-    pl->kws_off = pl->pf_off + round16(2 * pl->R * sizeof(sdpa_span) / sizeof(float));
+    pl->mul_off = pl->pf_off + round16(2 * pl->R * sizeof(sdpa_span) / sizeof(float));
+    pl->kws_off = pl->mul_off + round16(pl->R);
     if (!mul_sz(pl->B * pl->Hkv, pl->n_qblk, &n_items) || !mul_sz(n_items, pl->n_chunks, &n_items) ||
         !add_sz(pl->kws_off, round16(kws), &pl->ws_stride) ||
         !mul_sz(pl->ws_stride, threads, &ws_floats) ||

@@ -128,6 +128,26 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
    Deterministic: the same inputs give the same bits for any thread count.
    On any error nothing is written to o (or lse) and a status says why; sdpa_validate gives
    the detailed message. */
+/* Special values: the same on every implementation, whether the keys are split into chunks
+   or not, for any thread count. A row attends the keys it sees (all, or with causal those
+   j <= i + kv_len - q_len); a key it does not see is never read for it.
+   - A NaN in an attended score (a NaN query or key element, inf * 0, inf - inf; a +inf score
+     too) makes every element of the row's output and its lse NaN.
+   - A NaN or inf in an attended V element makes that output element non-finite (inf or NaN);
+     the row's other elements are unaffected. That holds for a key whose score is -inf too
+     (its weight is 0, and 0 * inf is NaN), unless the row's scores are all -inf.
+   - Keys a row does not see never affect it, whatever their K and V hold.
+   - A row that sees no key, or whose scores are all -inf, gives zeros and lse -INFINITY.
+   - scale * q is never formed in a way that overflows or underflows float: a row whose
+     max|scale * q| lies outside [2^-40, 2^40] is computed as (scale 2^-e q) . k times 2^e, a
+     power of two chosen per row (exact; |e| <= 127, which covers max|scale * q| in
+     [2^-252, 2^254]). A score whose exact value fits in float is lost to overflow only where
+     a partial sum of those products exceeds FLT_MAX.
+   - Weights: a SIMD implementation may flush a weight exp(s - m) below e^-87 of the row's
+     largest (a subnormal) to 0, which moves an output by at most n * e^-87 * max|v| / l
+     (n keys, l >= 1 the row's sum of weights): 1.7e-38 * n * max|v| at most. The scalar
+     reference keeps them. Either way a flushed weight times an inf V element is NaN, still
+     non-finite. */
 sdpa_status sdpa_forward(const sdpa_params *p, const sdpa_tensor *q, const sdpa_tensor *k,
                          const sdpa_tensor *v, const sdpa_tensor *o);
 sdpa_status sdpa_impl_forward(const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,

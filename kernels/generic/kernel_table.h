@@ -12,6 +12,9 @@
 
    - q is packed by the driver: f32, row r at q + r * d, already multiplied by the scale, so a
      score is dot(q_r, k_j).
+   - score_mul, when not NULL, holds a power of two per row: row r's scores are
+     dot(q_r, k_j) * score_mul[r] (the driver scales a row whose scale * q would overflow or
+     underflow by 2^-e, and asks for 2^e back here). NULL: every multiplier is 1.
    - Rows are ordered so that kv_limit is non-decreasing in r; row r sees key j iff
      j < kv_limit[r]. The driver guarantees kv_begin < kv_end <= kv_limit[R - 1] (the kernel never
      reads a key at or past kv_end) and kv_end <= kv_len.
@@ -20,6 +23,10 @@
    - m, l (R each) and acc (R * dv, row r at acc + r * dv) are the running online-softmax state,
      initialised by the driver to (-INFINITY, 0, 0) and updated in place: after the call, for each
      row, acc = sum_j exp(s_j - m) v_j and l = sum_j exp(s_j - m) over every key seen so far.
+     l = 0 means the row has seen no key yet (whatever m holds). A NaN score seen makes l NaN
+     (m may stay finite or -inf: a kernel may keep NaN out of its running max), and NaN stays
+     there; the driver's merge and finish read NaN from l or m. A key past a row's limit never
+     touches its state: it is skipped, not weighted by 0 (0 * inf would be NaN).
    - ws is scratch of at least ws_floats(R, d, dv, block) floats, 64-byte aligned, private to
      this call. block is the number of keys the driver wants processed per inner step (a hint
      derived from cache sizes; the kernel may use any block up to it).
@@ -41,6 +48,7 @@ typedef struct sdpa_rows {
     size_t        rows, d, dv;
     const float  *q;
     const size_t *kv_limit;
+    const float  *score_mul;
     const void   *k;
     const void   *v;
     ptrdiff_t     k_stride, v_stride;

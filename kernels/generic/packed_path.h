@@ -28,6 +28,7 @@
 
 typedef struct packed_ctx {
     float *kp, *vp;
+    float *ones; /* rows floats of 1: the alpha of a run after the first */
 } packed_ctx;
 
 /* f32 values are used in place; f16/bf16 rows are converted into vp (the dtype a constant in
@@ -50,12 +51,12 @@ static const float *pack_v(const sdpa_rows *w, size_t j0, size_t nb, float *vp, 
     return vp;
 }
 
-/* Scratch layout: S [rows][lds], kp [block][KPAD(d)], vp [block][dv], alpha [rows]. */
+/* Scratch layout: S [rows][lds], kp [block][KPAD(d)], vp [block][dv], alpha [rows], ones [rows]. */
 static size_t SDPA_WS_FN(size_t rows, size_t d, size_t dv, size_t block)
 {
     const size_t lds = sdpa_round16(block);
     return rows * lds + sdpa_round16(block * SDPA_KPAD(d)) + sdpa_round16(block * dv) +
-           sdpa_round16(rows);
+           2 * sdpa_round16(rows);
 }
 
 static inline size_t loop_begin(packed_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
@@ -67,6 +68,8 @@ static inline size_t loop_begin(packed_ctx *c, const sdpa_rows *w, float **S, si
     c->kp = *S + w->rows * *lds;
     c->vp = c->kp + sdpa_round16(B * SDPA_KPAD(w->d));
     *alpha = c->vp + sdpa_round16(B * w->dv);
+    c->ones = *alpha + sdpa_round16(w->rows);
+    for (size_t r = 0; r < w->rows; r++) c->ones[r] = 1.0f;
     return B;
 }
 
@@ -91,7 +94,14 @@ static inline void loop_values(packed_ctx *c, const sdpa_rows *w, size_t r0, siz
 {
     ptrdiff_t vs;
     const float *vr = pack_v(w, j0, nb, c->vp, &vs);
-    pv_tile(w->acc + r0 * w->dv, w->dv, alpha + r0, S + r0 * lds, lds, w->rows - r0, vr, vs, nb);
+    const size_t dv = w->dv;
+    /* rows [a, rows) over keys [ka, kb), which all of them see: a key past a row's limit is
+       skipped, not weighted by its p = 0; alpha (applied by the first run) is then 1 */
+#define PACKED_RUN(a, ka, kb)                                                                     \
+    pv_tile(w->acc + (a) * dv, dv, (ka) ? c->ones : alpha + (a), S + (a) * lds + (ka), lds,        \
+            w->rows - (a), vr + (ptrdiff_t)(ka) * vs, vs, (kb) - (ka))
+    SDPA_VISIBLE_RUNS(w->kv_limit, r0, w->rows, j0, nb, PACKED_RUN);
+#undef PACKED_RUN
 }
 
 #define SDPA_LOOP_FN SDPA_ROWS_FN

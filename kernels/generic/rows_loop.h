@@ -30,8 +30,9 @@
  * last).
  *
  * The loop owns what every path shares: blocking, the rows that see a block (limits are
- * non-decreasing in r, so they are the rows from r0 on), each row's visible keys, and the
- * softmax state (m and l in w, alpha per block).
+ * non-decreasing in r, so they are the rows from r0 on), each row's visible keys, the rows'
+ * score multipliers (sdpa_rows.score_mul, applied between loop_scores and loop_softmax), and
+ * the softmax state (m and l in w, alpha per block).
  */
 #include <stddef.h>
 
@@ -64,9 +65,11 @@ static void SDPA_LOOP_FN(const sdpa_rows *w)
         }
         loop_scores(&c, w, r0, j0, nb, S, lds);
         for (size_t r = 0; r < r0; r++) alpha[r] = 1.0f; /* a row that sees nothing keeps its state */
-        for (size_t r = r0; r < R; r++)
-            alpha[r] = loop_softmax(&c, r, S + r * lds, sdpa_visible(w, r, j0, nb), nb, &w->m[r],
-                                    &w->l[r]);
+        for (size_t r = r0; r < R; r++) {
+            const size_t nv = sdpa_visible(w, r, j0, nb);
+            if (w->score_mul) sdpa_scale_scores(S + r * lds, nv, w->score_mul[r]);
+            alpha[r] = loop_softmax(&c, r, S + r * lds, nv, nb, &w->m[r], &w->l[r]);
+        }
         loop_values(&c, w, r0, j0, nb, alpha, S, lds);
     }
 }

@@ -108,6 +108,8 @@ static void rows_scalar(const sdpa_rows *w)
             if (lim <= j0) continue;
             const size_t n = lim - j0 < nb ? lim - j0 : nb;
             score_f32_scalar(w->q + r * d, kb, d, n, d, 1.0f, s);
+            if (w->score_mul)
+                for (size_t j = 0; j < n; j++) s[j] *= w->score_mul[r];
             const float alpha = softmax_online_f32_scalar(s, n, &w->m[r], &w->l[r]);
             accumulate_f32_scalar(w->acc + r * dv, alpha, s, vb, dv, n, dv);
         }

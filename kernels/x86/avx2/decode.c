@@ -281,16 +281,23 @@ static void pv_decode_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, 
     const pv_prefetch pf = {w->kv_end, w->v_type == SDPA_F32 ? 4 : 2,
                             (const char *)w->k, w->k_stride * (ptrdiff_t)ke,
                             w->d * ke, nb};
-#define PV_DECODE_T(T)                                                                         \
+    static const float ones[DECODE_MAX_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1};
+    /* rows [a, R) over keys [ka, kb), which all of them see (SDPA_VISIBLE_RUNS) */
+#define PV_DECODE_T(T, a, ka, kb)                                                              \
     if (stream_one_row(w))                                                                     \
-        pv_decode_t(T, R, acc, dv, alpha, S, lds, w->v, w->v_stride, j0, nb, pf, 1);           \
+        pv_decode_t(T, R - (a), acc + (a) * dv, dv, (ka) ? ones : alpha + (a), S + (a) * lds + (ka),  \
+                    lds, w->v, w->v_stride, j0 + (ka), (kb) - (ka), pf, 1);                    \
     else                                                                                       \
-        pv_decode_t(T, R, acc, dv, alpha, S, lds, w->v, w->v_stride, j0, nb, pf, 0);
-    switch (w->v_type) {
-    case SDPA_F16: PV_DECODE_T(SDPA_F16) break;
-    case SDPA_BF16: PV_DECODE_T(SDPA_BF16) break;
-    default: PV_DECODE_T(SDPA_F32) break;
+        pv_decode_t(T, R - (a), acc + (a) * dv, dv, (ka) ? ones : alpha + (a), S + (a) * lds + (ka),  \
+                    lds, w->v, w->v_stride, j0 + (ka), (kb) - (ka), pf, 0);
+#define PV_DECODE_RUN(a, ka, kb)                                                               \
+    switch (w->v_type) {                                                                       \
+    case SDPA_F16: PV_DECODE_T(SDPA_F16, a, ka, kb) break;                                     \
+    case SDPA_BF16: PV_DECODE_T(SDPA_BF16, a, ka, kb) break;                                   \
+    default: PV_DECODE_T(SDPA_F32, a, ka, kb) break;                                           \
     }
+    SDPA_VISIBLE_RUNS(w->kv_limit + r0, 0, R, j0, nb, PV_DECODE_RUN);
+#undef PV_DECODE_RUN
 #undef PV_DECODE_T
 }
 

@@ -255,6 +255,7 @@ static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float 
                          size_t ra, const float *vd, ptrdiff_t vs, size_t c_pack, const float *vp,
                          size_t nb, const size_t *lim, size_t j0)
 {
+    static const float ones[PV_MR] = {1, 1, 1, 1, 1, 1};
     for (size_t c = 0; c < dv; c += PV_NR) {
         const int packed = c >= c_pack;
         const float *b = packed ? vp + (c - c_pack) * nb : vd + c;
@@ -262,12 +263,21 @@ static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float 
         const size_t cols = dv - c < PV_NR ? dv - c : PV_NR;
         for (size_t r = 0; r < ra; r += PV_MR) {
             const size_t mr = ra - r < PV_MR ? ra - r : PV_MR;
-            /* keys past the group's last (largest) limit have p = 0 for every row of it */
-            const size_t last = lim[r + mr - 1] - j0, n = last < nb ? last : nb;
-            if (mr == PV_MR)
-                pv_avx2_6x16(acc + r * dv + c, dv, alpha + r, P + r * lds, lds, b, bs, n, cols);
-            else
-                pv_mks[mr](acc + r * dv + c, dv, alpha + r, P + r * lds, lds, b, bs, n, cols);
+            /* rows [a, r + mr) over keys [ka, kb), which all of them see: a key past a row's
+               limit is skipped, not weighted by its p = 0 */
+#define PV_RUN(a, ka, kb)                                                                        \
+    do {                                                                                         \
+        const size_t n_ = r + mr - (a);                                                          \
+        const float *al_ = (ka) ? ones : alpha + (a);                                            \
+        if (n_ == PV_MR)                                                                         \
+            pv_avx2_6x16(acc + (a) * dv + c, dv, al_, P + (a) * lds + (ka), lds,                 \
+                         b + (ptrdiff_t)(ka) * bs, bs, (kb) - (ka), cols);                       \
+        else                                                                                     \
+            pv_mks[n_](acc + (a) * dv + c, dv, al_, P + (a) * lds + (ka), lds,                   \
+                       b + (ptrdiff_t)(ka) * bs, bs, (kb) - (ka), cols);                         \
+    } while (0)
+            SDPA_VISIBLE_RUNS(lim, r, r + mr, j0, nb, PV_RUN);
+#undef PV_RUN
         }
     }
 }
@@ -276,6 +286,7 @@ static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float 
 
 typedef struct prefill_ctx {
     float *kp, *vp, *qp, *rm;
+    int    rm_ok; /* the score kernel's row maxima hold (no score multipliers) */
 } prefill_ctx;
 
 static inline size_t loop_begin(prefill_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
@@ -291,6 +302,7 @@ static inline size_t loop_begin(prefill_ctx *c, const sdpa_rows *w, float **S, s
     c->qp = c->vp + *lds * sdpa_round16(w->dv);
     c->rm = c->qp + sdpa_round16((R + SCORE_MR - 1) / SCORE_MR * SCORE_MR * d);
     pack_q_avx2(w->q, R, d, c->qp);
+    c->rm_ok = w->score_mul == NULL;
     return B;
 }
 
@@ -308,7 +320,7 @@ static inline float loop_softmax(prefill_ctx *c, size_t r, float *s, size_t nv, 
 {
     /* the score kernel's max is exact when the row sees every key of the block and the block
        has no zero padding keys */
-    const float *rmax = nv == nb && nb % SCORE_NR == 0 ? c->rm + 8 * r : NULL;
+    const float *rmax = nv == nb && nb % SCORE_NR == 0 && c->rm_ok ? c->rm + 8 * r : NULL;
     return softmax_avx2(1, s, nv, nb, m, l, rmax);
 }
 

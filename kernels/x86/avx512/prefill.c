@@ -18,7 +18,7 @@ size_t sdpa_prefill_ws_avx512(size_t rows, size_t d, size_t dv, size_t block)
 {
     const size_t nb = prefill_block(block);
     return state_floats(rows) + sdpa_round16(rows) * d + nb * PREFILL_PANEL +
-           nb * sdpa_round16(d) + nb * sdpa_round16(dv) + PREFILL_PANEL;
+           nb * sdpa_round16(d) + nb * sdpa_round16(dv) + PREFILL_PANEL + sdpa_round16(rows);
 }
 
 /* Convert rows [j0, j0 + nb) of a K/V view (n elements each) to f32 rows of stride ld. */
@@ -139,6 +139,18 @@ static void score_t(const float *qt, size_t pw, const float *k, ptrdiff_t ks, si
                          k + (ptrdiff_t)j * ks, ks, d, st + j * pw + 16 * t0, j, lim + 16 * t0,
                          mx + 16 * t0);
         sdpa_pf_lines(pf, PF_LINES);
+    }
+}
+
+/* The rows' score multipliers (sdpa_rows.score_mul, powers of two) applied to a panel's Sᵀ,
+   keys [0, nk), and to its block maxima: a positive factor keeps the maximum where it was. */
+static void scale_t(float *st, size_t pw, size_t nk, const float *mul, float *bm)
+{
+    for (size_t t = 0; t < pw; t += 16) {
+        const __m512 f = _mm512_loadu_ps(mul + t);
+        for (size_t j = 0; j < nk; j++)
+            _mm512_store_ps(st + j * pw + t, _mm512_mul_ps(f, _mm512_load_ps(st + j * pw + t)));
+        _mm512_store_ps(bm + t, _mm512_mul_ps(f, _mm512_load_ps(bm + t)));
     }
 }
 
@@ -313,6 +325,7 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
     float *kc = st + NB * PREFILL_PANEL;      /* [NB][dp] */
     float *vc = kc + NB * dp;         /* [NB][dvp] */
     float *bm = vc + NB * dvp;        /* [PREFILL_PANEL] block maxima of a panel's rows */
+                                      /* then [Rp] score multipliers, with score_mul */
     sdpa_pf_cursor pfc = sdpa_pf_begin(w);
 
     /* Pack Qᵀ once per call (padding rows are zero), load the row state (padding rows: dead). */
@@ -320,6 +333,11 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
     for (size_t r = 0; r < Rp; r++) {
         mw[r] = r < R ? w->m[r] : -INFINITY;
         lw[r] = r < R ? w->l[r] : 0.0f;
+    }
+    float *mulw = NULL; /* the rows' score multipliers, padded with 1 */
+    if (w->score_mul) {
+        mulw = bm + PREFILL_PANEL;
+        for (size_t r = 0; r < Rp; r++) mulw[r] = r < R ? w->score_mul[r] : 1.0f;
     }
 
     /* blocks in decreasing order when the driver asks (sdpa_rows.reverse) */
@@ -359,6 +377,7 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
             const size_t np = (size_t)lim[rl];          /* keys any row of the panel sees */
             if (np == 0) continue;                      /* nothing seen: state unchanged */
             score_t(qt + p0 * d, pw, kr, ks, d, np, st, lim + p0, bm, &pfc);
+            if (w->score_mul) scale_t(st, pw, np, mulw + p0, bm);
             /* a vector's keys stop at its last row's limit: P past a row's limit is never read */
             for (size_t t = 0; t < pw; t += 16)
                 softmax_t16(st + t, pw, sdpa_min(np, (size_t)lim[p0 + t + 15]), bm + t, mw + p0 + t,
