@@ -1,5 +1,6 @@
 /* forward.c -- sdpa_forward: validation, planning into work items, threading, split-K merge, finalisation */
 #define _POSIX_C_SOURCE 200809L
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -248,11 +249,11 @@ static void finish_row(const plan *pl, size_t b, size_t h, size_t i, float m, fl
 }
 
 /* dst = scale * src, each product rounded once to float; returns the power of two 2^e the row's
-   scores must be multiplied by. That is 1 unless max|scale * src| lies outside [2^-40, 2^40]
-   (and is finite, non-zero): then dst = scale * src * 2^-e, rounded once, with e in [-126, 127]
-   putting the largest element in [1, 2) where it can, so that scale * q neither overflows nor
-   underflows before the dot product. Powers of two scale exactly, so the scores are the same
-   bits as the plain product's wherever that one neither overflows nor underflows. */
+   scores must be multiplied by: 1, but where the largest product M = max|scale * src| (finite,
+   non-zero) leaves float's normal range. M > FLT_MAX: e > 0 brings it to [2^126, 2^127), the
+   least scaling that avoids the overflow, so that every score that fits stays in range; M below
+   FLT_MIN: e < 0 brings it to [1, 2), keeping 126 binades below it. Powers of two scale exactly,
+   so the scores are those of the exact products, rounded as the plain ones would be. */
 static float scale_row(float *restrict dst, const float *restrict src, float scale, size_t n)
 {
     float mx = 0.0f; /* NaN elements are skipped, an infinite one makes M infinite */
@@ -261,11 +262,11 @@ static float scale_row(float *restrict dst, const float *restrict src, float sca
         mx = a > mx ? a : mx;
     }
     const double M = (double)mx * fabs((double)scale);
-    if (M != 0.0 && isfinite(M) && (M < 0x1p-40 || M >= 0x1p40)) {
+    if (M != 0.0 && isfinite(M) && (M < FLT_MIN || M > FLT_MAX)) {
         int e;
         (void)frexp(M, &e); /* M = f 2^e, f in [0.5, 1) */
-        e -= 1;
-        e = e < -126 ? -126 : e > 127 ? 127 : e;
+        e = M > FLT_MAX ? e - 127 : e - 1;
+        e = e < -126 ? -126 : e > 127 ? 127 : e; /* 2^e a normal float: M in [2^-252, 2^255) */
         /* scale * 2^-e * src is exact in double (48 significant bits, exponent well in range) */
         const double f = ldexp((double)scale, -e);
         for (size_t c = 0; c < n; c++) dst[c] = (float)(f * (double)src[c]);

@@ -139,10 +139,12 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
    - Keys a row does not see never affect it, whatever their K and V hold.
    - A row that sees no key, or whose scores are all -inf, gives zeros and lse -INFINITY.
    - scale * q is never formed in a way that overflows or underflows float: a row whose
-     max|scale * q| lies outside [2^-40, 2^40] is computed as (scale 2^-e q) . k times 2^e, a
-     power of two chosen per row (exact; |e| <= 127, which covers max|scale * q| in
-     [2^-252, 2^254]). A score whose exact value fits in float is lost to overflow only where
-     a partial sum of those products exceeds FLT_MAX.
+     largest |scale * q| exceeds FLT_MAX (or is below FLT_MIN) is computed as
+     (scale 2^-e q) . k times 2^e, a power of two per row that brings it just under 2^127 (or
+     to [1, 2)), exact for a largest |scale * q| in [2^-252, 2^255). A score whose exact
+     value fits in float is then lost to overflow only where a partial sum of the products
+     exceeds FLT_MAX; an element of scale * q below 2^-275 times the row's largest (2^-126
+     times, when upscaled) may lose precision or round to 0.
    - Weights: a SIMD implementation may flush a weight exp(s - m) below e^-87 of the row's
      largest (a subnormal) to 0, which moves an output by at most n * e^-87 * max|v| / l
      (n keys, l >= 1 the row's sum of weights): 1.7e-38 * n * max|v| at most. The scalar
