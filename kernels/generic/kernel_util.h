@@ -2,7 +2,9 @@
 #ifndef SDPA_KERNEL_UTIL_H
 #define SDPA_KERNEL_UTIL_H
 
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kernel_table.h"
 
@@ -52,6 +54,41 @@ static inline void sdpa_scale_scores(float *s, size_t n, float mul)
                 ka_ = kb_;                                                                     \
             }                                                                                  \
             while (ra_ < (r1) && sdpa_seen((lim)[ra_], (j0), (nb)) <= ka_) ra_++;             \
+        }                                                                                      \
+    } while (0)
+
+/* Whether every element of V rows [ja, jb) is finite. */
+static inline bool sdpa_v_finite(const sdpa_rows *w, size_t ja, size_t jb)
+{
+    const size_t dv = w->dv;
+    int bad = 0;
+    for (size_t j = ja; j < jb; j++) {
+        if (w->v_type == SDPA_F32) {
+            const float *x = (const float *)w->v + sdpa_row_off(w->v_stride, j);
+            for (size_t c = 0; c < dv; c++) bad |= !(x[c] - x[c] == 0.0f); /* inf - inf, NaN */
+        } else {
+            /* f16: exponent 0x7c00 all ones; bf16: 0x7f80 */
+            const uint16_t e = w->v_type == SDPA_F16 ? 0x7c00 : 0x7f80;
+            const uint16_t *x = (const uint16_t *)w->v + sdpa_row_off(w->v_stride, j);
+            for (size_t c = 0; c < dv; c++) bad |= (x[c] & e) == e;
+        }
+    }
+    return !bad;
+}
+
+/* Runs BODY(ra, ka, kb) over rows [r0, r1) of a block [j0, j0 + nb) as P·V tiles must: one
+   call (ra = r0, keys [0, seen by the last row)) when the keys some rows of the group do not see
+   hold finite values only (their p = 0 then adds exactly 0), else per SDPA_VISIBLE_RUNS. The
+   check reads the few V rows of a causal diagonal; when it passes, a full call and the runs
+   give the same values (up to the sign of a zero). */
+#define SDPA_PV_TILES(w, lim, r0, r1, j0, nb, BODY)                                              \
+    do {                                                                                       \
+        const size_t first_ = sdpa_seen((lim)[r0], (j0), (nb));                                 \
+        const size_t last_ = sdpa_seen((lim)[(r1) - 1], (j0), (nb));                            \
+        if (first_ == last_ || sdpa_v_finite((w), (j0) + first_, (j0) + last_)) {               \
+            BODY((r0), 0, last_);                                                              \
+        } else {                                                                               \
+            SDPA_VISIBLE_RUNS(lim, r0, r1, j0, nb, BODY);                                      \
         }                                                                                      \
     } while (0)
 

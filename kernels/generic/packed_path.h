@@ -95,12 +95,13 @@ static inline void loop_values(packed_ctx *c, const sdpa_rows *w, size_t r0, siz
     ptrdiff_t vs;
     const float *vr = pack_v(w, j0, nb, c->vp, &vs);
     const size_t dv = w->dv;
-    /* rows [a, rows) over keys [ka, kb), which all of them see: a key past a row's limit is
-       skipped, not weighted by its p = 0; alpha (applied by the first run) is then 1 */
+    /* rows [a, rows) over keys [ka, kb) (SDPA_PV_TILES): a key past a row's limit whose V is
+       not finite is skipped, not weighted by its p = 0; alpha (applied by the first run) is
+       then 1 */
 #define PACKED_RUN(a, ka, kb)                                                                     \
     pv_tile(w->acc + (a) * dv, dv, (ka) ? c->ones : alpha + (a), S + (a) * lds + (ka), lds,        \
             w->rows - (a), vr + (ptrdiff_t)(ka) * vs, vs, (kb) - (ka))
-    SDPA_VISIBLE_RUNS(w->kv_limit, r0, w->rows, j0, nb, PACKED_RUN);
+    SDPA_PV_TILES(w, w->kv_limit, r0, w->rows, j0, nb, PACKED_RUN);
 #undef PACKED_RUN
 }
 

@@ -282,7 +282,7 @@ static void pv_decode_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, 
                             (const char *)w->k, w->k_stride * (ptrdiff_t)ke,
                             w->d * ke, nb};
     static const float ones[DECODE_MAX_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1};
-    /* rows [a, R) over keys [ka, kb), which all of them see (SDPA_VISIBLE_RUNS) */
+    /* rows [a, R) over keys [ka, kb) (SDPA_PV_TILES) */
 #define PV_DECODE_T(T, a, ka, kb)                                                              \
     if (stream_one_row(w))                                                                     \
         pv_decode_t(T, R - (a), acc + (a) * dv, dv, (ka) ? ones : alpha + (a), S + (a) * lds + (ka),  \
@@ -296,7 +296,7 @@ static void pv_decode_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, 
     case SDPA_BF16: PV_DECODE_T(SDPA_BF16, a, ka, kb) break;                                   \
     default: PV_DECODE_T(SDPA_F32, a, ka, kb) break;                                           \
     }
-    SDPA_VISIBLE_RUNS(w->kv_limit + r0, 0, R, j0, nb, PV_DECODE_RUN);
+    SDPA_PV_TILES(w, w->kv_limit + r0, 0, R, j0, nb, PV_DECODE_RUN);
 #undef PV_DECODE_RUN
 #undef PV_DECODE_T
 }

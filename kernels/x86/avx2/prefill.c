@@ -253,7 +253,7 @@ static const pv_mk_fn pv_mks[PV_MR + 1] = {NULL,        pv_avx2_1x16, pv_avx2_2x
    from vp (stride 16). */
 static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,
                          size_t ra, const float *vd, ptrdiff_t vs, size_t c_pack, const float *vp,
-                         size_t nb, const size_t *lim, size_t j0)
+                         size_t nb, const size_t *lim, size_t j0, bool v_finite)
 {
     static const float ones[PV_MR] = {1, 1, 1, 1, 1, 1};
     for (size_t c = 0; c < dv; c += PV_NR) {
@@ -263,8 +263,9 @@ static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float 
         const size_t cols = dv - c < PV_NR ? dv - c : PV_NR;
         for (size_t r = 0; r < ra; r += PV_MR) {
             const size_t mr = ra - r < PV_MR ? ra - r : PV_MR;
-            /* rows [a, r + mr) over keys [ka, kb), which all of them see: a key past a row's
-               limit is skipped, not weighted by its p = 0 */
+            /* rows [a, r + mr) over keys [ka, kb): one call per group when the keys some rows
+               do not see have finite V (p = 0 then adds exactly 0), else runs of keys all of
+               the rows see, so that an inf or NaN there is skipped, not weighted by 0 */
 #define PV_RUN(a, ka, kb)                                                                        \
     do {                                                                                         \
         const size_t n_ = r + mr - (a);                                                          \
@@ -276,7 +277,10 @@ static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float 
             pv_mks[n_](acc + (a) * dv + c, dv, al_, P + (a) * lds + (ka), lds,                   \
                        b + (ptrdiff_t)(ka) * bs, bs, (kb) - (ka), cols);                         \
     } while (0)
-            SDPA_VISIBLE_RUNS(lim, r, r + mr, j0, nb, PV_RUN);
+            if (v_finite)
+                PV_RUN(r, 0, sdpa_seen(lim[r + mr - 1], j0, nb));
+            else
+                SDPA_VISIBLE_RUNS(lim, r, r + mr, j0, nb, PV_RUN);
 #undef PV_RUN
         }
     }
@@ -329,8 +333,11 @@ static inline void loop_values(prefill_ctx *c, const sdpa_rows *w, size_t r0, si
 {
     const size_t c_pack = pack_v_avx2(w, j0, nb, c->vp);
     const float *vd = (const float *)w->v + (ptrdiff_t)j0 * w->v_stride;
+    /* the keys some rows of the unit do not see (a causal diagonal), checked once a block */
+    const size_t first = sdpa_visible(w, r0, j0, nb), last = sdpa_visible(w, w->rows - 1, j0, nb);
+    const bool v_finite = first == last || sdpa_v_finite(w, j0 + first, j0 + last);
     pv_tile_avx2(w->acc + r0 * w->dv, w->dv, alpha + r0, S + r0 * lds, lds, w->rows - r0, vd,
-                 w->v_stride, c_pack, c->vp, nb, w->kv_limit + r0, j0);
+                 w->v_stride, c_pack, c->vp, nb, w->kv_limit + r0, j0, v_finite);
 }
 
 #define SDPA_LOOP_FN prefill_loop_avx2
