@@ -99,6 +99,8 @@ record_check() { # name ok(0/1)
 for run in "${runs[@]}"; do
   read -r tag qcpu want_impl want_vb stride sample <<<"$run"
   export QEMU_CPU=$qcpu SDPA_EXP_STRIDE=${SDPA_EXP_STRIDE_OVERRIDE:-$stride} SDPA_TEST_SAMPLE=$sample
+  # the fuzz driver's generated inputs (tests/fuzz): a few minutes' worth under emulation
+  export SDPA_FUZZ_EXECS=$(( ${SDPA_FUZZ_EXECS_AARCH64:-300} / sample ))
   echo "=== aarch64 $tag (QEMU_CPU=$qcpu)"
   report=$(qemu-aarch64 -L / "$build/tools/sdpa-cpuinfo" 2>/dev/null)
   active=$(awk '/^active$/ {a = 1; next} a && $1 == "name" {print $2; exit}' <<<"$report")
@@ -122,7 +124,7 @@ for run in "${runs[@]}"; do
   echo "aarch64 $tag: $(( $(date +%s) - t0 )) s"
   logs+=("$json")
 done
-unset QEMU_CPU SDPA_TEST_SAMPLE
+unset QEMU_CPU SDPA_TEST_SAMPLE SDPA_FUZZ_EXECS
 
 printf '%s\n' "${checks[@]}" >"$build/meson-logs/testlog-aarch64-cpuinfo.json"
 logs+=("$build/meson-logs/testlog-aarch64-cpuinfo.json")

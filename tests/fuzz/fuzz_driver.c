@@ -1,0 +1,488 @@
+/* fuzz_driver.c -- seeded driver of the fuzz target: fixed-seed inputs and the corpus replay as TAP, corpus writer */
+/*
+ * usage: fuzz_driver [--execs N] [--seed S] [--corpus DIR] [--describe] [FILE...]   (FILEs alone:
+ *        no generated inputs unless --execs)
+ *        fuzz_driver [--describe] --hex HEX   replay one input given as hex bytes (and print it)
+ *        fuzz_driver --write-corpus DIR   write the reproducers and seeds of tests/fuzz/corpus
+ *
+ * Prints one TAP point per implementation for the generated inputs (an implementation this CPU
+ * cannot run is a SKIP, never a pass) and one for the replay of the corpus directory and FILEs.
+ * A failing input is printed as hex (replay it with --hex) and, when SDPA_FUZZ_ARTIFACTS names a
+ * directory, saved there. Environment: SDPA_FUZZ_EXECS (generated inputs; default below, an
+ * eighth of it under AddressSanitizer), SDPA_FUZZ_SEED, SDPA_TEST_SAMPLE=N (N > 1: a 1/N share,
+ * for emulated CPUs).
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dirent.h>
+#include <errno.h>
+#include <float.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "fuzz_forward.h"
+#include "sdpa.h"
+
+/* About 30-60 s natively on two cores for every supported implementation together. */
+#define DEFAULT_EXECS 10000
+
+#if defined(__SANITIZE_ADDRESS__)
+#define FZ_UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define FZ_UNDER_ASAN 1
+#endif
+#endif
+
+static uint64_t rng_next(uint64_t *s)
+{
+    uint64_t z = (*s += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+static unsigned rnd(uint64_t *s, unsigned n) { return (unsigned)(rng_next(s) % n); }
+static unsigned between(uint64_t *s, unsigned lo, unsigned hi) { return lo + rnd(s, hi - lo + 1); }
+
+/* ------------------------------------------------------------------------------------------ */
+/* The generator: a spec drawn with the sizes and value classes weighted towards what finds     */
+/* bugs (small shapes mostly, a tenth long enough to split, specials injected sparsely).        */
+/* ------------------------------------------------------------------------------------------ */
+static void gen_spec(uint64_t *r, fz_spec *s)
+{
+    fz_spec_init(s);
+    s->causal = rnd(r, 2);
+    s->lse = rnd(r, 4) != 0;
+    s->workspace = rnd(r, 4) == 0 ? between(r, 1, 2) : 0;
+    s->threads = between(r, 2, 3);
+    s->batch = rnd(r, 3) ? 1 : between(r, 2, 3);
+    s->kv_heads = between(r, 1, 3);
+    s->group = between(r, 1, 4);
+    const unsigned sz = rnd(r, 100);
+    if (sz < 55) s->q_len = between(r, 1, 8), s->kv_len = between(r, 1, 64);
+    else if (sz < 78) s->q_len = between(r, 1, 40), s->kv_len = between(r, 1, 300);
+    else if (sz < 88) s->q_len = between(r, 1, 4), s->kv_len = between(r, 300, 1100);
+    else { /* one query block over 2048+ keys: the planner splits the keys into chunks */
+        s->q_len = between(r, 1, 16);
+        s->kv_len = between(r, 2040, 2200);
+        s->batch = 1;
+        s->kv_heads = between(r, 1, 2);
+    }
+    const unsigned dc = rnd(r, 100);
+    s->head_dim = dc < 60 ? between(r, 1, 32) : dc < 85 ? between(r, 33, 96) : between(r, 97, 160);
+    if (rnd(r, 10) < 3) s->v_dim = rnd(r, 2) ? between(r, 1, 24) : between(r, 1, 160);
+    s->k_dtype = rnd(r, 2) ? 0 : between(r, 1, 2);
+    s->v_dtype = rnd(r, 2) ? 0 : between(r, 1, 2);
+    s->scale_kind = rnd(r, 5) < 2 ? 0 : between(r, 1, 7);
+    s->scale_param = (uint32_t)rng_next(r);
+    if (s->scale_kind == 1) { /* a raw scale: any finite float within 2^+-60 */
+        const float f = ldexpf(1.0f + (float)rnd(r, 1u << 20) * 0x1p-20f, (int)between(r, 0, 120) - 60);
+        s->scale_param = fz_f32_bits(rnd(r, 2) ? -f : f);
+    }
+    for (int t = 0; t < 4; t++) s->layout[t] = rnd(r, 2) ? 0 : (uint8_t)rng_next(r);
+    s->invalid = rnd(r, 25) == 0 ? (int)rnd(r, 16) : -1;
+    static const uint8_t fills[20] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 2, 3, 4, 4, 4, 5, 5, 5, 6, 7};
+    for (int t = 0; t < 3; t++) {
+        s->fill[t] = fills[rnd(r, 20)];
+        s->fill_param[t] = (uint8_t)rng_next(r);
+    }
+    s->seed = (uint32_t)rng_next(r);
+    s->n_inject = rnd(r, 2) ? 0 : between(r, 1, 6);
+    for (unsigned i = 0; i < s->n_inject; i++) {
+        fz_inject *in = &s->inject[i];
+        in->tensor = (uint8_t)rnd(r, 3);
+        const unsigned sh = rnd(r, 10);
+        in->shape = sh < 6 ? FZS_ELEMENT : sh < 8 ? FZS_ROW : sh < 9 ? FZS_ROWS : FZS_COLUMN;
+        in->value = (uint8_t)rnd(r, 16);
+        in->param = (uint8_t)rng_next(r);
+        in->idx = (uint32_t)rng_next(r);
+        in->len = (uint16_t)(rnd(r, 4) ? rnd(r, 16) : rnd(r, 1100));
+        in->raw = fz_f32_bits(ldexpf(1.0f + (float)rnd(r, 1024) / 1024.0f, (int)between(r, 0, 200) - 100));
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The corpus: reproducers of known bugs, then generated seeds                                 */
+/* ------------------------------------------------------------------------------------------ */
+static fz_inject inj(unsigned tensor, unsigned shape, unsigned value, uint32_t idx, unsigned len, unsigned param, float raw)
+{
+    fz_inject in;
+    memset(&in, 0, sizeof in);
+    in.tensor = (uint8_t)tensor, in.shape = (uint8_t)shape, in.value = (uint8_t)value;
+    in.idx = idx, in.len = (uint16_t)len, in.param = (uint8_t)param;
+    in.raw = fz_f32_bits(raw);
+    return in;
+}
+
+typedef struct named_spec {
+    const char *name;
+    fz_spec spec;
+} named_spec;
+
+/* One long uniform-valued problem of a single query row (decode) over kv_len keys. */
+static fz_spec decode_spec(unsigned kv_len, unsigned d)
+{
+    fz_spec s;
+    fz_spec_init(&s);
+    s.lse = 1;
+    s.kv_len = kv_len, s.head_dim = d;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0;
+    s.seed = 7;
+    return s;
+}
+
+static size_t known_specs(named_spec *out)
+{
+    size_t n = 0;
+    fz_spec s;
+    /* 1. q[0] NaN, 2048 keys: split into two chunks whose partial states are merged */
+    s = decode_spec(2048, 64);
+    s.inject[s.n_inject++] = inj(FZ_Q, FZS_ELEMENT, FZV_NAN, 0, 0, 0, 0);
+    out[n++] = (named_spec){"bug1-split-q-nan", s};
+    /* 2. one NaN score in each 1024-key chunk (k[5][0] and k[1500][3]) */
+    s = decode_spec(2048, 64);
+    s.inject[s.n_inject++] = inj(FZ_K, FZS_ELEMENT, FZV_NAN, 5 * 64 + 0, 0, 0, 0);
+    s.inject[s.n_inject++] = inj(FZ_K, FZS_ELEMENT, FZV_NAN, 1500 * 64 + 3, 0, 0, 0);
+    out[n++] = (named_spec){"bug2-split-nan-score-per-chunk", s};
+    /* 3. every score of the first chunk NaN: K rows 0..1023 NaN */
+    s = decode_spec(2048, 64);
+    s.inject[s.n_inject++] = inj(FZ_K, FZS_ROWS, FZV_NAN, 0, 1023, 0, 0);
+    out[n++] = (named_spec){"bug3-split-first-chunk-all-nan", s};
+    /* 4. causal: a key a row does not see must not reach it */
+    fz_spec_init(&s);
+    s.causal = 1, s.lse = 1;
+    s.q_len = 2, s.kv_len = 2, s.head_dim = 4;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0;
+    s.seed = 11;
+    s.inject[s.n_inject++] = inj(FZ_V, FZS_ELEMENT, FZV_PINF, 1 * 4 + 0, 0, 0, 0);
+    out[n++] = (named_spec){"bug4a-causal-unseen-v-inf", s};
+    s.inject[0].value = FZV_NAN;
+    out[n++] = (named_spec){"bug4b-causal-unseen-v-nan", s};
+    s.q_len = 16, s.kv_len = 16;
+    s.inject[0] = inj(FZ_V, FZS_ROW, FZV_PINF, 15, 0, 0, 0);
+    out[n++] = (named_spec){"bug4c-causal-16-rows-v15-inf", s};
+    /* 5a. q 1e10, k 1e-20 and 2e-20, scale 1e30: scores 1e20 and 2e20 fit a float, but
+       scale * q = 1e40 does not */
+    fz_spec_init(&s);
+    s.lse = 1;
+    s.kv_len = 2;
+    s.scale_kind = 1, s.scale_param = fz_f32_bits(1e30f);
+    s.inject[s.n_inject++] = inj(FZ_Q, FZS_ELEMENT, FZV_RAW, 0, 0, 0, 1e10f);
+    s.inject[s.n_inject++] = inj(FZ_K, FZS_ELEMENT, FZV_RAW, 0, 0, 0, 1e-20f);
+    s.inject[s.n_inject++] = inj(FZ_K, FZS_ELEMENT, FZV_RAW, 1, 0, 0, 2e-20f);
+    s.inject[s.n_inject++] = inj(FZ_V, FZS_ELEMENT, FZV_ONE, 0, 0, 0, 0);
+    s.inject[s.n_inject++] = inj(FZ_V, FZS_ELEMENT, FZV_RAW, 1, 0, 0, 2.0f);
+    out[n++] = (named_spec){"bug5a-scale-q-overflow", s};
+    /* 5b. q 1e-30, scale 1e-30 (scale * q underflows in f32) against k = -inf: every score is
+       -inf, so zeros and lse -inf, not 0 * -inf = NaN */
+    fz_spec_init(&s);
+    s.lse = 1;
+    s.kv_len = 2;
+    s.scale_kind = 1, s.scale_param = fz_f32_bits(1e-30f);
+    s.inject[s.n_inject++] = inj(FZ_Q, FZS_ELEMENT, FZV_RAW, 0, 0, 0, 1e-30f);
+    s.inject[s.n_inject++] = inj(FZ_K, FZS_ROWS, FZV_NINF, 0, 1, 0, 0);
+    s.inject[s.n_inject++] = inj(FZ_V, FZS_ELEMENT, FZV_ONE, 0, 0, 0, 0);
+    s.inject[s.n_inject++] = inj(FZ_V, FZS_ELEMENT, FZV_RAW, 1, 0, 0, 2.0f);
+    out[n++] = (named_spec){"bug5b-scale-q-underflow-k-ninf", s};
+    /* 6. q 1, k {0, -88}, v {0, 1e38}: o = e^-88 1e38 = 0.605; SIMD may flush e^-88 to 0 */
+    fz_spec_init(&s);
+    s.lse = 1;
+    s.kv_len = 2;
+    s.scale_kind = 6; /* 1.0 */
+    s.inject[s.n_inject++] = inj(FZ_Q, FZS_ELEMENT, FZV_ONE, 0, 0, 0, 0);
+    s.inject[s.n_inject++] = inj(FZ_K, FZS_ELEMENT, FZV_RAW, 1, 0, 0, -88.0f);
+    s.inject[s.n_inject++] = inj(FZ_V, FZS_ELEMENT, FZV_RAW, 1, 0, 0, 1e38f);
+    out[n++] = (named_spec){"bug6-flushed-weight-huge-v", s};
+    /* 7. q = {FLT_MAX, 1e-30}, k = {{0, 1e30}, {0, 0}}, v = {1, 0}: scores 1 and 0 (plain f32
+       products are exact enough), so o = e / (e + 1) = 0.731; a shift of scale q putting
+       FLT_MAX near 1 underflows 1e-30 to 0 and gives 0.5 */
+    fz_spec_init(&s);
+    s.lse = 1;
+    s.kv_len = 2, s.head_dim = 2, s.v_dim = 1;
+    s.scale_kind = 6; /* 1.0 */
+    s.inject[s.n_inject++] = inj(FZ_Q, FZS_ELEMENT, FZV_FLTMAX, 0, 0, 0, 0);
+    s.inject[s.n_inject++] = inj(FZ_Q, FZS_ELEMENT, FZV_RAW, 1, 0, 0, 1e-30f);
+    s.inject[s.n_inject++] = inj(FZ_K, FZS_ELEMENT, FZV_RAW, 1, 0, 0, 1e30f);
+    s.inject[s.n_inject++] = inj(FZ_V, FZS_ELEMENT, FZV_ONE, 0, 0, 0, 0);
+    out[n++] = (named_spec){"bug7-q-range-lost-to-rescaling", s};
+    return n;
+}
+
+#define N_SEEDS 24
+
+static int write_corpus(const char *dir)
+{
+    named_spec specs[16];
+    const size_t n = known_specs(specs);
+    mkdir(dir, 0777);
+    uint8_t buf[FZ_MAX_BYTES];
+    char path[4096];
+    int written = 0;
+    for (size_t i = 0; i < n + N_SEEDS; i++) {
+        fz_spec s;
+        char name[64];
+        if (i < n) {
+            s = specs[i].spec;
+            snprintf(name, sizeof name, "%s", specs[i].name);
+        } else {
+            uint64_t r = 0xc0ffee00u + i;
+            gen_spec(&r, &s);
+            snprintf(name, sizeof name, "seed-%02zu", i - n);
+        }
+        const size_t len = fz_encode(&s, buf, sizeof buf);
+        snprintf(path, sizeof path, "%s/%s", dir, name);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(buf, 1, len, f) != len || fclose(f) != 0) {
+            fprintf(stderr, "fuzz_driver: cannot write %s: %s\n", path, strerror(errno));
+            return 1;
+        }
+        written++;
+    }
+    printf("wrote %d inputs to %s\n", written, dir);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Running and reporting                                                                        */
+/* ------------------------------------------------------------------------------------------ */
+static const char *artifacts;
+static int printed_repros;
+
+static void print_hex(const uint8_t *d, size_t n)
+{
+    printf("#   reproducer (%zu bytes; fuzz_driver --hex ", n);
+    for (size_t i = 0; i < n; i++) printf("%02x", d[i]);
+    printf(")\n");
+}
+
+static void save_artifact(const uint8_t *d, size_t n, const char *tag)
+{
+    if (!artifacts || !*artifacts) return;
+    mkdir(artifacts, 0777);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/fail-%s", artifacts, tag);
+    FILE *f = fopen(path, "wb");
+    if (f) {
+        fwrite(d, 1, n, f);
+        fclose(f);
+        printf("#   saved as %s\n", path);
+    }
+}
+
+/* Runs one input; returns the implementations whose checks failed, as a bit set. */
+static unsigned run_one(const uint8_t *d, size_t n, const char *tag)
+{
+    unsigned long before[SDPA_FUZZ_MAX_IMPLS];
+    memcpy(before, sdpa_fuzz_counts_get()->failures, sizeof before);
+    const int failed = sdpa_fuzz_one(d, n);
+    unsigned mask = 0;
+    for (size_t i = 0; i < SDPA_FUZZ_MAX_IMPLS; i++)
+        if (sdpa_fuzz_counts_get()->failures[i] != before[i]) mask |= 1u << i;
+    if (failed) {
+        printf("# input %s: the %d failed checks above\n", tag, failed);
+        if (printed_repros++ < 20) print_hex(d, n);
+        save_artifact(d, n, tag);
+        fflush(stdout);
+    }
+    return mask;
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int read_file(const char *path, uint8_t *buf, size_t cap, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    *len = fread(buf, 1, cap, f);
+    fclose(f);
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+static void print_counts(const char *what, double secs)
+{
+    const sdpa_fuzz_counts *c = sdpa_fuzz_counts_get();
+    printf("# %s: %lu inputs in %.1f s (%.0f inputs/s, %.0f forward calls/s): %lu valid (%lu split into KV chunks), "
+           "%lu refused\n",
+           what, c->inputs, secs, c->inputs / (secs > 0 ? secs : 1), c->forward_calls / (secs > 0 ? secs : 1),
+           c->valid_calls, c->split_calls, c->invalid_calls);
+    printf("# %s: rows checked against float64 %lu, NaN rows %lu, zero rows %lu, unchecked (beyond the promise) %lu; "
+           "worst |err|/tol %.3g\n",
+           what, c->rows_value, c->rows_nan, c->rows_zero, c->rows_unchecked, c->worst_ratio);
+}
+
+static int hexval(int ch)
+{
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    long execs = -1;
+    uint64_t seed = 1;
+    const char *corpus = NULL, *hex = NULL;
+    const char *files[256];
+    int n_files = 0;
+    bool describe = false;
+    const char *e = getenv("SDPA_FUZZ_SEED");
+    if (e && *e) seed = strtoull(e, NULL, 0);
+    e = getenv("SDPA_FUZZ_EXECS");
+    if (e && *e) execs = strtol(e, NULL, 10);
+    artifacts = getenv("SDPA_FUZZ_ARTIFACTS");
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--execs") && i + 1 < argc) execs = strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--corpus") && i + 1 < argc) corpus = argv[++i];
+        else if (!strcmp(argv[i], "--hex") && i + 1 < argc) hex = argv[++i];
+        else if (!strcmp(argv[i], "--describe")) describe = true;
+        else if (!strcmp(argv[i], "--write-corpus") && i + 1 < argc) return write_corpus(argv[++i]);
+        else if (argv[i][0] == '-') {
+            fprintf(stderr, "usage: %s [--execs N] [--seed S] [--corpus DIR] [--hex HEX] [FILE...] | --write-corpus DIR\n",
+                    argv[0]);
+            return 2;
+        } else if (n_files < 256) files[n_files++] = argv[i];
+    }
+    sdpa_fuzz_set_log(stdout, "# ", 8);
+    printf("TAP version 13\n# fuzz: sdpa_impl_forward on every implementation, serial and pooled, against float64\n");
+
+    if (hex) { /* one input, no generated ones */
+        uint8_t buf[4096];
+        size_t n = 0;
+        for (const char *p = hex; p[0] && p[1] && n < sizeof buf; p += 2) {
+            const int hi = hexval(p[0]), lo = hexval(p[1]);
+            if (hi < 0 || lo < 0) break;
+            buf[n++] = (uint8_t)(hi * 16 + lo);
+        }
+        if (describe) sdpa_fuzz_describe(buf, n, stdout);
+        const unsigned m = run_one(buf, n, "hex");
+        printf("%s 1 - the input given as hex\n1..1\n", m ? "not ok" : "ok");
+        return m ? 1 : 0;
+    }
+
+    if (execs < 0 && n_files > 0) execs = 0; /* replaying files only */
+    if (execs < 0) {
+        execs = DEFAULT_EXECS;
+#ifdef FZ_UNDER_ASAN
+        execs /= 8;
+        printf("# AddressSanitizer build: %ld generated inputs\n", execs);
+#endif
+    }
+    const char *sm = getenv("SDPA_TEST_SAMPLE");
+    const long sample = sm ? strtol(sm, NULL, 10) : 1;
+    if (sample > 1 && !getenv("SDPA_FUZZ_EXECS")) {
+        execs /= sample;
+        printf("# SDPA_TEST_SAMPLE=%ld: %ld generated inputs\n", sample, execs);
+    }
+
+    int point = 0, failed_points = 0;
+    const size_t n_impl = sdpa_impl_count();
+    unsigned long fail_inputs[SDPA_FUZZ_MAX_IMPLS] = {0};
+    if (execs > 0) {
+        uint64_t r = seed * 0x2545f4914f6cdd1du + 1;
+        uint8_t buf[FZ_MAX_BYTES];
+        sdpa_fuzz_counts_reset();
+        const double t0 = now_s();
+        for (long x = 0; x < execs; x++) {
+            fz_spec s;
+            gen_spec(&r, &s);
+            const size_t n = fz_encode(&s, buf, sizeof buf);
+            char tag[64];
+            snprintf(tag, sizeof tag, "seed%llu-%ld", (unsigned long long)seed, x);
+            const unsigned m = run_one(buf, n, tag);
+            for (size_t i = 0; i < SDPA_FUZZ_MAX_IMPLS; i++)
+                if (m & (1u << i)) fail_inputs[i]++;
+        }
+        print_counts("generated", now_s() - t0);
+    }
+    for (size_t i = 0; i < n_impl && execs > 0; i++) {
+        const sdpa_impl *impl = sdpa_impl_at(i);
+        point++;
+        if (!sdpa_impl_supported(impl)) {
+            printf("ok %d - fuzz %s # SKIP %s needs %s, which this CPU or OS lacks\n", point, sdpa_impl_name(impl),
+                   sdpa_impl_name(impl), sdpa_impl_requires(impl));
+            continue;
+        }
+        const bool ok = i >= SDPA_FUZZ_MAX_IMPLS || fail_inputs[i] == 0;
+        failed_points += !ok;
+        if (ok) printf("ok %d - fuzz %s: %ld executions\n", point, sdpa_impl_name(impl), execs);
+        else
+            printf("not ok %d - fuzz %s: %ld executions, %lu failing inputs\n", point, sdpa_impl_name(impl), execs,
+                   fail_inputs[i]);
+    }
+
+    /* the corpus replay: every file of the corpus directory, then the FILEs */
+    char *names[1024];
+    int n_names = 0;
+    bool corpus_error = false;
+    if (corpus) {
+        DIR *dir = opendir(corpus);
+        if (!dir) {
+            printf("# cannot open the corpus directory %s: %s\n", corpus, strerror(errno));
+            corpus_error = true;
+        } else {
+            struct dirent *de;
+            while ((de = readdir(dir)) && n_names < 1024) {
+                if (de->d_name[0] == '.') continue;
+                char *p = malloc(strlen(corpus) + strlen(de->d_name) + 2);
+                if (!p) break;
+                sprintf(p, "%s/%s", corpus, de->d_name);
+                names[n_names++] = p;
+            }
+            closedir(dir);
+            qsort(names, (size_t)n_names, sizeof *names, cmp_str);
+            if (n_names == 0) {
+                printf("# the corpus directory %s is empty\n", corpus);
+                corpus_error = true;
+            }
+        }
+    }
+    for (int i = 0; i < n_files && n_names < 1024; i++) names[n_names++] = strdup(files[i]);
+    if (n_names > 0 || corpus_error) {
+        sdpa_fuzz_counts_reset();
+        const double t0 = now_s();
+        int bad = 0;
+        for (int i = 0; i < n_names; i++) {
+            uint8_t buf[1 << 16];
+            size_t n = 0;
+            const char *base = strrchr(names[i], '/') ? strrchr(names[i], '/') + 1 : names[i];
+            if (read_file(names[i], buf, sizeof buf, &n) != 0) {
+                printf("# cannot read %s\n", names[i]);
+                bad++;
+                continue;
+            }
+            if (describe) sdpa_fuzz_describe(buf, n, stdout);
+            const unsigned m = run_one(buf, n, base);
+            if (m) {
+                printf("# corpus %s: FAILED on", base);
+                for (size_t k = 0; k < SDPA_FUZZ_MAX_IMPLS; k++)
+                    if (m & (1u << k)) printf(" %s", sdpa_impl_name(sdpa_impl_at(k)));
+                printf("\n");
+                bad++;
+            }
+        }
+        print_counts("corpus", now_s() - t0);
+        point++;
+        if (bad || corpus_error) failed_points++;
+        printf("%s %d - corpus replay: %d inputs on every supported implementation%s\n", bad || corpus_error ? "not ok" : "ok",
+               point, n_names, bad ? ", some failed" : "");
+        for (int i = 0; i < n_names; i++) free(names[i]);
+    }
+    printf("1..%d\n", point);
+    return failed_points ? 1 : 0;
+}

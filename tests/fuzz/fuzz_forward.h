@@ -1,0 +1,102 @@
+/* fuzz_forward.h -- the differential fuzz target of sdpa_impl_forward: its byte format, entry point and counters */
+#ifndef SDPA_FUZZ_FORWARD_H
+#define SDPA_FUZZ_FORWARD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Decodes one problem from data[0..size) (any bytes decode to a problem: missing bytes read as
+   0), runs it on every implementation this CPU supports, serially and on a shuffled pthread
+   pool, and checks every result against a float64 oracle. Returns the number of failed checks
+   (0: all held). The byte format and the tolerance are in tests/fuzz/README.md. */
+int sdpa_fuzz_one(const uint8_t *data, size_t size);
+
+/* Prints what data[0..size) decodes to (sizes after the budget, strides, values), for reports. */
+void sdpa_fuzz_describe(const uint8_t *data, size_t size, FILE *f);
+
+/* Where failures are printed (default stderr; NULL: nowhere) with each line starting with
+   prefix (e.g. "# " for TAP), and how many lines one input may print at most. */
+void sdpa_fuzz_set_log(FILE *f, const char *prefix, int max_lines_per_input);
+
+#define SDPA_FUZZ_MAX_IMPLS 16
+
+/* What the target has done since the process started (or the last reset). */
+typedef struct sdpa_fuzz_counts {
+    unsigned long inputs;          /* sdpa_fuzz_one calls */
+    unsigned long valid_calls;     /* inputs whose call the library must accept */
+    unsigned long invalid_calls;   /* inputs built to be refused */
+    unsigned long split_calls;     /* valid inputs the planner splits into KV chunks */
+    unsigned long rows_value;      /* rows checked against the float64 values */
+    unsigned long rows_nan;        /* rows that must be NaN */
+    unsigned long rows_zero;       /* rows that must be zeros with lse -inf */
+    unsigned long rows_unchecked;  /* rows beyond what the library promises (README) */
+    unsigned long forward_calls;   /* sdpa_impl_forward calls made */
+    unsigned long failures[SDPA_FUZZ_MAX_IMPLS]; /* failed checks, per registry index */
+    double        worst_ratio;     /* the largest |error| / tolerance met on a checked value */
+} sdpa_fuzz_counts;
+
+const sdpa_fuzz_counts *sdpa_fuzz_counts_get(void);
+void sdpa_fuzz_counts_reset(void);
+
+/* ------------------------------------------------------------------------------------------ */
+/* The problem an input describes, as the encoder takes it (the decoder maps bytes to these     */
+/* fields by the rules in README.md; the encoder writes bytes that decode back to them).        */
+/* ------------------------------------------------------------------------------------------ */
+enum { FZ_Q = 0, FZ_K = 1, FZ_V = 2 };
+
+/* what an injection writes */
+typedef enum fz_value {
+    FZV_NAN = 0, FZV_PINF, FZV_NINF, FZV_HUGE, FZV_DENORMAL, FZV_TINY, FZV_ZERO, FZV_NZERO,
+    FZV_RAW, FZV_POW2, FZV_FLTMAX, FZV_NAN_PAYLOAD, FZV_ONE, FZV_LARGE, FZV_NEG_NAN, FZV_SMALL_INT
+} fz_value;
+
+/* where it writes */
+typedef enum fz_shape {
+    FZS_ELEMENT = 0, /* one element: flat index idx over [batch][head][token][dim] */
+    FZS_ROW,         /* every dim of token row idx (over [batch][head][token]) */
+    FZS_ROWS,        /* every dim of len + 1 consecutive tokens from row idx */
+    FZS_COLUMN       /* element (token, dim) = idx over [token][dim], tokens token..token+len, in
+                        every batch and head */
+} fz_shape;
+
+typedef struct fz_inject {
+    uint8_t  tensor; /* FZ_Q, FZ_K, FZ_V */
+    uint8_t  shape;  /* fz_shape */
+    uint8_t  value;  /* fz_value */
+    uint8_t  param;  /* the value's parameter (README) */
+    uint32_t idx;
+    uint16_t len;
+    uint32_t raw;    /* FZV_RAW: the f32 bits */
+} fz_inject;
+
+#define FZ_MAX_INJECT 32
+
+typedef struct fz_spec {
+    unsigned batch, kv_heads, group, q_len, kv_len, head_dim, v_dim; /* v_dim 0: head_dim */
+    unsigned causal, lse, workspace /* 0 none, 1 exact size, 2 too small */, threads /* 2, 3 */;
+    unsigned k_dtype, v_dtype;       /* sdpa_dtype */
+    unsigned scale_kind;             /* README: 0 default, 1 raw bits, 2..7 classes */
+    uint32_t scale_param;
+    uint8_t  layout[4];              /* q, k, v, o selectors */
+    int      invalid;                /* -1: a valid call; 0..15 a refused call's kind */
+    uint8_t  fill[3], fill_param[3]; /* q, k, v value classes */
+    uint32_t seed;
+    unsigned n_inject;
+    fz_inject inject[FZ_MAX_INJECT];
+} fz_spec;
+
+/* A spec of a small dense valid call (batch 1, one head, q_len 1, kv_len 1, head_dim 1, every
+   value 0, default scale), to be edited. */
+void fz_spec_init(fz_spec *s);
+/* Writes the bytes of s to out (at most cap) and returns their number (FZ_MAX_BYTES fits any). */
+size_t fz_encode(const fz_spec *s, uint8_t *out, size_t cap);
+/* The spec data[0..size) decodes to (before the work budget shrinks its sizes). */
+void fz_decode(const uint8_t *data, size_t size, fz_spec *s);
+
+#define FZ_MAX_BYTES (31 + FZ_MAX_INJECT * 12)
+
+/* Raw f32 bits of a float, for FZV_RAW and scale_kind 1. */
+uint32_t fz_f32_bits(float f);
+
+#endif /* SDPA_FUZZ_FORWARD_H */
