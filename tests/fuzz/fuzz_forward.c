@@ -543,14 +543,14 @@ static void shrink_to_budget(size_t *B, size_t *Hkv, size_t *G, size_t *Lq, size
  * lse: |lse - ref| <= 3 Delta + C 2^-24 (n + 16 + |ref|).
  *
  * What the library does not promise (rows or elements left unchecked, counted):
- *   - max_c |scale q_c| (finite q_c) outside [2^-252, 2^254] (the per-row power-of-two
- *     normalisation of scale q, applied when it is outside [2^-40, 2^40], covers that range),
- *     or, in a row with an infinite q_c (which is not normalised), a finite |scale q_c| above
- *     2^127;
- *   - S times the normalisation's factor (taken as at most 2^41 / max|scale q| when that is
- *     below 2^-40) above 2^126: f32 partial sums could overflow;
- *   - a finite non-zero q_c meeting an infinite k_jc whose normalised scale q_c could
- *     underflow to 0 in f32 (below 2^-148; 0 * inf is NaN where the exact product is infinite);
+ *   - max_c |scale q_c| = M (finite q_c) outside [2^-252, 2^255) (the per-row power-of-two
+ *     factor f on scale q, 1 unless M leaves float's normal range, then bringing M just under
+ *     2^127 or to [1, 2), covers that range), or, in a row with an infinite q_c (which is not
+ *     rescaled), a finite |scale q_c| above 2^127;
+ *   - an element that f makes subnormal (sdpa.h: it may lose precision or round to 0);
+ *   - S f above 2^126: f32 partial sums could overflow; a score above 2^127 (float's range);
+ *   - a finite non-zero q_c meeting an infinite k_jc whose scale q_c f could underflow to 0
+ *     in f32 (below 2^-148; 0 * inf is NaN where the exact product is infinite);
  *   - o_c when sum_j |v_jc| over the keys of finite score exceeds 2^126: the f32 accumulator
  *     may overflow (a non-finite o_c is then accepted; a finite one is still checked).
  * NaN rows are checked whatever the promise: no overflow or underflow removes a NaN.
@@ -612,11 +612,23 @@ static void oracle_run(const problem *P, oracle *O)
                     if (isinf(q[c])) q_inf = true;
                 }
                 /* an infinite q_c leaves nothing to normalise by: scale q is then formed plainly */
-                const bool in_range = q_inf ? M <= 0x1p127 : M == 0 || (M >= 0x1p-252 && M <= 0x1p254);
-                const bool normalised = !q_inf && M != 0 && (M < 0x1p-40 || M > 0x1p40);
-                const double f_hi = normalised && M < 0x1p-40 ? 0x1p41 / M : 1.0;
-                const double f_lo = normalised ? 0x1p-41 / M : 1.0;
-                bool nan = false, fragile = false;
+                const bool in_range = q_inf ? M <= 0x1p127 : M == 0 || (M >= 0x1p-252 && M < 0x1p255);
+                /* the library's per-row factor f = 2^-e on scale q (sdpa.h): 1 unless M leaves
+                   float's normal range, then M f just under 2^127 (M > FLT_MAX) or in [1, 2) */
+                const bool normalised = !q_inf && M != 0 && (M < 0x1p-126 || M > FLT_MAX);
+                double f = 1.0;
+                bool fragile = false;
+                if (normalised) {
+                    int e;
+                    (void)frexp(M, &e);
+                    e = M > FLT_MAX ? e - 127 : e - 1;
+                    e = e < -126 ? -126 : e > 127 ? 127 : e;
+                    f = ldexp(1.0, -e);
+                    /* an element that f makes subnormal may lose what sdpa.h says it may */
+                    for (size_t c = 0; c < D; c++)
+                        if (isfinite(q[c]) && q[c] != 0.0f && fabs(sq[c]) * f < 0x1p-126) fragile = true;
+                }
+                bool nan = false;
                 double S = 0, m = -INFINITY;
                 for (size_t j = 0; j < n; j++) {
                     const float *k = P->kd + ((b * P->Hkv + hk) * Lk + j) * D;
@@ -625,7 +637,7 @@ static void oracle_run(const problem *P, oracle *O)
                         const double t = (double)q[c] * (double)k[c];
                         acc += t;
                         if (isfinite(t)) mag += fabs(t);
-                        if (isinf(k[c]) && isfinite(q[c]) && q[c] != 0.0f && fabs(sq[c]) * f_lo < 0x1p-148)
+                        if (isinf(k[c]) && isfinite(q[c]) && q[c] != 0.0f && fabs(sq[c]) * f < 0x1p-148)
                             fragile = true;
                     }
                     s[j] = acc * scale;
@@ -638,7 +650,10 @@ static void oracle_run(const problem *P, oracle *O)
                     O->row_kind[row] = ROW_NAN;
                     continue;
                 }
-                if (!in_range || S * f_hi > 0x1p126 || fragile) {
+                double smax = 0; /* a score beyond float is beyond the promise */
+                for (size_t j = 0; j < n; j++)
+                    if (isfinite(s[j]) && fabs(s[j]) > smax) smax = fabs(s[j]);
+                if (!in_range || S * f > 0x1p126 || smax > 0x1p127 || fragile) {
                     O->row_kind[row] = ROW_SKIP;
                     continue;
                 }
