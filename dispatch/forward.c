@@ -256,11 +256,17 @@ static void finish_row(const plan *pl, size_t b, size_t h, size_t i, float m, fl
    so the scores are those of the exact products, rounded as the plain ones would be. */
 static float scale_row(float *restrict dst, const float *restrict src, float scale, size_t n)
 {
-    float mx = 0.0f; /* NaN elements are skipped, an infinite one makes M infinite */
+    /* max |src| as the largest magnitude bit pattern (an integer max, which vectorises); a NaN
+       or inf element makes M non-finite, and the row takes the plain product */
+    typedef uint32_t __attribute__((may_alias)) bits32;
+    const bits32 *sb = (const bits32 *)src;
+    uint32_t mb = 0;
     for (size_t c = 0; c < n; c++) {
-        const float a = fabsf(src[c]);
-        mx = a > mx ? a : mx;
+        const uint32_t a = sb[c] & 0x7fffffffu;
+        mb = a > mb ? a : mb;
     }
+    float mx;
+    memcpy(&mx, &mb, sizeof mx);
     const double M = (double)mx * fabs((double)scale);
     if (M != 0.0 && isfinite(M) && (M < FLT_MIN || M > FLT_MAX)) {
         int e;
