@@ -203,7 +203,7 @@ typedef struct plan {
     size_t qb, n_qblk, chunk, n_chunks, block, R, n_items;
     int    stream;    /* sdpa_rows.stream: K and V exceed the last-level cache */
     size_t ws_stride; /* floats of per-thread scratch: qp [R*D] | limits | state | prefetch hints |
-                         score multipliers | kernel scratch */
+                         kernel scratch | score multipliers */
     size_t lim_off;   /* where the key limits (size_t) start in it */
     size_t state_off; /* where m, l, acc start (unsplit problems) */
     size_t pf_off;    /* where the prefetch hints (2R spans) start */
@@ -492,10 +492,10 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
     pl->lim_off = round16(pl->R * pl->D);
     pl->state_off = pl->lim_off + lim_floats;
     pl->pf_off = pl->state_off + round16(pl->R * (pl->Dv + 2));
-    pl->mul_off = pl->pf_off + round16(2 * pl->R * sizeof(sdpa_span) / sizeof(float));
-    pl->kws_off = pl->mul_off + round16(pl->R);
+    pl->kws_off = pl->pf_off + round16(2 * pl->R * sizeof(sdpa_span) / sizeof(float));
     if (!mul_sz(pl->B * pl->Hkv, pl->n_qblk, &n_items) || !mul_sz(n_items, pl->n_chunks, &n_items) ||
-        !add_sz(pl->kws_off, round16(kws), &pl->ws_stride) ||
+        !add_sz(pl->kws_off, round16(kws), &pl->mul_off) ||
+        !add_sz(pl->mul_off, round16(pl->R), &pl->ws_stride) ||
         !mul_sz(pl->ws_stride, threads, &ws_floats) ||
         (pl->n_chunks > 1 && !mul_sz(n_items, pl->R * (pl->Dv + 2), &pf)) ||
         !add_sz(ws_floats, round16(pf), floats) || *floats > SIZE_MAX / sizeof(float) - 64)
