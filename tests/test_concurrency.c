@@ -450,6 +450,16 @@ static void *flip_worker(void *arg)
     return NULL;
 }
 
+/* The largest output and row count over the shapes, for buffers any of them fits in. */
+static void largest_problem(size_t *max_o, size_t *max_rows)
+{
+    *max_o = *max_rows = 0;
+    for (size_t si = 0; si < N_SHAPES; si++) {
+        if (problems[si].o_elems > *max_o) *max_o = problems[si].o_elems;
+        if (problems[si].rows > *max_rows) *max_rows = problems[si].rows;
+    }
+}
+
 static void test_select_flipping(void)
 {
     tl_start("sdpa_select flipping while sdpa_forward runs", "all");
@@ -457,11 +467,8 @@ static void test_select_flipping(void)
     selector_stats ss = {0};
     flip_stats fs[FLIP_WORKERS];
     memset(fs, 0, sizeof fs);
-    size_t max_o = 0, max_rows = 0;
-    for (size_t si = 0; si < N_SHAPES; si++) {
-        if (problems[si].o_elems > max_o) max_o = problems[si].o_elems;
-        if (problems[si].rows > max_rows) max_rows = problems[si].rows;
-    }
+    size_t max_o, max_rows;
+    largest_problem(&max_o, &max_rows);
     atomic_store(&flip_done, false);
     atomic_store(&flip_epoch, 0);
     pthread_barrier_init(&flip_go, NULL, FLIP_WORKERS + 1);
@@ -560,11 +567,8 @@ static void test_pooled_calls(const sdpa_impl *impl)
     pool_caller pc[POOL_CALLERS];
     pthread_t th[POOL_CALLERS];
     memset(pc, 0, sizeof pc);
-    size_t max_o = 0, max_rows = 0;
-    for (size_t si = 0; si < N_SHAPES; si++) {
-        if (problems[si].o_elems > max_o) max_o = problems[si].o_elems;
-        if (problems[si].rows > max_rows) max_rows = problems[si].rows;
-    }
+    size_t max_o, max_rows;
+    largest_problem(&max_o, &max_rows);
     pthread_barrier_init(&pool_go, NULL, POOL_CALLERS);
     for (size_t c = 0; c < POOL_CALLERS; c++) {
         const bench_pool_options opts = {
