@@ -42,8 +42,9 @@ static inline void sdpa_scale_scores(float *s, size_t n, float mul)
 /* Calls BODY(ra, ka, kb) for the runs of a row group [r0, r1) (key limits lim[r]) of a block
    [j0, j0 + nb) in which every row sees every key: rows [ra, r1) over block keys [ka, kb),
    the first run (ka = 0) covering every row of the group. Limits are non-decreasing, so the
-   runs step the first row up as keys go past earlier rows' limits. A kernel runs its P·V tile per run, so
-   that a key past a row's limit is skipped rather than weighted by 0 (0 * inf is NaN). */
+   runs step the first row up as keys go past earlier rows' limits. A kernel runs its P·V tile
+   per run, so that a key past a row's limit is skipped rather than weighted by 0 (0 * inf is
+   NaN). */
 #define SDPA_VISIBLE_RUNS(lim, r0, r1, j0, nb, BODY)                                              \
     do {                                                                                       \
         size_t ra_ = (r0), ka_ = 0;                                                            \

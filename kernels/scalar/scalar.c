@@ -5,6 +5,7 @@
 
 #include "convert.h"
 #include "kernel_table.h"
+#include "kernel_util.h"
 
 /* exp for the reference: Cody-Waite reduction x = n ln2 + r carried out in double, a degree-8
    Taylor polynomial for e^r on |r| <= ln2/2 (truncation error below 2^-34 relative), times 2^n
@@ -108,8 +109,7 @@ static void rows_scalar(const sdpa_rows *w)
             if (lim <= j0) continue;
             const size_t n = lim - j0 < nb ? lim - j0 : nb;
             score_f32_scalar(w->q + r * d, kb, d, n, d, 1.0f, s);
-            if (w->score_mul)
-                for (size_t j = 0; j < n; j++) s[j] *= w->score_mul[r];
+            if (w->score_mul) sdpa_scale_scores(s, n, w->score_mul[r]);
             const float alpha = softmax_online_f32_scalar(s, n, &w->m[r], &w->l[r]);
             accumulate_f32_scalar(w->acc + r * dv, alpha, s, vb, dv, n, dv);
         }
