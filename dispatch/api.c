@@ -174,6 +174,15 @@ void sdpa_impl_exp_f32(const sdpa_impl *impl, const float *x, float *y, size_t n
 
 double sdpa_impl_exp_max_ulp(const sdpa_impl *impl) { return impl ? impl->k->exp_max_ulp : NAN; }
 
+void sdpa_impl_tanh_f32(const sdpa_impl *impl, const float *x, float *y, size_t n)
+{
+    const sdpa_kernels *kt = usable(impl);
+    if (!kt || !x || !y || n == 0) return;
+    kt->tanh_f32(x, y, n);
+}
+
+double sdpa_impl_tanh_max_ulp(const sdpa_impl *impl) { return impl ? impl->k->tanh_max_ulp : NAN; }
+
 void sdpa_score_f32(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
                     float scale, float *s)
 {
@@ -189,4 +198,18 @@ void sdpa_accumulate_f32(float *o, float alpha, const float *p, const float *v, 
                          size_t n, size_t dv)
 {
     sdpa_impl_accumulate_f32(sdpa_active(), o, alpha, p, v, v_stride, n, dv);
+}
+
+void sdpa_alibi_slopes(size_t n_heads, float max_bias, float *slopes)
+{
+    if (!slopes || n_heads == 0) return;
+    size_t n = 1; /* the largest power of two <= n_heads */
+    while (n <= n_heads / 2) n *= 2;
+    /* in double, rounded once: exact powers of two where the exponent is an integer */
+    const double b = (double)max_bias;
+    for (size_t h = 0; h < n_heads; h++) {
+        const double e = h < n ? -b * (double)(h + 1) / (double)n
+                               : -b * (double)(2 * (h - n) + 1) / (double)(2 * n);
+        slopes[h] = (float)exp2(e);
+    }
 }

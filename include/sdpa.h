@@ -84,6 +84,11 @@ void  sdpa_impl_accumulate_f32(const sdpa_impl *impl, float *o, float alpha, con
 void  sdpa_impl_exp_f32(const sdpa_impl *impl, const float *x, float *y, size_t n);
 /* The maximum error of that exp over x <= 0, in units in the last place of the exact result. */
 double sdpa_impl_exp_max_ulp(const sdpa_impl *impl);
+/* The implementation's own tanh, y[i] = tanh(x[i]), as softcap uses it (y may equal x):
+   odd, tanh(+-0) = +-0, tanh(+-inf) = +-1, NaN propagates. */
+void  sdpa_impl_tanh_f32(const sdpa_impl *impl, const float *x, float *y, size_t n);
+/* The maximum error of that tanh over every float, in units in the last place. */
+double sdpa_impl_tanh_max_ulp(const sdpa_impl *impl);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Fused attention: o = softmax(q·kᵀ·scale [+ causal mask]) · v, streamed, f32 accumulation.   */
@@ -118,6 +123,28 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
        it before returning. Never read for data; contents are garbage after the call. */
     void                *workspace;
     size_t               workspace_bytes;
+
+    /* --- who sees whom. i' = i + kv_len - q_len is query i's position among the keys
+       (bottom-right alignment, as `causal` uses). Keys a row does not see are never read for
+       it and never affect it. */
+    /* 0: off. w >= 1: query i sees key j only if |i' - j| < w; with causal, the w most recent
+       positions i' - w < j <= i'. */
+    size_t               window;
+    /* NULL: off. An additive mask, a view [batch][q_heads][q_len][kv_len] of f32, f16 or bf16
+       (token_stride: between query rows; the kv_len elements of a row contiguous). A stride of
+       0 broadcasts over that axis. An entry of -inf hides the key from the row, as the window
+       does: it never affects the row, whatever its K and V hold. */
+    const sdpa_tensor   *mask;
+    /* --- score modifiers: s = softcap(scale q.k) + alibi + mask --------------------------- */
+    /* 0: off. c > 0 (finite): s <- c tanh(s / c), after the scale. */
+    float                softcap;
+    /* NULL: off. [q_heads] finite slopes: adds -slope_h |i' - j| (sdpa_alibi_slopes gives the
+       standard ones). */
+    const float         *alibi_slopes;
+    /* NULL: off. [q_heads] sink logits (finite, or -inf for none): adds exp(sink_h - m) to the
+       row's softmax denominator, with no value row; lse includes it. A row that sees no key
+       then gives zeros and lse = sink_h. */
+    const float         *sinks;
 } sdpa_params;
 
 /* Runs attention for every (batch, head, query) of p on the active implementation.
@@ -150,6 +177,13 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
      (n keys, l >= 1 the row's sum of weights): 1.7e-38 * n * max|v| at most. The scalar
      reference keeps them. Either way a flushed weight times an inf V element is NaN, still
      non-finite. */
+/* The standard ALiBi slopes (Press et al., "Train Short, Test Long", 2022), as ggml derives
+   them from max_bias: with n = the largest power of two <= n_heads, head h < n gets
+   2^(-max_bias (h + 1) / n) and head h >= n gets 2^(-max_bias (2 (h - n) + 1) / (2 n)).
+   max_bias = 8 gives the paper's slopes. Writes n_heads floats; nothing when slopes is NULL or
+   n_heads is 0. */
+void sdpa_alibi_slopes(size_t n_heads, float max_bias, float *slopes);
+
 sdpa_status sdpa_forward(const sdpa_params *p, const sdpa_tensor *q, const sdpa_tensor *k,
                          const sdpa_tensor *v, const sdpa_tensor *o);
 sdpa_status sdpa_impl_forward(const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,

@@ -3,6 +3,7 @@
 #define SDPA_KERNEL_DEF_H
 
 #include "kernel_table.h"
+#include "tanh.h"
 
 /* Tuning macros an implementation does not define name parameters it does not have (0). */
 #ifndef DECODE_MAX_ROWS
@@ -68,6 +69,8 @@
         .accumulate_f32 = accumulate_f32_##isa,                                                   \
         .exp_f32 = exp_f32_##isa,                                                                 \
         .exp_max_ulp = (exp_ulp),                                                                 \
+        .tanh_f32 = sdpa_tanh_f32,                                                                \
+        .tanh_max_ulp = SDPA_TANH_MAX_ULP,                                                        \
         .rows = rows_##isa,                                                                       \
         .ws_floats = ws_floats_##isa,                                                             \
         .tuning = {.decode_max_rows = DECODE_MAX_ROWS,                                            \

@@ -44,10 +44,29 @@ typedef struct sdpa_span {
     size_t      bytes;
 } sdpa_span;
 
+/* The score modifiers of a unit (sdpa_rows.mods), applied to a row's scores after score_mul,
+   in this order: s <- softcap tanh(s / softcap) when softcap > 0; s -= slope[r] |pos[r] - j|
+   when slope is not NULL; s += mask[r][j] when mask is not NULL (an entry of -inf hides key j
+   from row r: the score becomes -inf whatever it was, and the key must not affect the row).
+   pos[r] is row r's position among the keys (i', may be negative); mask[r] points at row r's
+   mask entry for key 0, of dtype mask_type (f32, f16 or bf16). */
+typedef struct sdpa_mods {
+    float              softcap, inv_softcap;
+    const float       *slope;
+    const ptrdiff_t   *pos;
+    const void *const *mask;
+    sdpa_dtype         mask_type;
+} sdpa_mods;
+
 typedef struct sdpa_rows {
     size_t        rows, d, dv;
     const float  *q;
     const size_t *kv_limit;
+    /* NULL: every row's keys start at 0. Else row r sees key j only if kv_first[r] <= j, with
+       kv_first non-decreasing in r and kv_first[0] <= kv_begin (a sliding window). A key before
+       a row's first is hidden from it like one past its limit. */
+    const size_t *kv_first;
+    const sdpa_mods *mods; /* NULL: no modifier, the plain path */
     const float  *score_mul;
     const void   *k;
     const void   *v;
@@ -95,6 +114,10 @@ typedef struct sdpa_kernels {
     /* the implementation's exp over an array, and its stated max ULP error for x <= 0 */
     void  (*exp_f32)(const float *x, float *y, size_t n);
     double exp_max_ulp;
+    /* the implementation's tanh over an array (y may equal x; softcap uses it), and its stated
+       max ULP error over every float */
+    void  (*tanh_f32)(const float *x, float *y, size_t n);
+    double tanh_max_ulp;
     /* fused attention on one unit of work */
     void   (*rows)(const sdpa_rows *w);
     /* scratch floats that `rows` needs for R rows, head dims d/dv and a key block */
