@@ -60,6 +60,31 @@ static inline bool sdpa_block_hidden(const sdpa_rows *w, size_t r0, size_t r1, s
     return true;
 }
 
+/* binary16 -> binary32, exact, branch-free so that a loop of it vectorises: the exponent and
+   mantissa bits moved into a float's and scaled by 2^112 rebias normals and subnormals alike
+   (the product is exact); inf and NaN keep their payload. */
+static inline float sdpa_f16_to_f32_vec(uint16_t h)
+{
+    union {
+        uint32_t u;
+        float f;
+    } t = {(uint32_t)(h & 0x7fffu) << 13}, r;
+    r.f = t.f * 0x1p112f;
+    const uint32_t special = 0u - (uint32_t)((h & 0x7c00u) == 0x7c00u);
+    r.u = (r.u & ~special) | ((0x7f800000u | t.u) & special);
+    r.u |= (uint32_t)(h & 0x8000u) << 16;
+    return r.f;
+}
+
+static inline float sdpa_bits_f32(uint32_t b)
+{
+    union {
+        uint32_t u;
+        float f;
+    } v = {b};
+    return v.f;
+}
+
 /* s[0..n) <- c tanh(s / c), with inv = 1 / c. */
 static inline void sdpa_softcap(float *s, size_t n, float c, float inv)
 {
@@ -85,25 +110,29 @@ SDPA_INLINE bool sdpa_modify_row(const sdpa_rows *w, size_t r, size_t j0, float 
     }
     if (md && md->mask) {
         const void *mr = (const char *)md->mask[r] + j0 * sdpa_dtype_size((int)md->mask_type);
-        unsigned any = 0;
-        if (md->mask_type == SDPA_F32) {
-            const float *x = mr;
-            for (size_t j = 0; j < n; j++) {
-                const unsigned h = x[j] == -INFINITY;
-                any |= h;
-                s[j * ds] = h ? -INFINITY : s[j * ds] + x[j];
-            }
-        } else {
-            const uint16_t *x = mr;
-            const int f16 = md->mask_type == SDPA_F16;
-            const uint16_t ninf = f16 ? 0xfc00u : 0xff80u;
-            for (size_t j = 0; j < n; j++) {
-                const unsigned h = x[j] == ninf;
-                any |= h;
-                const float v = f16 ? sdpa_f16_to_f32(x[j]) : sdpa_bf16_to_f32(x[j]);
-                s[j * ds] = h ? -INFINITY : s[j * ds] + v;
-            }
-        }
+        uint32_t any = 0;
+        /* one loop per dtype, the -inf select on the bits: each vectorises */
+#define SDPA_MASK_LOOP(ELEM_T, NINF, TO_F32)                                                      \
+    do {                                                                                       \
+        const ELEM_T *x = mr;                                                                  \
+        for (size_t j = 0; j < n; j++) {                                                       \
+            const uint32_t hm = 0u - (uint32_t)(x[j] == (NINF));                               \
+            union {                                                                            \
+                float f;                                                                       \
+                uint32_t u;                                                                    \
+            } t = {s[j * ds] + TO_F32(x[j])};                                                  \
+            any |= hm;                                                                         \
+            t.u = (t.u & ~hm) | (0xff800000u & hm);                                            \
+            s[j * ds] = t.f;                                                                   \
+        }                                                                                      \
+    } while (0)
+        if (md->mask_type == SDPA_F32)
+            SDPA_MASK_LOOP(sdpa_bits32, 0xff800000u, sdpa_bits_f32);
+        else if (md->mask_type == SDPA_F16)
+            SDPA_MASK_LOOP(uint16_t, 0xfc00u, sdpa_f16_to_f32_vec);
+        else
+            SDPA_MASK_LOOP(uint16_t, 0xff80u, sdpa_bf16_to_f32);
+#undef SDPA_MASK_LOOP
         hidden = any != 0;
     }
     const size_t f = sdpa_first(w, r);
