@@ -404,7 +404,8 @@ static void run_item(void *arg, size_t t, size_t thread)
     }
     const sdpa_mods mods = {
         .softcap = p->softcap,
-        .inv_softcap = p->softcap > 0.0f ? 1.0f / p->softcap : 0.0f,
+        /* 0 where 1 / softcap overflows: the kernels then divide */
+        .inv_softcap = p->softcap > 0.0f && isfinite(1.0f / p->softcap) ? 1.0f / p->softcap : 0.0f,
         .slope = p->alibi_slopes ? slope : NULL,
         .pos = pos,
         .mask = mk ? mrow : NULL,

@@ -45,7 +45,8 @@ typedef struct sdpa_span {
 } sdpa_span;
 
 /* The score modifiers of a unit (sdpa_rows.mods), applied to a row's scores after score_mul,
-   in this order: s <- softcap tanh(s / softcap) when softcap > 0; s -= slope[r] |pos[r] - j|
+   in this order: s <- softcap tanh(s / softcap) when softcap > 0 (inv_softcap = 1 / softcap,
+   or 0 where that overflows); s -= slope[r] |pos[r] - j|
    when slope is not NULL; s += mask[r][j] when mask is not NULL (an entry of -inf hides key j
    from row r: the score becomes -inf whatever it was, and the key must not affect the row).
    pos[r] is row r's position among the keys (i', may be negative); mask[r] points at row r's

@@ -85,10 +85,14 @@ static inline float sdpa_bits_f32(uint32_t b)
     return v.f;
 }
 
-/* s[0..n) <- c tanh(s / c), with inv = 1 / c. */
+/* s[0..n) <- c tanh(s / c), with inv = 1 / c, or 0 where 1 / c overflows (c < 2^-128): then
+   the division itself, as 0 * inf would make a zero score NaN. */
 static inline void sdpa_softcap(float *s, size_t n, float c, float inv)
 {
-    for (size_t j = 0; j < n; j++) s[j] *= inv;
+    if (inv != 0.0f)
+        for (size_t j = 0; j < n; j++) s[j] *= inv;
+    else
+        for (size_t j = 0; j < n; j++) s[j] /= c;
     sdpa_tanh_f32(s, s, n);
     for (size_t j = 0; j < n; j++) s[j] *= c;
 }
