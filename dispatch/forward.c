@@ -167,6 +167,33 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
             overlaps(p->lse, el, k->data, ek) || overlaps(p->lse, el, v->data, ev))
             return fail(c, SDPA_ERR_INVALID_ARGUMENT, "lse overlaps o or an input");
     }
+    if (p->softcap != 0.0f && !(p->softcap > 0.0f && isfinite(p->softcap)))
+        return fail(c, SDPA_ERR_INVALID_ARGUMENT,
+                    "softcap is %g: it must be 0 (off) or finite and positive", (double)p->softcap);
+    if (p->alibi_slopes)
+        for (size_t h = 0; h < p->q_heads; h++)
+            if (!isfinite(p->alibi_slopes[h]))
+                return fail(c, SDPA_ERR_INVALID_ARGUMENT, "alibi_slopes[%zu] is %g: slopes must be finite",
+                            h, (double)p->alibi_slopes[h]);
+    if (p->sinks)
+        for (size_t h = 0; h < p->q_heads; h++)
+            if (isnan(p->sinks[h]) || p->sinks[h] == INFINITY)
+                return fail(c, SDPA_ERR_INVALID_ARGUMENT,
+                            "sinks[%zu] is %g: a sink must be finite (or -inf, none)", h,
+                            (double)p->sinks[h]);
+    if (p->mask) {
+        const sdpa_tensor *mk = p->mask;
+        if (!mk->data) return fail(c, SDPA_ERR_INVALID_ARGUMENT, "mask has NULL data");
+        if (sdpa_dtype_size(mk->dtype) == 0)
+            return fail(c, SDPA_ERR_INVALID_ARGUMENT,
+                        "mask has dtype %d: it must be SDPA_F32, SDPA_F16 or SDPA_BF16", (int)mk->dtype);
+        extent em;
+        if ((s = view_extent(c, "mask", mk, nq, p->kv_len, &em)) != SDPA_OK) return s;
+        if (overlaps(mk->data, em, o->data, eo))
+            return fail(c, SDPA_ERR_INVALID_ARGUMENT, "mask overlaps o");
+        if (p->lse && overlaps(mk->data, em, p->lse, (extent){0, (ptrdiff_t)(rows * sizeof(float))}))
+            return fail(c, SDPA_ERR_INVALID_ARGUMENT, "mask overlaps lse");
+    }
     if (p->workspace && p->workspace_bytes) {
         const extent ew = {0, p->workspace_bytes > (size_t)PTRDIFF_MAX ? PTRDIFF_MAX
                                                                         : (ptrdiff_t)p->workspace_bytes};
@@ -198,6 +225,9 @@ typedef struct plan {
     size_t B, Hq, Hkv, G, Lq, Lk, D, Dv;
     float  scale;
     bool   causal;
+    size_t window;            /* 0: off */
+    bool   mods;              /* softcap, ALiBi or a mask: the kernels' modifier path */
+    const sdpa_params *p;     /* the call (modifier and sink arrays, the mask view) */
     const sdpa_tensor *q, *kt, *vt, *o;
     float *lse;
     size_t qb, n_qblk, chunk, n_chunks, block, R, n_items;
@@ -209,6 +239,7 @@ typedef struct plan {
     size_t pf_off;    /* where the prefetch hints (2R spans) start */
     size_t mul_off;   /* where the rows' score multipliers (R floats, see scale_row) start */
     size_t kws_off;   /* where the kernel's scratch starts */
+    size_t var_off;   /* where the rows' window starts, positions, slopes and mask rows start */
     size_t partial_off; /* where the split-K partial states start, after the workspaces */
     float *ws;        /* n_threads * ws_stride floats, 64-byte aligned */
     float *partial;   /* n_chunks > 1: per item, m[R] l[R] acc[R * Dv] */
@@ -216,13 +247,29 @@ typedef struct plan {
 
 static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
-/* Keys query row i may see: [0, limit). Bottom-right aligned causal mask. */
+/* Query i's position among the keys, i' = i + Lk - Lq (bottom-right alignment; sizes are
+   validated to fit, so it fits in ptrdiff_t). */
+static ptrdiff_t q_pos(const plan *pl, size_t i)
+{
+    return (ptrdiff_t)i + (ptrdiff_t)pl->Lk - (ptrdiff_t)pl->Lq;
+}
+
+static size_t clamp_keys(const plan *pl, ptrdiff_t j)
+{
+    return j <= 0 ? 0 : (size_t)j < pl->Lk ? (size_t)j : pl->Lk;
+}
+
+/* Keys query row i may see: [kv_first(i), kv_limit(i)), both non-decreasing in i: causal
+   j <= i', window |i' - j| < w. */
 static size_t kv_limit(const plan *pl, size_t i)
 {
-    if (!pl->causal) return pl->Lk;
-    if (i + 1 + pl->Lk <= pl->Lq) return 0;
-    const size_t lim = i + 1 + pl->Lk - pl->Lq;
-    return lim < pl->Lk ? lim : pl->Lk;
+    if (pl->causal) return clamp_keys(pl, q_pos(pl, i) + 1);
+    if (pl->window) return clamp_keys(pl, q_pos(pl, i) + (ptrdiff_t)pl->window);
+    return pl->Lk;
+}
+static size_t kv_first(const plan *pl, size_t i)
+{
+    return pl->window ? clamp_keys(pl, q_pos(pl, i) - (ptrdiff_t)pl->window + 1) : 0;
 }
 
 /* Row (b, h, i) of an f32 view (q or o). */
@@ -232,20 +279,33 @@ static float *f32_row(const sdpa_tensor *t, size_t b, size_t h, size_t i)
            (ptrdiff_t)i * t->token_stride;
 }
 
-/* Writes one finished row: o = acc / l, and lse = m + log(l); zeros and -inf when no key. */
+/* Writes one finished row: o = acc / l, and lse = m + log(l); zeros and -inf when no key.
+   A sink s (once per row, whatever the split) joins the denominator: with M = max(m, s),
+   o = acc e^(m - M) / (l e^(m - M) + e^(s - M)), lse = M + log of that denominator; a row
+   that saw no key gives zeros and lse = s. */
 static void finish_row(const plan *pl, size_t b, size_t h, size_t i, float m, float l,
                        const float *acc)
 {
     float *o = f32_row(pl->o, b, h, i);
+    float *lse = pl->lse ? &pl->lse[(b * pl->Hq + h) * pl->Lq + i] : NULL;
+    const float sink = pl->p->sinks ? pl->p->sinks[h] : -INFINITY;
     if (l == 0.0f) { /* the row saw no key (or only -inf scores) */
         memset(o, 0, pl->Dv * sizeof *o);
-        if (pl->lse) pl->lse[(b * pl->Hq + h) * pl->Lq + i] = -INFINITY;
+        if (lse) *lse = sink;
+        return;
+    }
+    if (sink != -INFINITY && l == l && m == m) {
+        const float M = m > sink ? m : sink;
+        const float f = expf(m - M), L = l * f + expf(sink - M);
+        const float g = f / L;
+        for (size_t c = 0; c < pl->Dv; c++) o[c] = acc[c] * g;
+        if (lse) *lse = M + logf(L);
         return;
     }
     /* one division per row: a per-element divide costs more than the rest of finishing */
     const float inv = 1.0f / l;
     for (size_t c = 0; c < pl->Dv; c++) o[c] = acc[c] * inv;
-    if (pl->lse) pl->lse[(b * pl->Hq + h) * pl->Lq + i] = m + logf(l);
+    if (lse) *lse = m + logf(l);
 }
 
 /* dst = scale * src, each product rounded once to float; returns the power of two 2^e the row's
@@ -315,18 +375,41 @@ static void run_item(void *arg, size_t t, size_t thread)
     float *m = state, *l = state + R, *acc = state + 2 * R;
     float *mul = ws + pl->mul_off;
     bool scaled = false;
+    /* the variants' per-row arrays: window starts, positions, slopes, mask rows */
+    size_t *first = (size_t *)(void *)(ws + pl->var_off);
+    ptrdiff_t *pos = (ptrdiff_t *)(first + pl->R);
+    const void **mrow = (const void **)(pos + pl->R);
+    float *slope = (float *)(mrow + pl->R);
+    const sdpa_params *p = pl->p;
+    const sdpa_tensor *mk = p->mask;
 
     for (size_t i = 0; i < it.qn; i++) {
-        const size_t li = kv_limit(pl, it.i0 + i);
+        const size_t li = kv_limit(pl, it.i0 + i), fi = kv_first(pl, it.i0 + i);
         for (size_t g = 0; g < pl->G; g++) {
             const size_t r = i * pl->G + g, h = it.kvh * pl->G + g;
             mul[r] = scale_row(qp + r * D, f32_row(pl->q, it.b, h, it.i0 + i), pl->scale, D);
             scaled |= mul[r] != 1.0f;
             lim[r] = li;
+            first[r] = fi;
+            pos[r] = q_pos(pl, it.i0 + i);
+            if (p->alibi_slopes) slope[r] = p->alibi_slopes[h];
+            if (mk)
+                mrow[r] = (const char *)mk->data +
+                          ((ptrdiff_t)it.b * mk->batch_stride + (ptrdiff_t)h * mk->head_stride +
+                           (ptrdiff_t)(it.i0 + i) * mk->token_stride) *
+                              (ptrdiff_t)sdpa_dtype_size(mk->dtype);
             m[r] = -INFINITY;
             l[r] = 0.0f;
         }
     }
+    const sdpa_mods mods = {
+        .softcap = p->softcap,
+        .inv_softcap = p->softcap > 0.0f ? 1.0f / p->softcap : 0.0f,
+        .slope = p->alibi_slopes ? slope : NULL,
+        .pos = pos,
+        .mask = mk ? mrow : NULL,
+        .mask_type = mk ? mk->dtype : SDPA_F32,
+    };
     memset(acc, 0, R * Dv * sizeof *acc);
 
     /* what this thread most likely touches next: the rows it writes when the kernel returns
@@ -349,13 +432,15 @@ static void run_item(void *arg, size_t t, size_t thread)
             }
     }
 
-    const size_t c0 = it.chunk * pl->chunk;
+    size_t c0 = it.chunk * pl->chunk;
     size_t c1 = c0 + pl->chunk < pl->Lk ? c0 + pl->chunk : pl->Lk;
+    if (c0 < first[0]) c0 = first[0]; /* keys left of every row's window are never read */
     if (c1 > lim[R - 1]) c1 = lim[R - 1]; /* keys no row of the item sees are never read */
     if (c0 < c1) {
         const size_t ke = sdpa_dtype_size(pl->kt->dtype), ve = sdpa_dtype_size(pl->vt->dtype);
         const sdpa_rows w = {
             .rows = R, .d = D, .dv = Dv, .q = qp, .kv_limit = lim,
+            .kv_first = pl->window ? first : NULL, .mods = pl->mods ? &mods : NULL,
             .score_mul = scaled ? mul : NULL,
             .k = (const char *)pl->kt->data +
                  ((ptrdiff_t)it.b * pl->kt->batch_stride + (ptrdiff_t)it.kvh * pl->kt->head_stride) *
@@ -455,6 +540,9 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
     pl->Dv = p->v_dim ? p->v_dim : p->head_dim;
     pl->scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)p->head_dim);
     pl->causal = p->causal;
+    pl->window = p->window;
+    pl->mods = p->softcap > 0.0f || p->alibi_slopes || p->mask;
+    pl->p = p;
     pl->q = q, pl->kt = k, pl->vt = v, pl->o = o, pl->lse = p->lse;
 
     /* Everything below depends on the problem only, never on the thread count: that is what
@@ -492,7 +580,10 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
     pl->lim_off = round16(pl->R * pl->D);
     pl->state_off = pl->lim_off + lim_floats;
     pl->pf_off = pl->state_off + round16(pl->R * (pl->Dv + 2));
-    pl->kws_off = pl->pf_off + round16(2 * pl->R * sizeof(sdpa_span) / sizeof(float));
+    pl->var_off = pl->pf_off + round16(2 * pl->R * sizeof(sdpa_span) / sizeof(float));
+    pl->kws_off = pl->var_off +
+                  round16(pl->R * (sizeof(size_t) + sizeof(ptrdiff_t) + sizeof(void *) + sizeof(float)) /
+                          sizeof(float));
     if (!mul_sz(pl->B * pl->Hkv, pl->n_qblk, &n_items) || !mul_sz(n_items, pl->n_chunks, &n_items) ||
         !add_sz(pl->kws_off, round16(kws), &pl->mul_off) ||
         !add_sz(pl->mul_off, round16(pl->R), &pl->ws_stride) ||

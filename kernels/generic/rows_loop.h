@@ -38,12 +38,18 @@
 
 #include "kernel_table.h"
 #include "kernel_util.h"
+#include "variants.h"
 
 #ifndef SDPA_LOOP_REVERSE
 #define SDPA_LOOP_REVERSE 0
 #endif
 
-static void SDPA_LOOP_FN(const sdpa_rows *w)
+#define SDPA_LOOP_CAT2(a, b) a##b
+#define SDPA_LOOP_CAT(a, b) SDPA_LOOP_CAT2(a, b)
+
+/* The loop, once for the plain path (var = 0: exactly the kernels' own steps) and once for the
+   variant path (var = 1: window starts, modifiers, hidden-key handling), from one body. */
+SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const int var)
 {
     const size_t R = w->rows;
     SDPA_LOOP_CTX c;
@@ -52,6 +58,7 @@ static void SDPA_LOOP_FN(const sdpa_rows *w)
     const size_t B = loop_begin(&c, w, &S, &lds, &alpha);
     const size_t nblk = (w->kv_end - w->kv_begin + B - 1) / B;
     const int rev = SDPA_LOOP_REVERSE && w->reverse;
+    const sdpa_mods *md = var ? w->mods : NULL;
     size_t r0 = 0; /* rows before r0 see none of the block: forward, it only grows */
 
     for (size_t bi = 0; bi < nblk; bi++) {
@@ -63,17 +70,42 @@ static void SDPA_LOOP_FN(const sdpa_rows *w)
             if (rev) continue;
             break;
         }
+        /* a block no row sees (left of every window, or masked for every row) is skipped */
+        if (var && sdpa_block_hidden(w, r0, R, j0, nb)) continue;
         loop_scores(&c, w, r0, j0, nb, S, lds);
         for (size_t r = 0; r < r0; r++) alpha[r] = 1.0f; /* a row that sees nothing keeps its state */
+        bool hidden = false; /* a key of the block hidden from a row by its first or the mask */
         for (size_t r = r0; r < R; r++) {
             const size_t nv = sdpa_visible(w, r, j0, nb);
             if (w->score_mul) sdpa_scale_scores(S + r * lds, nv, w->score_mul[r]);
+            if (var) {
+                if (md && md->softcap > 0.0f) sdpa_softcap(S + r * lds, nv, md->softcap, md->inv_softcap);
+                hidden |= sdpa_modify_row(w, r, j0, S + r * lds, nv, 1);
+            }
             alpha[r] = loop_softmax(&c, r, S + r * lds, nv, nb, &w->m[r], &w->l[r]);
+        }
+        /* hidden keys carry p = 0, which adds exactly 0 when their V is finite; otherwise the
+           block takes the exact per-row path, which skips them */
+        if (var && hidden &&
+            !sdpa_v_finite(w, j0, j0 + sdpa_visible(w, R - 1, j0, nb))) {
+            for (size_t r = r0; r < R; r++)
+                sdpa_pv_row_exact(w, r, j0, sdpa_visible(w, r, j0, nb), alpha[r], S + r * lds, 1);
+            continue;
         }
         loop_values(&c, w, r0, j0, nb, alpha, S, lds);
     }
 }
 
+static void SDPA_LOOP_FN(const sdpa_rows *w)
+{
+    if (sdpa_is_variant(w))
+        SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(w, 1);
+    else
+        SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(w, 0);
+}
+
 #undef SDPA_LOOP_FN
 #undef SDPA_LOOP_CTX
 #undef SDPA_LOOP_REVERSE
+#undef SDPA_LOOP_CAT
+#undef SDPA_LOOP_CAT2

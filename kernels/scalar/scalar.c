@@ -6,6 +6,7 @@
 #include "convert.h"
 #include "kernel_table.h"
 #include "kernel_util.h"
+#include "variants.h"
 
 /* exp for the reference: Cody-Waite reduction x = n ln2 + r carried out in double, a degree-8
    Taylor polynomial for e^r on |r| <= ln2/2 (truncation error below 2^-34 relative), times 2^n
@@ -93,13 +94,16 @@ static size_t ws_floats_scalar(size_t rows, size_t d, size_t dv, size_t block)
 }
 
 /* The fused kernel, plainly: per block of keys, convert K and V exactly to f32 once, then
-   for every row that sees part of the block, score, online softmax and accumulate. */
+   for every row that sees part of the block, score, modifiers, online softmax and accumulate. */
 static void rows_scalar(const sdpa_rows *w)
 {
     const size_t d = w->d, dv = w->dv, B = w->block;
+    const bool var = sdpa_is_variant(w);
+    const sdpa_mods *md = w->mods;
     float *kb = w->ws, *vb = kb + B * d, *s = vb + B * dv;
     for (size_t j0 = w->kv_begin; j0 < w->kv_end; j0 += B) {
         const size_t nb = w->kv_end - j0 < B ? w->kv_end - j0 : B;
+        if (var && sdpa_block_hidden(w, 0, w->rows, j0, nb)) continue;
         for (size_t j = 0; j < nb; j++) {
             sdpa_row_to_f32(w->k, (int)w->k_type, w->k_stride, j0 + j, d, kb + j * d);
             sdpa_row_to_f32(w->v, (int)w->v_type, w->v_stride, j0 + j, dv, vb + j * dv);
@@ -110,8 +114,16 @@ static void rows_scalar(const sdpa_rows *w)
             const size_t n = lim - j0 < nb ? lim - j0 : nb;
             score_f32_scalar(w->q + r * d, kb, d, n, d, 1.0f, s);
             if (w->score_mul) sdpa_scale_scores(s, n, w->score_mul[r]);
+            bool hidden = false;
+            if (var) {
+                if (md && md->softcap > 0.0f) sdpa_softcap(s, n, md->softcap, md->inv_softcap);
+                hidden = sdpa_modify_row(w, r, j0, s, n, 1);
+            }
             const float alpha = softmax_online_f32_scalar(s, n, &w->m[r], &w->l[r]);
-            accumulate_f32_scalar(w->acc + r * dv, alpha, s, vb, dv, n, dv);
+            if (hidden) /* hidden keys are skipped, not weighted by 0 */
+                sdpa_pv_row_exact(w, r, j0, n, alpha, s, 1);
+            else
+                accumulate_f32_scalar(w->acc + r * dv, alpha, s, vb, dv, n, dv);
         }
     }
 }

@@ -1,5 +1,6 @@
 /* prefill.c -- the AVX2 prefill path: K and V packed per block, register-blocked micro-kernels */
 #include "avx2.h"
+#include "variants.h"
 
 /*
  * Per key block, K is converted and packed transposed in panels of SCORE_NR keys ([d][16]
@@ -290,7 +291,7 @@ static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float 
 
 typedef struct prefill_ctx {
     float *kp, *vp, *qp, *rm;
-    int    rm_ok; /* the score kernel's row maxima hold (no score multipliers) */
+    int    rm_ok; /* the score kernel's row maxima hold (no score multipliers, no modifiers) */
 } prefill_ctx;
 
 static inline size_t loop_begin(prefill_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
@@ -306,7 +307,8 @@ static inline size_t loop_begin(prefill_ctx *c, const sdpa_rows *w, float **S, s
     c->qp = c->vp + *lds * sdpa_round16(w->dv);
     c->rm = c->qp + sdpa_round16((R + SCORE_MR - 1) / SCORE_MR * SCORE_MR * d);
     pack_q_avx2(w->q, R, d, c->qp);
-    c->rm_ok = w->score_mul == NULL;
+    /* multipliers and modifiers change the scores after the kernel took their maxima */
+    c->rm_ok = w->score_mul == NULL && !sdpa_is_variant(w);
     return B;
 }
 

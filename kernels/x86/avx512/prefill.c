@@ -1,6 +1,7 @@
 /* prefill.c -- the AVX-512 prefill path: many query rows, two transposed GEMMs per key block */
 #include "avx512.h"
 #include "prefetch.h"
+#include "variants.h"
 
 /*
  * Two GEMMs per key block, computed transposed so that nothing but Q is ever transposed:
@@ -340,11 +341,16 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
         for (size_t r = 0; r < Rp; r++) mulw[r] = r < R ? w->score_mul[r] : 1.0f;
     }
 
+    const bool var = sdpa_is_variant(w); /* window starts or modifiers */
+    const sdpa_mods *md = w->mods;
+
     /* blocks in decreasing order when the driver asks (sdpa_rows.reverse) */
     const size_t nblk = (w->kv_end - w->kv_begin + NB - 1) / NB;
     for (size_t bi = 0; bi < nblk; bi++) {
         const size_t j0 = w->kv_begin + (w->reverse ? nblk - 1 - bi : bi) * NB;
         const size_t nb = sdpa_min(NB, w->kv_end - j0);
+        /* a block no row sees (left of every window, or masked for every row) is skipped */
+        if (var && sdpa_block_hidden(w, 0, R, j0, nb)) continue;
         for (size_t r = 0; r < Rp; r++) {
             /* padding rows copy the last real row's limit, keeping limits non-decreasing */
             const size_t L = w->kv_limit[r < R ? r : R - 1];
@@ -376,14 +382,37 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
             const size_t rl = sdpa_min(R, p0 + pw) - 1; /* the panel's last real row */
             const size_t np = (size_t)lim[rl];          /* keys any row of the panel sees */
             if (np == 0) continue;                      /* nothing seen: state unchanged */
+            if (var && sdpa_block_hidden(w, p0, rl + 1, j0, nb)) continue;
             score_t(qt + p0 * d, pw, kr, ks, d, np, st, lim + p0, bm, &pfc);
             if (w->score_mul) scale_t(st, pw, np, mulw + p0, bm);
+            bool hidden = false; /* a key hidden from a row by its first or the mask */
+            if (var) {
+                /* the modifiers on the real rows' visible keys, then their block maxima anew
+                   (NaN skipped, as the score kernel's are); keys past a row's limit stay -inf */
+                if (md && md->softcap > 0.0f) sdpa_softcap(st, np * pw, md->softcap, md->inv_softcap);
+                for (size_t i = 0; i + p0 <= rl; i++) {
+                    const size_t n = (size_t)lim[p0 + i];
+                    if (md && md->softcap > 0.0f)
+                        for (size_t j = n; j < np; j++) st[j * pw + i] = -INFINITY;
+                    hidden |= sdpa_modify_row(w, p0 + i, j0, st + i, n, pw);
+                    float mx = -INFINITY;
+                    for (size_t j = 0; j < n; j++) mx = st[j * pw + i] > mx ? st[j * pw + i] : mx;
+                    bm[i] = mx;
+                }
+            }
             /* a vector's keys stop at its last row's limit: P past a row's limit is never read */
             for (size_t t = 0; t < pw; t += 16)
                 softmax_t16(st + t, pw, sdpa_min(np, (size_t)lim[p0 + t + 15]), bm + t, mw + p0 + t,
                             lw + p0 + t, aw + p0 + t);
-            /* P·V over the panel's real rows, keys in L1-sized sub-blocks */
+            /* P·V over the panel's real rows, keys in L1-sized sub-blocks; hidden keys carry
+               p = 0, which adds exactly 0 when their V is finite, else the exact per-row path
+               skips them */
             const size_t nrow = rl + 1 - p0;
+            if (hidden && !sdpa_v_finite(w, j0, j0 + np)) {
+                for (size_t i = 0; i < nrow; i++)
+                    sdpa_pv_row_exact(w, p0 + i, j0, (size_t)lim[p0 + i], aw[p0 + i], st + i, pw);
+                continue;
+            }
             for (size_t kb = 0; kb < np; kb += PV_KB) {
                 for (size_t c0 = 0; c0 < dv; c0 += 64) {
                     for (size_t i = 0; i < nrow; i += PV_MR) {

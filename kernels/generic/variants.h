@@ -1,0 +1,173 @@
+/* variants.h -- the attention variants on a score tile: window start, softcap, ALiBi, mask */
+#ifndef SDPA_VARIANTS_H
+#define SDPA_VARIANTS_H
+
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "convert.h"
+#include "kernel_table.h"
+#include "kernel_util.h"
+#include "tanh.h"
+
+/* Whether a unit takes the variant path: a window start or a modifier. A unit without either
+   runs the plain loop, unchanged. */
+static inline bool sdpa_is_variant(const sdpa_rows *w) { return w->kv_first || w->mods; }
+
+static inline size_t sdpa_first(const sdpa_rows *w, size_t r)
+{
+    return w->kv_first ? w->kv_first[r] : 0;
+}
+
+static inline const void *sdpa_mask_row(const sdpa_rows *w, size_t r)
+{
+    return w->mods && w->mods->mask ? w->mods->mask[r] : NULL;
+}
+
+/* Whether mask entry j of a row is -inf, on the bits. */
+static inline bool sdpa_mask_hides(const void *row, sdpa_dtype t, size_t j)
+{
+    if (t == SDPA_F32) return ((const sdpa_bits32 *)row)[j] == 0xff800000u;
+    return ((const uint16_t *)row)[j] == (t == SDPA_F16 ? 0xfc00u : 0xff80u);
+}
+
+/* Whether row r sees key j: inside [first, limit) and not masked by -inf. */
+static inline bool sdpa_sees(const sdpa_rows *w, size_t r, size_t j)
+{
+    if (j < sdpa_first(w, r) || j >= w->kv_limit[r]) return false;
+    const void *mr = sdpa_mask_row(w, r);
+    return !mr || !sdpa_mask_hides(mr, w->mods->mask_type, j);
+}
+
+/* Whether rows [r0, r1) see none of the keys [j0, j0 + nb): each row's interval misses the
+   block, or every entry of the mask in it is -inf. Such a block is neither read nor computed
+   (the rows' state is unchanged). Reads the mask tile up to the first entry that is not -inf. */
+static inline bool sdpa_block_hidden(const sdpa_rows *w, size_t r0, size_t r1, size_t j0,
+                                     size_t nb)
+{
+    for (size_t r = r0; r < r1; r++) {
+        const size_t a = sdpa_first(w, r) > j0 ? sdpa_first(w, r) : j0;
+        const size_t b = w->kv_limit[r] < j0 + nb ? w->kv_limit[r] : j0 + nb;
+        if (a >= b) continue;
+        const void *mr = sdpa_mask_row(w, r);
+        if (!mr) return false;
+        const sdpa_dtype t = w->mods->mask_type;
+        for (size_t j = a; j < b; j++)
+            if (!sdpa_mask_hides(mr, t, j)) return false;
+    }
+    return true;
+}
+
+/* binary16 -> binary32, exact, branch-free so that a loop of it vectorises: the exponent and
+   mantissa bits moved into a float's and scaled by 2^112 rebias normals and subnormals alike
+   (the product is exact); inf and NaN keep their payload. */
+static inline float sdpa_f16_to_f32_vec(uint16_t h)
+{
+    union {
+        uint32_t u;
+        float f;
+    } t = {(uint32_t)(h & 0x7fffu) << 13}, r;
+    r.f = t.f * 0x1p112f;
+    const uint32_t special = 0u - (uint32_t)((h & 0x7c00u) == 0x7c00u);
+    r.u = (r.u & ~special) | ((0x7f800000u | t.u) & special);
+    r.u |= (uint32_t)(h & 0x8000u) << 16;
+    return r.f;
+}
+
+static inline float sdpa_bits_f32(uint32_t b)
+{
+    union {
+        uint32_t u;
+        float f;
+    } v = {b};
+    return v.f;
+}
+
+/* s[0..n) <- c tanh(s / c), with inv = 1 / c. */
+static inline void sdpa_softcap(float *s, size_t n, float c, float inv)
+{
+    for (size_t j = 0; j < n; j++) s[j] *= inv;
+    sdpa_tanh_f32(s, s, n);
+    for (size_t j = 0; j < n; j++) s[j] *= c;
+}
+
+/* ALiBi, the mask and the window start on row r's scores of keys [j0, j0 + n), score j at
+   s[j * ds] (softcap, elementwise, is the caller's, before). Keys before the row's first and
+   keys the mask hides get -inf, whatever their score (a NaN from a hidden key stays out).
+   Returns whether a key of the range is hidden from the row. Inlined with ds = 1 for row-major
+   tiles, so that the loops vectorise. */
+SDPA_INLINE bool sdpa_modify_row(const sdpa_rows *w, size_t r, size_t j0, float *s, size_t n,
+                                 size_t ds)
+{
+    const sdpa_mods *md = w->mods;
+    bool hidden = false;
+    if (md && md->slope) {
+        /* |pos - j| in float: exact while it is below 2^24 */
+        const float sl = md->slope[r], base = (float)((ptrdiff_t)j0 - md->pos[r]);
+        for (size_t j = 0; j < n; j++) s[j * ds] -= sl * fabsf(base + (float)(int32_t)j);
+    }
+    if (md && md->mask) {
+        const void *mr = (const char *)md->mask[r] + j0 * sdpa_dtype_size((int)md->mask_type);
+        uint32_t any = 0;
+        /* one loop per dtype, the -inf select on the bits: each vectorises */
+#define SDPA_MASK_LOOP(ELEM_T, NINF, TO_F32)                                                      \
+    do {                                                                                       \
+        const ELEM_T *x = mr;                                                                  \
+        for (size_t j = 0; j < n; j++) {                                                       \
+            const uint32_t hm = 0u - (uint32_t)(x[j] == (NINF));                               \
+            union {                                                                            \
+                float f;                                                                       \
+                uint32_t u;                                                                    \
+            } t = {s[j * ds] + TO_F32(x[j])};                                                  \
+            any |= hm;                                                                         \
+            t.u = (t.u & ~hm) | (0xff800000u & hm);                                            \
+            s[j * ds] = t.f;                                                                   \
+        }                                                                                      \
+    } while (0)
+        if (md->mask_type == SDPA_F32)
+            SDPA_MASK_LOOP(sdpa_bits32, 0xff800000u, sdpa_bits_f32);
+        else if (md->mask_type == SDPA_F16)
+            SDPA_MASK_LOOP(uint16_t, 0xfc00u, sdpa_f16_to_f32_vec);
+        else
+            SDPA_MASK_LOOP(uint16_t, 0xff80u, sdpa_bf16_to_f32);
+#undef SDPA_MASK_LOOP
+        hidden = any != 0;
+    }
+    const size_t f = sdpa_first(w, r);
+    if (f > j0) {
+        const size_t nf = sdpa_min(n, f - j0);
+        for (size_t j = 0; j < nf; j++) s[j * ds] = -INFINITY;
+        hidden = true;
+    }
+    return hidden;
+}
+
+/* acc_r = alpha acc_r + sum of p[j * ps] v_{j0 + j} over the keys j < n of the block that row r
+   sees (sdpa_sees), V read from w in its own dtype: the exact path of a block where a hidden
+   key's V is not finite (0 * inf would be NaN), plain and rare. */
+static inline void sdpa_pv_row_exact(const sdpa_rows *w, size_t r, size_t j0, size_t n,
+                                     float alpha, const float *p, size_t ps)
+{
+    const size_t dv = w->dv;
+    float *acc = w->acc + r * dv;
+    for (size_t c = 0; c < dv; c++) acc[c] *= alpha;
+    for (size_t j = 0; j < n; j++) {
+        if (!sdpa_sees(w, r, j0 + j)) continue;
+        const float pj = p[j * ps];
+        const ptrdiff_t off = sdpa_row_off(w->v_stride, j0 + j);
+        if (w->v_type == SDPA_F32) {
+            const float *x = (const float *)w->v + off;
+            for (size_t c = 0; c < dv; c++) acc[c] += pj * x[c];
+        } else if (w->v_type == SDPA_F16) {
+            const uint16_t *x = (const uint16_t *)w->v + off;
+            for (size_t c = 0; c < dv; c++) acc[c] += pj * sdpa_f16_to_f32(x[c]);
+        } else {
+            const uint16_t *x = (const uint16_t *)w->v + off;
+            for (size_t c = 0; c < dv; c++) acc[c] += pj * sdpa_bf16_to_f32(x[c]);
+        }
+    }
+}
+
+#endif /* SDPA_VARIANTS_H */
