@@ -91,7 +91,8 @@ void  sdpa_impl_tanh_f32(const sdpa_impl *impl, const float *x, float *y, size_t
 double sdpa_impl_tanh_max_ulp(const sdpa_impl *impl);
 
 /* ------------------------------------------------------------------------------------------ */
-/* Fused attention: o = softmax(q·kᵀ·scale [+ causal mask]) · v, streamed, f32 accumulation.   */
+/* Fused attention: o = softmax(s) · v over the keys each row sees, s = softcap(scale q·kᵀ)    */
+/* + alibi + mask, with optional sinks in the denominator; streamed, f32 accumulation.          */
 /* ------------------------------------------------------------------------------------------ */
 typedef enum sdpa_dtype { SDPA_F32 = 0, SDPA_F16, SDPA_BF16 } sdpa_dtype;
 
@@ -151,20 +152,27 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
    q: f32 [batch][q_heads][q_len][head_dim]; k: [batch][kv_heads][kv_len][head_dim] and
    v: [batch][kv_heads][kv_len][v_dim] in f32, f16 or bf16; o: f32 [batch][q_heads][q_len][v_dim].
    q_heads must be a multiple of kv_heads (GQA/MQA: query head h reads KV head h / (q_heads /
-   kv_heads)). Rows that see no key (causal with q_len > kv_len) are written as zeros.
+   kv_heads)). Rows that see no key (causal with q_len > kv_len, a window, a mask) are written
+   as zeros.
    Deterministic: the same inputs give the same bits for any thread count.
    On any error nothing is written to o (or lse) and a status says why; sdpa_validate gives
    the detailed message. */
 /* Special values: the same on every implementation, whether the keys are split into chunks
-   or not, for any thread count. A row attends the keys it sees (all, or with causal those
-   j <= i + kv_len - q_len); a key it does not see is never read for it.
+   or not, for any thread count. A row attends the keys it sees: all, or those that causal
+   (j <= i'), the window (|i' - j| < w) and the mask (an entry other than -inf) leave it; a key
+   it does not see is never read for it, and a key tile no row of a unit sees (left of every
+   window, or -inf in the mask for every row) is not read at all.
    - A NaN in an attended score (a NaN query or key element, inf * 0, inf - inf; a +inf score
      too) makes every element of the row's output and its lse NaN.
    - A NaN or inf in an attended V element makes that output element non-finite (inf or NaN);
      the row's other elements are unaffected. That holds for a key whose score is -inf too
      (its weight is 0, and 0 * inf is NaN), unless the row's scores are all -inf.
    - Keys a row does not see never affect it, whatever their K and V hold.
-   - A row that sees no key, or whose scores are all -inf, gives zeros and lse -INFINITY.
+   - A row that sees no key, or whose scores are all -inf, gives zeros and lse -INFINITY (lse
+     = its sink, with sinks).
+   - Modifiers: softcap maps a score into [-c, c], +-inf to +-c (an infinite score
+     then attends normally); ALiBi's distance |i' - j| is formed in float, exact below 2^24; a
+     NaN mask entry makes the row NaN like a NaN score.
    - scale * q is never formed in a way that overflows or underflows float: a row whose
      largest |scale * q| exceeds FLT_MAX (or is below FLT_MIN) is computed as
      (scale 2^-e q) . k times 2^e, a power of two per row that brings it just under 2^127 (or

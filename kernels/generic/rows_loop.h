@@ -32,7 +32,11 @@
  * The loop owns what every path shares: blocking, the rows that see a block (limits are
  * non-decreasing in r, so they are the rows from r0 on), each row's visible keys, the rows'
  * score multipliers (sdpa_rows.score_mul, applied between loop_scores and loop_softmax), and
- * the softmax state (m and l in w, alpha per block).
+ * the softmax state (m and l in w, alpha per block). A unit with window starts or modifiers
+ * (sdpa_rows.kv_first, .mods) runs a second copy of the loop that also skips blocks no row sees,
+ * applies the modifiers (variants.h) after the multipliers, and takes the exact per-row P·V for
+ * a block where a key hidden from some row has a non-finite V; a plain unit never branches
+ * into any of it.
  */
 #include <stddef.h>
 
