@@ -116,8 +116,9 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
     sdpa_parallel_for_fn parallel_for;
     void                *pool;
     size_t               n_threads;   /* threads the pool may use (0 with a hook: 1) */
-    /* optional output [batch][q_heads][q_len] of log-sum-exp (natural log) of the scaled,
-       masked scores per query row; -INFINITY for a row that sees no key. NULL: not written. */
+    /* optional output [batch][q_heads][q_len] of log-sum-exp (natural log) of the scores (as
+       modified) of the keys each query row sees, its sink included; -INFINITY for a row that
+       sees no key and has no sink. NULL: not written. */
     float               *lse;
     /* optional caller-owned scratch: when workspace_bytes >= what sdpa_workspace_size reports,
        the call allocates nothing; otherwise (NULL or too small) it allocates its own and frees

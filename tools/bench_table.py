@@ -24,8 +24,8 @@ import sys
 
 
 def parse_name(name):
-    """'<kind>/<impl>/<shape>[/threads:N][/real_time]' -> (kind, impl, shape, threads)."""
-    parts = [p for p in name.split("/") if p != "real_time"]
+    """'<kind>/<impl>/<shape>[/threads:N][/real_time|/manual_time]' -> (kind, impl, shape, threads)."""
+    parts = [p for p in name.split("/") if p not in ("real_time", "manual_time")]
     threads = 1
     if parts and parts[-1].startswith("threads:"):
         threads = int(parts.pop()[len("threads:"):])

@@ -1,7 +1,8 @@
 /* fuzz_driver.c -- seeded driver of the fuzz target: fixed-seed inputs and the corpus replay as TAP, corpus writer */
 /*
- * usage: fuzz_driver [--execs N] [--seed S] [--corpus DIR] [--describe] [FILE...]   (FILEs alone:
- *        no generated inputs unless --execs)
+ * usage: fuzz_driver [--execs N] [--seed S] [--variants 0|1|2] [--corpus DIR] [--describe] [FILE...]
+ *        (FILEs alone: no generated inputs unless --execs; --variants: generated inputs with the
+ *        attention variants, 0 none, 1 half (default), 2 all)
  *        fuzz_driver [--describe] --hex HEX   replay one input given as hex bytes (and print it)
  *        fuzz_driver --write-corpus DIR   write the reproducers and seeds of tests/fuzz/corpus
  *
@@ -55,7 +56,36 @@ static unsigned between(uint64_t *s, unsigned lo, unsigned hi) { return lo + rnd
 /* The generator: a spec drawn with the sizes and value classes weighted towards what finds     */
 /* bugs (small shapes mostly, a tenth long enough to split, specials injected sparsely).        */
 /* ------------------------------------------------------------------------------------------ */
-static void gen_spec(uint64_t *r, fz_spec *s)
+/* The attention variants, each on about a third of the inputs that have any: windows small and
+   large, softcaps from subnormal to near FLT_MAX, ALiBi slopes, sinks, masks of every class and
+   layout, rare NaN or +inf mask entries, non-finite K/V on hidden keys, and a few refused calls. */
+static void gen_variants(uint64_t *r, fz_spec *s)
+{
+    if (rnd(r, 3) == 0)
+        s->window = rnd(r, 4) == 0 ? between(r, 1, 4) : rnd(r, 3) == 0 ? between(r, 1, s->kv_len + 40)
+                                                                    : between(r, 1, 1 + s->kv_len / 2);
+    if (rnd(r, 3) == 0) {
+        static const uint8_t kinds[12] = {3, 3, 4, 4, 4, 7, 7, 2, 2, 5, 6, 1};
+        s->softcap_kind = kinds[rnd(r, 12)];
+        s->softcap_param = (uint32_t)rng_next(r);
+        if (s->softcap_kind == 1)
+            s->softcap_param = fz_f32_bits(ldexpf(1.0f + (float)rnd(r, 1u << 20) * 0x1p-20f, (int)between(r, 0, 200) - 100));
+    }
+    if (rnd(r, 3) == 0) s->alibi_kind = (uint8_t)between(r, 1, 3), s->alibi_param = (uint8_t)rng_next(r);
+    if (rnd(r, 3) == 0) s->sink_kind = (uint8_t)between(r, 1, 3), s->sink_param = (uint8_t)rng_next(r);
+    if (rnd(r, 5) < 2) {
+        s->mask = (uint8_t)between(r, 1, 3);
+        s->mask_layout = rnd(r, 2) ? 0 : (uint8_t)rng_next(r);
+        s->mask_class = (uint8_t)rnd(r, 8);
+        s->mask_param = (uint8_t)rng_next(r);
+        s->mask_special = rnd(r, 12) == 0 ? (uint8_t)between(r, 1, 255) : 0;
+    }
+    if (rnd(r, 4) == 0) s->poison = (uint8_t)between(r, 1, 255);
+    if (s->invalid < 0 && rnd(r, 30) == 0) s->invalid = 16 + (int)rnd(r, 10);
+}
+
+/* variants: 0 never, 1 on half of the inputs, 2 always */
+static void gen_spec(uint64_t *r, fz_spec *s, int variants)
 {
     fz_spec_init(s);
     s->causal = rnd(r, 2);
@@ -106,6 +136,7 @@ static void gen_spec(uint64_t *r, fz_spec *s)
         in->len = (uint16_t)(rnd(r, 4) ? rnd(r, 16) : rnd(r, 1100));
         in->raw = fz_f32_bits(ldexpf(1.0f + (float)rnd(r, 1024) / 1024.0f, (int)between(r, 0, 200) - 100));
     }
+    if (variants == 2 || (variants == 1 && rnd(r, 2))) gen_variants(r, s);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -212,29 +243,92 @@ static size_t known_specs(named_spec *out)
     s.inject[s.n_inject++] = inj(FZ_K, FZS_ELEMENT, FZV_RAW, 1, 0, 0, 1e30f);
     s.inject[s.n_inject++] = inj(FZ_V, FZS_ELEMENT, FZV_ONE, 0, 0, 0, 0);
     out[n++] = (named_spec){"bug7-q-range-lost-to-rescaling", s};
+    /* variant bug 1: softcap 2^-140 (valid: finite, positive), score 0 (q = k = 0), v = 1: the
+       score is c tanh(0 / c) = 0, so o = 1 and lse = 0; s * (1 / c) with 1 / c = inf is NaN */
+    fz_spec_init(&s);
+    s.lse = 1;
+    s.softcap_kind = 2, s.softcap_param = 9; /* 2^(9 - 149) */
+    s.inject[s.n_inject++] = inj(FZ_V, FZS_ELEMENT, FZV_ONE, 0, 0, 0, 0);
+    out[n++] = (named_spec){"variant-bug1-subnormal-softcap-zero-score", s};
+
+    /* Seeds of the variants. Poison: 1 + (what | where << 2), what 0 K NaN, 1 V +inf, 2 V NaN,
+       3 K -inf and V NaN; where 0 keys every row hides, 1 the first row, 2 the last, 3 any. */
+    /* decode, causal with a window of 300 over 2100 keys (split into chunks): the keys left of
+       the window hold NaN K */
+    s = decode_spec(2100, 64);
+    s.causal = 1, s.window = 300, s.poison = 1 + (0 | 0 << 2);
+    out[n++] = (named_spec){"var-window-causal-decode-split", s};
+    /* four queries, window 700 both ways over 2200 keys, V +inf outside every window */
+    s = decode_spec(2200, 40);
+    s.q_len = 4, s.window = 700, s.poison = 1 + (1 | 0 << 2);
+    out[n++] = (named_spec){"var-window-split-v-inf-outside", s};
+    /* sinks over a split decode: a moderate sink, and a second head with another */
+    s = decode_spec(2048, 64);
+    s.group = 2, s.sink_kind = 1, s.sink_param = 3;
+    out[n++] = (named_spec){"var-sinks-split", s};
+    /* sinks of every class (-inf, huge, large negative) on a split causal decode */
+    s = decode_spec(2100, 32);
+    s.kv_heads = 2, s.group = 4, s.causal = 1, s.sink_kind = 2, s.sink_param = 0;
+    out[n++] = (named_spec){"var-sinks-mixed-split", s};
+    /* an f32 mask with -inf holes (100 of 256), one query row: every hidden key holds NaN K */
+    s = decode_spec(64, 16);
+    s.mask = 1, s.mask_class = 2, s.mask_param = 100, s.poison = 1 + (0 | 0 << 2);
+    out[n++] = (named_spec){"var-mask-holes-k-nan", s};
+    /* the same with V NaN and K -inf on the hidden keys, an f16 mask broadcast over heads */
+    s.mask = 2, s.group = 3, s.mask_layout = 2, s.poison = 1 + (3 | 0 << 2);
+    out[n++] = (named_spec){"var-mask-holes-kv-nonfinite", s};
+    /* a bf16 block-diagonal mask (blocks of 5) on a causal prefill; V +inf on the keys the
+       first row hides */
+    fz_spec_init(&s);
+    s.lse = 1, s.causal = 1, s.q_len = 24, s.kv_len = 24, s.head_dim = 8;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 21;
+    s.mask = 3, s.mask_class = 3, s.mask_param = 4, s.poison = 1 + (1 | 1 << 2);
+    out[n++] = (named_spec){"var-mask-block-diagonal-v-inf", s};
+    /* split decode whose first 1024-key chunk the mask hides whole, its K NaN */
+    s = decode_spec(2048, 64);
+    s.mask = 1, s.mask_class = 6, s.mask_param = 128 + 3, s.poison = 1 + (0 | 0 << 2);
+    out[n++] = (named_spec){"var-mask-hides-first-chunk", s};
+    /* Gemma-like softcap 30 with the standard ALiBi slopes on a causal prefill */
+    fz_spec_init(&s);
+    s.lse = 1, s.causal = 1, s.q_len = 16, s.kv_len = 40, s.head_dim = 32, s.group = 4;
+    s.fill[0] = s.fill[1] = s.fill[2] = 5, s.fill_param[0] = s.fill_param[1] = 4, s.seed = 5;
+    s.softcap_kind = 3, s.softcap_param = 290, s.alibi_kind = 1, s.alibi_param = 7;
+    out[n++] = (named_spec){"var-softcap-alibi-prefill", s};
+    /* every variant at once on a split decode with NaN and +inf in the mask's hidden keys */
+    s = decode_spec(2150, 48);
+    s.group = 2, s.window = 900, s.softcap_kind = 4, s.softcap_param = 500, s.alibi_kind = 2, s.alibi_param = 4;
+    s.sink_kind = 1, s.sink_param = 2, s.mask = 2, s.mask_class = 7, s.poison = 1 + (2 | 0 << 2);
+    out[n++] = (named_spec){"var-all-split", s};
     return n;
 }
 
-#define N_SEEDS 24
+#define N_SEEDS 24     /* generated seeds of plain calls (seed-NN) */
+#define N_VAR_SEEDS 12 /* generated seeds with variants (var-seed-NN) */
+#define N_OLD_KNOWN 10 /* reproducers before the variants: the plain seeds' generator offset */
 
 static int write_corpus(const char *dir)
 {
-    named_spec specs[16];
+    named_spec specs[32];
     const size_t n = known_specs(specs);
     mkdir(dir, 0777);
     uint8_t buf[FZ_MAX_BYTES];
     char path[4096];
     int written = 0;
-    for (size_t i = 0; i < n + N_SEEDS; i++) {
+    for (size_t i = 0; i < n + N_SEEDS + N_VAR_SEEDS; i++) {
         fz_spec s;
         char name[64];
         if (i < n) {
             s = specs[i].spec;
             snprintf(name, sizeof name, "%s", specs[i].name);
-        } else {
-            uint64_t r = 0xc0ffee00u + i;
-            gen_spec(&r, &s);
+        } else if (i < n + N_SEEDS) {
+            /* the index the seed had before the variants' reproducers joined the list */
+            uint64_t r = 0xc0ffee00u + N_OLD_KNOWN + (i - n);
+            gen_spec(&r, &s, 0); /* the seeds written before the variants, unchanged */
             snprintf(name, sizeof name, "seed-%02zu", i - n);
+        } else {
+            uint64_t r = 0x7a810000u + (i - n - N_SEEDS);
+            gen_spec(&r, &s, 2);
+            snprintf(name, sizeof name, "var-seed-%02zu", i - n - N_SEEDS);
         }
         const size_t len = fz_encode(&s, buf, sizeof buf);
         snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -340,6 +434,7 @@ int main(int argc, char **argv)
     const char *files[256];
     int n_files = 0;
     bool describe = false;
+    int variants = 1; /* generated inputs with attention variants: 0 none, 1 half, 2 all */
     const char *e = getenv("SDPA_FUZZ_SEED");
     if (e && *e) seed = strtoull(e, NULL, 0);
     e = getenv("SDPA_FUZZ_EXECS");
@@ -351,9 +446,11 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--corpus") && i + 1 < argc) corpus = argv[++i];
         else if (!strcmp(argv[i], "--hex") && i + 1 < argc) hex = argv[++i];
         else if (!strcmp(argv[i], "--describe")) describe = true;
+        else if (!strcmp(argv[i], "--variants") && i + 1 < argc) variants = (int)strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--write-corpus") && i + 1 < argc) return write_corpus(argv[++i]);
         else if (argv[i][0] == '-') {
-            fprintf(stderr, "usage: %s [--execs N] [--seed S] [--corpus DIR] [--hex HEX] [FILE...] | --write-corpus DIR\n",
+            fprintf(stderr,
+                    "usage: %s [--execs N] [--seed S] [--variants 0|1|2] [--corpus DIR] [--hex HEX] [FILE...] | --write-corpus DIR\n",
                     argv[0]);
             return 2;
         } else if (n_files < 256) files[n_files++] = argv[i];
@@ -400,7 +497,7 @@ int main(int argc, char **argv)
         const double t0 = now_s();
         for (long x = 0; x < execs; x++) {
             fz_spec s;
-            gen_spec(&r, &s);
+            gen_spec(&r, &s, variants);
             const size_t n = fz_encode(&s, buf, sizeof buf);
             char tag[64];
             snprintf(tag, sizeof tag, "seed%llu-%ld", (unsigned long long)seed, x);

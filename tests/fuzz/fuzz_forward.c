@@ -132,6 +132,8 @@ static uint16_t bf16_encode(float f)
 #define FZ_MAX_DIM 160
 #define FZ_INVALID_BASE 240 /* byte 19 >= this: a refused call of kind byte - 240 */
 #define FZ_HEADER 31
+#define FZ_N_INVALID_PLAIN 16   /* refused calls of byte 19 */
+#define FZ_N_INVALID_VARIANT 10 /* refused calls of the variants' last byte */
 
 typedef struct reader {
     const uint8_t *p;
@@ -202,6 +204,29 @@ void fz_decode(const uint8_t *data, size_t size, fz_spec *s)
         in->param = rd8(&r);
         in->raw = in->value == FZV_RAW ? rd32(&r) : 0;
     }
+    /* the variants: after everything above, so that older inputs (which end there) read 0s */
+    s->window = rd16(&r);
+    s->softcap_kind = rd8(&r) % 8;
+    s->softcap_param = rd32(&r);
+    s->alibi_kind = rd8(&r) % 4;
+    s->alibi_param = rd8(&r);
+    s->sink_kind = rd8(&r) % 4;
+    s->sink_param = rd8(&r);
+    s->mask = rd8(&r);
+    s->mask_layout = rd8(&r);
+    s->mask_class = rd8(&r) % 8;
+    s->mask_param = rd8(&r);
+    s->mask_special = rd8(&r);
+    s->poison = rd8(&r);
+    const uint8_t refuse = rd8(&r);
+    if (s->invalid < 0 && refuse) s->invalid = FZ_N_INVALID_PLAIN + (refuse - 1) % FZ_N_INVALID_VARIANT;
+}
+
+static bool has_variant_bytes(const fz_spec *s)
+{
+    return s->window || s->softcap_kind % 8 || s->softcap_param || s->alibi_kind % 4 || s->alibi_param ||
+           s->sink_kind % 4 || s->sink_param || s->mask || s->mask_layout || s->mask_class % 8 || s->mask_param ||
+           s->mask_special || s->poison || s->invalid >= FZ_N_INVALID_PLAIN;
 }
 
 static size_t wr8(uint8_t *out, size_t cap, size_t i, unsigned v)
@@ -237,7 +262,7 @@ size_t fz_encode(const fz_spec *s, uint8_t *out, size_t cap)
     i = wr8(out, cap, i, s->scale_kind % 8);
     i = wr32(out, cap, i, s->scale_param);
     for (int t = 0; t < 4; t++) i = wr8(out, cap, i, s->layout[t]);
-    i = wr8(out, cap, i, s->invalid < 0 ? 0 : FZ_INVALID_BASE + (unsigned)s->invalid % 16);
+    i = wr8(out, cap, i, s->invalid < 0 || s->invalid >= FZ_N_INVALID_PLAIN ? 0 : FZ_INVALID_BASE + (unsigned)s->invalid);
     for (int t = 0; t < 3; t++) {
         i = wr8(out, cap, i, s->fill[t] % 8);
         i = wr8(out, cap, i, s->fill_param[t]);
@@ -253,6 +278,22 @@ size_t fz_encode(const fz_spec *s, uint8_t *out, size_t cap)
         i = wr8(out, cap, i, in->param);
         if ((in->value & 15) == FZV_RAW) i = wr32(out, cap, i, in->raw);
     }
+    if (!has_variant_bytes(s)) return i; /* a plain call: the bytes of the format before variants */
+    i = wr16(out, cap, i, s->window & 0xffff);
+    i = wr8(out, cap, i, s->softcap_kind % 8);
+    i = wr32(out, cap, i, s->softcap_param);
+    i = wr8(out, cap, i, s->alibi_kind % 4);
+    i = wr8(out, cap, i, s->alibi_param);
+    i = wr8(out, cap, i, s->sink_kind % 4);
+    i = wr8(out, cap, i, s->sink_param);
+    i = wr8(out, cap, i, s->mask);
+    i = wr8(out, cap, i, s->mask_layout);
+    i = wr8(out, cap, i, s->mask_class % 8);
+    i = wr8(out, cap, i, s->mask_param);
+    i = wr8(out, cap, i, s->mask_special);
+    i = wr8(out, cap, i, s->poison);
+    i = wr8(out, cap, i,
+            s->invalid >= FZ_N_INVALID_PLAIN ? 1 + (unsigned)(s->invalid - FZ_N_INVALID_PLAIN) % FZ_N_INVALID_VARIANT : 0);
     return i;
 }
 
@@ -483,6 +524,75 @@ static float decode_scale(const fz_spec *s, size_t D)
     }
 }
 
+/* softcap c from its class (README): 0 is off */
+static float decode_softcap(const fz_spec *s)
+{
+    const uint32_t p = s->softcap_param;
+    switch (s->softcap_kind % 8) {
+    case 1: {
+        const float f = fabsf(fz_bits_f32(p));
+        return isfinite(f) ? f : 0.0f;
+    }
+    case 2: return ldexpf(1.0f, (int)(p % 277) - 149);
+    case 3: return 1.0f + (float)(p % 1000) / 10.0f;
+    case 4: return (float)(p % 1000 + 1) * 0.004f;
+    case 5: return fz_bits_f32(1 + p % 0x7fffffu); /* subnormal */
+    case 6: return (float)((double)FLT_MAX * (0.5 + (p % 1000) / 2000.0));
+    case 7: return ldexpf(1.0f, (int)(p % 41) - 20);
+    default: return 0.0f;
+    }
+}
+
+/* ALiBi slopes [Hq] from their class (README); writes nothing for class 0. The standard ones are
+   computed here from their definition, not by sdpa_alibi_slopes. */
+static void make_slopes(const fz_spec *s, size_t Hq, float *out)
+{
+    uint64_t st = ((uint64_t)s->seed << 8) ^ 0x51ed270b27u;
+    const unsigned p = s->alibi_param;
+    size_t n2 = 1;
+    while (n2 * 2 <= Hq) n2 *= 2;
+    for (size_t h = 0; h < Hq; h++) {
+        const double u = fz_unit(&st);
+        switch (s->alibi_kind % 4) {
+        case 1: {
+            const double mb = 1.0 + p % 16;
+            out[h] = (float)(h < n2 ? exp2(-mb * (double)(h + 1) / (double)n2)
+                                    : exp2(-mb * (double)(2 * (h - n2) + 1) / (double)(2 * n2)));
+            break;
+        }
+        case 2: out[h] = (float)ldexp(u, (int)(p % 16) - 8); break;
+        case 3: {
+            const unsigned c = (unsigned)(fz_next(&st) % 6);
+            out[h] = c == 0 ? 0.0f : c == 1 ? (float)(-2.0 * u) : c == 2 ? ldexpf(1.0f, (int)(fz_next(&st) % 31))
+                   : c == 3 ? 1e-30f : c == 4 ? (float)u : (float)ldexp(1.0 + u, (int)(fz_next(&st) % 100) - 60);
+            break;
+        }
+        default: break;
+        }
+    }
+}
+
+/* Sinks [Hq] from their class (README). */
+static void make_sinks(const fz_spec *s, size_t Hq, float *out)
+{
+    uint64_t st = ((uint64_t)s->seed << 8) ^ 0x5171c5u;
+    const unsigned p = s->sink_param;
+    for (size_t h = 0; h < Hq; h++) {
+        const double u = 2.0 * fz_unit(&st) - 1.0;
+        switch (s->sink_kind % 4) {
+        case 1: out[h] = (float)ldexp(8.0 * u, (int)(p % 6) - 2); break;
+        case 2: {
+            const unsigned c = (unsigned)(fz_next(&st) % 6);
+            out[h] = c == 0 ? -INFINITY : c == 1 ? (float)ldexp(1.0 + u, (int)(fz_next(&st) % 100))
+                   : c == 2 ? -(float)ldexp(1.0 + u, (int)(fz_next(&st) % 100)) : c == 3 ? 0.0f
+                   : c == 4 ? (float)(80.0 + 20.0 * u) : (float)(4.0 * u);
+            break;
+        }
+        default: out[h] = -INFINITY; break;
+        }
+    }
+}
+
 typedef struct problem {
     size_t B, Hq, Hkv, G, Lq, Lk, D, Dv;
     bool causal;
@@ -491,7 +601,160 @@ typedef struct problem {
     float *qd, *kd, *vd; /* dense copies of what q, k, v hold */
     size_t lse_elems;    /* lse buffer: FZ_MARGIN sentinels, rows, FZ_MARGIN sentinels */
     float *lse;
+    /* the variants */
+    size_t window;
+    float softcap;
+    float *slopes, *sinks; /* [Hq] or NULL */
+    bool has_mask;
+    view mask;             /* [B][Hq][Lq][Lk] */
+    sdpa_tensor mask_t;    /* the view as passed (a refused call may change it) */
+    float *maskd;          /* dense copy of what the mask holds */
 } problem;
+
+/* The mask's view from its selector (README): bit 0 batch stride 0, bit 1 head stride 0, bits
+   2-4 the token stride (kv_len, kv_len + 3, 0, -kv_len, -(kv_len + 8), a positive shift below
+   kv_len (rows overlap), its negative, kv_len + 8), bit 5 the head axis inside the batch axis or
+   (set) outside it, bits 6-7 negative head and batch strides. */
+static void mask_layout(view *v, size_t B, size_t H, size_t T, size_t L, sdpa_dtype dt, uint8_t sel)
+{
+    memset(v, 0, sizeof *v);
+    v->n[0] = B, v->n[1] = H, v->n[2] = T, v->D = L, v->dt = dt;
+    v->es = dt == SDPA_F32 ? 4 : 2;
+    const ptrdiff_t Ll = (ptrdiff_t)L, sh = L / 3 > 0 ? (ptrdiff_t)(L / 3) : 1;
+    const ptrdiff_t tks[8] = {Ll, Ll + 3, 0, -Ll, -(Ll + 8), sh, -sh, Ll + 8};
+    v->st[2] = T > 1 ? tks[(sel >> 2) & 7] : Ll;
+    size_t span = (size_t)(v->st[2] < 0 ? -v->st[2] : v->st[2]) * (T - 1) + L;
+    const int outer[2] = {(sel & 32) ? 0 : 1, (sel & 32) ? 1 : 0}; /* inner first */
+    for (int k = 0; k < 2; k++) {
+        const int a = outer[k];
+        if ((a == 0 && (sel & 1)) || (a == 1 && (sel & 2)) || v->n[a] == 1) {
+            v->st[a] = 0;
+            continue;
+        }
+        const bool neg = a == 0 ? (sel & 128) : (sel & 64);
+        v->st[a] = neg ? -(ptrdiff_t)span : (ptrdiff_t)span;
+        span *= v->n[a];
+    }
+    ptrdiff_t lo = 0, hi = Ll - 1;
+    for (int a = 0; a < 3; a++) {
+        const ptrdiff_t reach = (ptrdiff_t)(v->n[a] - 1) * v->st[a];
+        if (reach < 0) lo += reach;
+        else hi += reach;
+    }
+    v->origin = FZ_MARGIN - lo;
+    v->n_elems = (size_t)(hi - lo + 1) + 2 * FZ_MARGIN;
+}
+
+/* Keys [*lo, *hi) that query row i may see by causal and the window (bottom-right aligned). */
+static void key_range(const problem *P, size_t i, size_t *lo, size_t *hi)
+{
+    const long long ip = (long long)i + (long long)P->Lk - (long long)P->Lq, Lk = (long long)P->Lk;
+    long long a = 0, b = Lk;
+    if (P->causal && ip + 1 < b) b = ip + 1;
+    if (P->window) {
+        const long long w = (long long)P->window;
+        if (ip - w + 1 > a) a = ip - w + 1;
+        if (ip + w < b) b = ip + w;
+    }
+    if (a > Lk) a = Lk;
+    if (b < a) b = a;
+    *lo = (size_t)a, *hi = (size_t)b;
+}
+
+/* One mask entry of class cls (README) at query row position ip, key j. */
+static float mask_value(unsigned cls, unsigned p, long long ip, size_t j, uint64_t *st)
+{
+    const double u = 2.0 * fz_unit(st) - 1.0;
+    switch (cls % 8) {
+    case 0: return 0.0f;
+    case 1: return (float)ldexp(u, (int)(p % 8) - 2);
+    case 2: return (fz_next(st) & 255) < p ? -INFINITY : (float)u;
+    case 3: { /* block-diagonal: query position and key in the same block of 1 + p % 64 */
+        const long long bs = 1 + p % 64, jj = (long long)j;
+        const long long bi = ip >= 0 ? ip / bs : -((-ip + bs - 1) / bs);
+        return bi == jj / bs ? (float)(u * 0.25) : -INFINITY;
+    }
+    case 4: /* causal by the mask, shifted by p % 5 - 2 */
+        return (long long)j > ip + (long long)(p % 5) - 2 ? -INFINITY : (float)u;
+    case 5: {
+        static const float big[6] = {-1e4f, -1e9f, -1e30f, -FLT_MAX, 0.0f, -3e38f};
+        return big[(fz_next(st) + p) % 6];
+    }
+    case 6: { /* stripes of hidden keys (whole tiles), and with bit 7 every key below 1024 */
+        if ((p & 128) && j < 1024) return -INFINITY;
+        const size_t wdt = 1 + (p % 16) * 8;
+        return (j / wdt) % 2 ? -INFINITY : 0.0f;
+    }
+    default: {
+        const unsigned c = (unsigned)(fz_next(st) % 4);
+        return c == 0 ? -INFINITY : c == 1 ? 0.0f : c == 2 ? (float)(8.0 * u) : (float)(-100.0 * fabs(u));
+    }
+    }
+}
+
+/* Fills the mask view: the class over every entry in order (broadcast entries keep the last
+   write), then mask_special's few NaN, +inf, -NaN entries or rows of -inf. */
+static void fill_mask(problem *P, const fz_spec *s)
+{
+    view *m = &P->mask;
+    uint64_t st = ((uint64_t)s->seed << 8) ^ 0x3a5c0ffeu;
+    for (size_t b = 0; b < P->B; b++)
+        for (size_t h = 0; h < P->Hq; h++)
+            for (size_t i = 0; i < P->Lq; i++) {
+                const long long ip = (long long)i + (long long)P->Lk - (long long)P->Lq;
+                for (size_t j = 0; j < P->Lk; j++)
+                    view_store(m, view_index(m, b, h, i, j), mask_value(s->mask_class, s->mask_param, ip, j, &st));
+            }
+    if (!s->mask_special) return;
+    const unsigned kind = (s->mask_special - 1u) & 3, count = 1 + ((s->mask_special - 1u) >> 2) % 4;
+    static const uint32_t vals[3] = {0x7fc00000u, 0x7f800000u, 0xffc00000u}; /* NaN, +inf, -NaN */
+    for (unsigned c = 0; c < count; c++) {
+        const size_t b = fz_next(&st) % P->B, h = fz_next(&st) % P->Hq, i = fz_next(&st) % P->Lq;
+        const size_t j = fz_next(&st) % P->Lk;
+        if (kind == 3)
+            for (size_t x = 0; x < P->Lk; x++) view_store(m, view_index(m, b, h, i, x), -INFINITY);
+        else
+            view_store(m, view_index(m, b, h, i, j), fz_bits_f32(vals[kind]));
+    }
+}
+
+/* Whether row (b, h, i) sees key j: in its range and not -inf in the mask (dense copies). */
+static bool row_sees(const problem *P, size_t b, size_t h, size_t i, size_t j)
+{
+    size_t lo, hi;
+    key_range(P, i, &lo, &hi);
+    if (j < lo || j >= hi) return false;
+    return !P->maskd || P->maskd[((b * P->Hq + h) * P->Lq + i) * P->Lk + j] != -INFINITY;
+}
+
+/* Writes non-finite K or V rows on keys hidden from rows (README: poison): what (p - 1) & 3 is
+   K NaN, V +inf, V NaN, or K -inf with V NaN; where ((p - 1) >> 2) & 3 is keys every row of the
+   KV head hides, keys the first row of its first head hides, the last row of its last head, or
+   keys some row hides. Needs the dense mask; rewrites the dense K and V. */
+static void poison_keys(problem *P, uint8_t poison)
+{
+    const unsigned what = (poison - 1u) & 3, where = ((poison - 1u) >> 2) & 3;
+    for (size_t b = 0; b < P->B; b++)
+        for (size_t kh = 0; kh < P->Hkv; kh++)
+            for (size_t j = 0; j < P->Lk; j++) {
+                bool all = true, any = false;
+                for (size_t g = 0; g < P->G; g++)
+                    for (size_t i = 0; i < P->Lq; i++) {
+                        const bool hid = !row_sees(P, b, kh * P->G + g, i, j);
+                        all &= hid, any |= hid;
+                    }
+                bool hit = where == 0 ? all : where == 3 ? any
+                         : where == 1 ? !row_sees(P, b, kh * P->G, 0, j)
+                                      : !row_sees(P, b, kh * P->G + P->G - 1, P->Lq - 1, j);
+                if (!hit) continue;
+                if (what == 0 || what == 3)
+                    for (size_t c = 0; c < P->D; c++)
+                        view_store(&P->k, view_index(&P->k, b, kh, j, c), what == 0 ? NAN : -INFINITY);
+                if (what != 0)
+                    for (size_t c = 0; c < P->Dv; c++)
+                        view_store(&P->v, view_index(&P->v, b, kh, j, c), what == 1 ? INFINITY : NAN);
+            }
+}
 
 static void shrink_to_budget(size_t *B, size_t *Hkv, size_t *G, size_t *Lq, size_t Lk, size_t D, size_t Dv)
 {
@@ -554,6 +817,12 @@ static void shrink_to_budget(size_t *B, size_t *Hkv, size_t *G, size_t *Lq, size
  *   - o_c when sum_j |v_jc| over the keys of finite score exceeds 2^126: the f32 accumulator
  *     may overflow (a non-finite o_c is then accepted; a finite one is still checked).
  * NaN rows are checked whatever the promise: no overflow or underflow removes a NaN.
+ *
+ * The variants (README): the row sees the keys causal, the window and the mask (-inf) leave it;
+ * scores are softcap(scale q.k) - slope |i' - j| + mask, and a sink is a key of value 0. Each
+ * key's score error delta_j is then its own (the dot product's Delta, through softcap's
+ * condition and tanh bound, plus one rounding per addition), and 2 Delta above becomes
+ * delta_j + delta_M, delta_M bounding the error of the computed maximum; the shift cancels.
  */
 #define FZ_C 8.0
 
@@ -567,18 +836,60 @@ typedef struct oracle {
     unsigned char *col;        /* [rows * Dv] COL_* */
 } oracle;
 
+/* Keys row i may see by causal and the window (the mask may hide some of them). */
 static size_t visible(const problem *P, size_t i)
 {
-    if (!P->causal) return P->Lk;
-    if (i + P->Lk < P->Lq) return 0;
-    const size_t lim = i + P->Lk - P->Lq + 1;
-    return lim < P->Lk ? lim : P->Lk;
+    size_t lo, hi;
+    key_range(P, i, &lo, &hi);
+    return hi - lo;
+}
+
+/* The largest error bound any supported implementation states for its tanh, in ULPs. */
+static double tanh_ulp(void)
+{
+    static double u = -1.0;
+    if (u < 0) {
+        u = 0.0;
+        for (size_t i = 0; i < sdpa_impl_count(); i++) {
+            const sdpa_impl *impl = sdpa_impl_at(i);
+            const double t = sdpa_impl_supported(impl) ? sdpa_impl_tanh_max_ulp(impl) : 0.0;
+            if (!(t <= u)) u = t; /* a NaN bound: charge it as infinite */
+        }
+    }
+    return u;
+}
+
+/* Error bound of one computed score after the modifiers (README, Tolerance): raw score raw
+   (scale q.k, exact) computed with error e0; softcap c (0: off) gives sc; ALiBi adds a; the mask
+   gives the final score fin. */
+static double score_error(double raw, double e0, double c, double sc, bool alibi, double a, bool masked, double fin)
+{
+    double e = e0;
+    if (c > 0) {
+        const double ut = tanh_ulp();
+        if (isinf(raw)) e = c * 0x1p-22 * (1.0 + ut) + 0x1p-148;
+        else {
+            const double x = raw / c;
+            /* raw / c as raw * (1 / c): two roundings, and 1 / c loses bits when subnormal */
+            const double rel = 0x1p-23 + (c > 0x1p125 ? c * 0x1p-149 : 0.0);
+            const double dx = e0 / c + fabs(x) * rel + 0x1p-149;
+            const double x0 = fabs(x) > dx ? fabs(x) - dx : 0.0;
+            const double ch = cosh(x0), sech2 = isinf(ch) ? 0.0 : 1.0 / (ch * ch);
+            const double y = fmin(1.0, fabs(x) + dx);
+            /* c tanh moves by at most c sech^2 dx over the argument's error, and stays in [-c, c] */
+            e = fmin(2.0 * c, c * dx * sech2) + c * ut * (0x1p-23 * y + 0x1p-149) + 0x1p-24 * c * y + 0x1p-149;
+        }
+    }
+    if (alibi) e = e * (1.0 + 0x1p-23) + 0x1p-23 * (fabs(a) + fabs(sc + a)) + 0x1p-148;
+    if (masked) e = e * (1.0 + 0x1p-23) + 0x1p-23 * fabs(fin) + 0x1p-148;
+    return e;
 }
 
 static void oracle_run(const problem *P, oracle *O)
 {
     const size_t rows = P->B * P->Hq * P->Lq, D = P->D, Dv = P->Dv, Lk = P->Lk;
     const double scale = P->scale != 0.0f ? (double)P->scale : 1.0 / sqrt((double)D);
+    const double cap = P->softcap;
     O->row_kind = fz_xmalloc(rows);
     O->lse_ref = fz_xmalloc(rows * sizeof(double));
     O->lse_tol = fz_xmalloc(rows * sizeof(double));
@@ -587,19 +898,29 @@ static void oracle_run(const problem *P, oracle *O)
     O->col = fz_xmalloc(rows * Dv);
     double *s = fz_xmalloc(Lk * sizeof(double)), *w = fz_xmalloc(Lk * sizeof(double));
     double *e = fz_xmalloc(Lk * sizeof(double)), *wp = fz_xmalloc(Lk * sizeof(double));
+    double *dl = fz_xmalloc(Lk * sizeof(double)), *wm = fz_xmalloc(Lk * sizeof(double));
     double *sq = fz_xmalloc(D * sizeof(double));
+    double *rs = fz_xmalloc(Lk * sizeof(double));
+    size_t *seen = fz_xmalloc(Lk * sizeof(size_t));
     for (size_t b = 0; b < P->B; b++)
         for (size_t h = 0; h < P->Hq; h++) {
             const size_t hk = h / P->G;
+            const double sink = P->sinks ? (double)P->sinks[h] : -INFINITY;
             for (size_t i = 0; i < P->Lq; i++) {
-                const size_t row = (b * P->Hq + h) * P->Lq + i, n = visible(P, i);
+                const size_t row = (b * P->Hq + h) * P->Lq + i;
+                const long long ip = (long long)i + (long long)Lk - (long long)P->Lq;
                 const float *q = P->qd + row * D;
+                const float *mrow = P->maskd ? P->maskd + row * Lk : NULL;
                 double *ref = O->ref + row * Dv, *tol = O->tol + row * Dv;
                 unsigned char *col = O->col + row * Dv;
                 memset(col, COL_FINITE, Dv);
                 for (size_t c = 0; c < Dv; c++) ref[c] = tol[c] = 0.0;
-                O->lse_ref[row] = -INFINITY;
+                O->lse_ref[row] = sink; /* what a row that sees nothing gives */
                 O->lse_tol[row] = 0.0;
+                size_t lo, hi, n = 0;
+                key_range(P, i, &lo, &hi);
+                for (size_t j = lo; j < hi; j++)
+                    if (!mrow || mrow[j] != -INFINITY) seen[n++] = j;
                 if (n == 0) {
                     O->row_kind[row] = ROW_ZERO;
                     continue;
@@ -619,18 +940,19 @@ static void oracle_run(const problem *P, oracle *O)
                 double f = 1.0;
                 bool fragile = false;
                 if (normalised) {
-                    int e;
-                    (void)frexp(M, &e);
-                    e = M > FLT_MAX ? e - 127 : e - 1;
-                    e = e < -126 ? -126 : e > 127 ? 127 : e;
-                    f = ldexp(1.0, -e);
+                    int ex;
+                    (void)frexp(M, &ex);
+                    ex = M > FLT_MAX ? ex - 127 : ex - 1;
+                    ex = ex < -126 ? -126 : ex > 127 ? 127 : ex;
+                    f = ldexp(1.0, -ex);
                     /* an element that f makes subnormal may lose what sdpa.h says it may */
                     for (size_t c = 0; c < D; c++)
                         if (isfinite(q[c]) && q[c] != 0.0f && fabs(sq[c]) * f < 0x1p-126) fragile = true;
                 }
-                bool nan = false;
-                double S = 0, m = -INFINITY;
-                for (size_t j = 0; j < n; j++) {
+                bool nan = false, beyond = false;
+                double S = 0, smax = 0; /* smax: the largest finite raw score (beyond float: unchecked) */
+                for (size_t x = 0; x < n; x++) {
+                    const size_t j = seen[x];
                     const float *k = P->kd + ((b * P->Hkv + hk) * Lk + j) * D;
                     double acc = 0, mag = 0;
                     for (size_t c = 0; c < D; c++) {
@@ -640,49 +962,107 @@ static void oracle_run(const problem *P, oracle *O)
                         if (isinf(k[c]) && isfinite(q[c]) && q[c] != 0.0f && fabs(sq[c]) * f < 0x1p-148)
                             fragile = true;
                     }
-                    s[j] = acc * scale;
+                    const double raw = acc * scale;
+                    rs[x] = raw;
                     mag *= fabs(scale);
                     if (mag > S) S = mag;
-                    if (isnan(s[j]) || s[j] == INFINITY) nan = true;
-                    else if (s[j] > m) m = s[j];
+                    if (isfinite(raw) && fabs(raw) > smax) smax = fabs(raw);
+                    /* the modifiers: s = softcap(raw) + alibi + mask (softcap: +-inf to +-c) */
+                    double t = raw;
+                    if (cap > 0 && !isnan(t)) t = cap * tanh(t / cap);
+                    wm[x] = t; /* after softcap, for the error bound */
+                    double al = 0;
+                    if (P->slopes) {
+                        al = -(double)P->slopes[h] * fabs((double)(ip - (long long)j));
+                        if (fabs(al) > 0x1p126) beyond = true;
+                        t += al;
+                    }
+                    dl[x] = al;
+                    if (mrow) t += mrow[j];
+                    s[x] = t;
+                    if (isnan(t) || t == INFINITY) nan = true;
                 }
                 if (nan) {
                     O->row_kind[row] = ROW_NAN;
                     continue;
                 }
-                double smax = 0; /* a score beyond float is beyond the promise */
-                for (size_t j = 0; j < n; j++)
-                    if (isfinite(s[j]) && fabs(s[j]) > smax) smax = fabs(s[j]);
-                if (!in_range || S * f > 0x1p126 || smax > 0x1p127 || fragile) {
+                if (!in_range || S * f > 0x1p126 || smax > 0x1p127 || fragile || beyond) {
                     O->row_kind[row] = ROW_SKIP;
                     continue;
                 }
+                double m = -INFINITY;
+                for (size_t x = 0; x < n; x++)
+                    if (s[x] > m) m = s[x];
                 if (m == -INFINITY) {
                     O->row_kind[row] = ROW_ZERO;
                     continue;
                 }
-                O->row_kind[row] = ROW_VALUE;
+                /* per-key score errors: the dot product's, then each modifier's (README) */
                 const double delta = FZ_C * 0x1p-24 * ((double)D + 16.0) * (1.0 + S);
-                const double lg = 2 * delta > 40 ? 2 * delta : log(expm1(2 * delta));
-                double L = 0;
-                for (size_t j = 0; j < n; j++) {
-                    const double x = s[j] - m; /* -inf for a key of score -inf */
-                    w[j] = exp(x);
-                    L += w[j];
-                    e[j] = fmin(1.0, exp(x + lg));
-                    if (x - 2 * delta < -86.0) e[j] = fmax(e[j], w[j]) + 0x1p-147;
-                    wp[j] = fmin(1.0, exp(x + 2 * delta));
-                    if (x == -INFINITY) e[j] = wp[j] = 0.0;
+                bool bad_bound = false;
+                for (size_t x = 0; x < n; x++) {
+                    dl[x] = s[x] == -INFINITY ? 0.0
+                          : score_error(rs[x], delta, cap, wm[x], P->slopes != NULL, dl[x], mrow != NULL, s[x]);
+                    if (!isfinite(dl[x]) || fabs(s[x]) + dl[x] >= FLT_MAX) bad_bound = true;
                 }
-                const double Lden = fmax(1.0, L * exp(-2 * delta));
-                O->lse_ref[row] = m + log(L);
-                O->lse_tol[row] = 3 * delta + FZ_C * 0x1p-24 * ((double)n + 16.0 + fabs(O->lse_ref[row]));
+                if (bad_bound) { /* a score that may round beyond float */
+                    O->row_kind[row] = ROW_SKIP;
+                    continue;
+                }
+                O->row_kind[row] = ROW_VALUE;
+                /* the reference point Mx = max(m, sink): the sink is a key of score sink, exact but
+                   for the rounding of sink - m and its exp, and of value 0 */
+                const double Mx = sink > m ? sink : m;
+                const double dsink = sink == -INFINITY ? 0.0 : 0x1p-23 * fabs(sink - m) + 0x1p-21;
+                /* how far the computed maximum may be from Mx: the largest error of a key (or the
+                   sink) that may be the maximum */
+                double dtop = sink == Mx ? dsink : 0.0;
+                for (size_t x = 0; x < n; x++)
+                    if (s[x] == Mx && dl[x] > dtop) dtop = dl[x];
+                double dmu = dtop;
+                for (size_t x = 0; x < n; x++)
+                    if (s[x] != -INFINITY && s[x] + dl[x] >= Mx - dtop && dl[x] > dmu) dmu = dl[x];
+                if (sink != -INFINITY && sink + dsink >= Mx - dtop && dsink > dmu) dmu = dsink;
+                double L = 0, Lmin = 0, Lhi = 0, Llo = 0;
+                for (size_t x = 0; x < n; x++) {
+                    const double xs = s[x] - Mx; /* -inf for a key of score -inf */
+                    if (xs == -INFINITY) {
+                        w[x] = e[x] = wp[x] = 0.0;
+                        continue;
+                    }
+                    const double Dx = dl[x] + dmu;
+                    const double lg = Dx > 40 ? Dx : log(expm1(Dx));
+                    w[x] = exp(xs);
+                    L += w[x];
+                    Lmin += exp(xs - Dx);
+                    Lhi += exp(xs + dl[x]);
+                    Llo += exp(xs - dl[x]);
+                    e[x] = fmin(1.0, exp(xs + lg));
+                    /* the SIMD exp gives 0 below e^-87 of the keys' maximum */
+                    if (s[x] - m - Dx < -86.0) e[x] = fmax(e[x], w[x]) + 0x1p-147;
+                    wp[x] = fmin(1.0, exp(xs + Dx));
+                }
+                double esink = 0.0;
+                if (sink != -INFINITY) {
+                    const double xs = sink - Mx, Dx = dsink + dmu;
+                    L += exp(xs);
+                    Lmin += exp(xs - Dx);
+                    Lhi += exp(xs + dsink);
+                    Llo += exp(xs - dsink);
+                    esink = fmin(1.0, exp(xs + (Dx > 40 ? Dx : log(expm1(Dx)))));
+                }
+                /* the keys' weights times e^(m - sink) may be subnormal: absolute rounding of acc */
+                const bool tiny_keys = sink != -INFINITY && sink - m + dmu > 80.0;
+                const double Lden = fmax(1.0, Lmin);
+                O->lse_ref[row] = Mx + log(L);
+                O->lse_tol[row] = fmax(log(Lhi / L), log(L / Llo)) + 2 * dmu +
+                                  FZ_C * 0x1p-24 * ((double)n + 16.0 + fabs(O->lse_ref[row]));
                 for (size_t c = 0; c < Dv; c++) {
-                    double acc = 0, vsum = 0, wpv = 0;
+                    double acc = 0, vsum = 0, wpv = 0, accm = 0;
                     bool nonfinite = false, zero_weight_nonfinite = false;
-                    for (size_t j = 0; j < n; j++) {
-                        const double vv = P->vd[((b * P->Hkv + hk) * Lk + j) * Dv + c];
-                        if (s[j] == -INFINITY) {
+                    for (size_t x = 0; x < n; x++) {
+                        const double vv = P->vd[((b * P->Hkv + hk) * Lk + seen[x]) * Dv + c];
+                        if (s[x] == -INFINITY) {
                             if (!isfinite(vv)) zero_weight_nonfinite = true;
                             continue;
                         }
@@ -690,23 +1070,24 @@ static void oracle_run(const problem *P, oracle *O)
                             nonfinite = true;
                             continue;
                         }
-                        acc += w[j] * vv;
+                        acc += w[x] * vv;
                         vsum += fabs(vv);
-                        wpv += wp[j] * fabs(vv);
+                        wpv += wp[x] * fabs(vv);
+                        if (tiny_keys) accm += fmin(1.0, exp(s[x] - m + dl[x] + dmu)) * fabs(vv);
                     }
                     if (nonfinite) {
                         col[c] = COL_NONFINITE;
                         continue;
                     }
                     ref[c] = acc / L;
-                    double dev = 0;
-                    for (size_t j = 0; j < n; j++) {
-                        if (s[j] == -INFINITY) continue;
-                        const double vv = P->vd[((b * P->Hkv + hk) * Lk + j) * Dv + c];
-                        dev += e[j] * fabs(vv - ref[c]);
+                    double dev = esink * fabs(ref[c]); /* the sink's value is 0 */
+                    for (size_t x = 0; x < n; x++) {
+                        if (s[x] == -INFINITY) continue;
+                        const double vv = P->vd[((b * P->Hkv + hk) * Lk + seen[x]) * Dv + c];
+                        dev += e[x] * fabs(vv - ref[c]);
                     }
                     tol[c] = (1 + 0x1p-10) * dev / Lden + FZ_C * 0x1p-24 * ((double)n + 16.0) * (wpv / Lden) +
-                             FZ_C * ((double)n + 16.0) * 0x1p-149;
+                             FZ_C * ((double)n + 16.0) * 0x1p-149 + 0x1p-146 * accm;
                     if (zero_weight_nonfinite) col[c] = COL_NONFINITE;
                     else if (vsum > 0x1p126) col[c] = COL_MAY_NONFINITE;
                 }
@@ -716,7 +1097,11 @@ static void oracle_run(const problem *P, oracle *O)
     free(w);
     free(e);
     free(wp);
+    free(dl);
+    free(wm);
     free(sq);
+    free(rs);
+    free(seen);
 }
 
 static void oracle_free(oracle *O)
@@ -802,8 +1187,10 @@ static void check_result(size_t impl, const char *how, const problem *P, const o
                 if (!P->lse || kind == ROW_SKIP || bad) continue;
                 if (kind == ROW_NAN && !isnan(lse)) {
                     if (reported++ < 3) fz_fail(impl, "%s: b=%zu h=%zu i=%zu: lse=%.9g, want NaN", how, b, h, i, lse);
-                } else if (kind == ROW_ZERO && lse != -INFINITY) {
-                    if (reported++ < 3) fz_fail(impl, "%s: b=%zu h=%zu i=%zu: lse=%.9g, want -inf", how, b, h, i, lse);
+                } else if (kind == ROW_ZERO && lse != (float)O->lse_ref[row]) {
+                    if (reported++ < 3)
+                        fz_fail(impl, "%s: b=%zu h=%zu i=%zu: lse=%.9g, want %.9g (no key: the sink or -inf)", how, b, h, i,
+                                lse, O->lse_ref[row]);
                 } else if (kind == ROW_VALUE && !(fabs((double)lse - O->lse_ref[row]) <= O->lse_tol[row])) {
                     if (reported++ < 3)
                         fz_fail(impl, "%s: b=%zu h=%zu i=%zu: lse=%.9g, float64 %.9g, tol %.3g", how, b, h, i, lse,
@@ -846,7 +1233,7 @@ static bench_pool *get_pool(unsigned threads)
 }
 
 typedef struct snapshot {
-    void *q, *k, *v, *o, *lse;
+    void *q, *k, *v, *o, *lse, *mask, *slopes, *sinks;
 } snapshot;
 
 static void *dup_bytes(const void *p, size_t n)
@@ -864,12 +1251,16 @@ static snapshot take_snapshot(const problem *P)
     s.v = dup_bytes(P->v.buf, P->v.n_elems * P->v.es);
     s.o = dup_bytes(P->o.buf, P->o.n_elems * 4);
     s.lse = P->lse ? dup_bytes(P->lse, P->lse_elems * 4) : NULL;
+    s.mask = P->has_mask ? dup_bytes(P->mask.buf, P->mask.n_elems * P->mask.es) : NULL;
+    s.slopes = P->slopes ? dup_bytes(P->slopes, P->Hq * sizeof(float)) : NULL;
+    s.sinks = P->sinks ? dup_bytes(P->sinks, P->Hq * sizeof(float)) : NULL;
     return s;
 }
 
 static void free_snapshot(snapshot *s)
 {
     free(s->q), free(s->k), free(s->v), free(s->o), free(s->lse);
+    free(s->mask), free(s->slopes), free(s->sinks);
 }
 
 /* Names the buffers that differ from the snapshot (NULL: none). */
@@ -878,6 +1269,9 @@ static const char *changed(const problem *P, const snapshot *s, bool inputs_only
     if (memcmp(s->q, P->q.buf, P->q.n_elems * P->q.es)) return "q";
     if (memcmp(s->k, P->k.buf, P->k.n_elems * P->k.es)) return "k";
     if (memcmp(s->v, P->v.buf, P->v.n_elems * P->v.es)) return "v";
+    if (s->mask && memcmp(s->mask, P->mask.buf, P->mask.n_elems * P->mask.es)) return "mask";
+    if (s->slopes && memcmp(s->slopes, P->slopes, P->Hq * sizeof(float))) return "alibi_slopes";
+    if (s->sinks && memcmp(s->sinks, P->sinks, P->Hq * sizeof(float))) return "sinks";
     if (inputs_only) return NULL;
     if (memcmp(s->o, P->o.buf, P->o.n_elems * 4)) return "o";
     if (P->lse && memcmp(s->lse, P->lse, P->lse_elems * 4)) return "lse";
@@ -971,10 +1365,11 @@ static void run_valid(size_t impl_i, const sdpa_impl *impl, problem *P, const sd
     free_snapshot((snapshot *)&snap);
 }
 
-static const char *const invalid_names[16] = {
+static const char *const invalid_names[FZ_N_INVALID_PLAIN + FZ_N_INVALID_VARIANT] = {
     "batch 0", "q_heads 0", "kv_heads 0", "q_len 0", "kv_len 0", "head_dim 0", "q_heads not a multiple of kv_heads",
     "NaN scale", "+inf scale", "-inf scale", "o overlaps q", "o rows overlap", "lse overlaps o", "q in f16",
-    "k of an unknown dtype", "v data NULL"};
+    "k of an unknown dtype", "v data NULL", "NaN softcap", "negative softcap", "+inf softcap", "NaN ALiBi slope",
+    "infinite ALiBi slope", "NaN sink", "+inf sink", "mask data NULL", "mask overlaps o", "mask of an unknown dtype"};
 
 /* A refused call: kind per README; P was allocated for it (o inside q's buffer for kind 10). */
 static void run_invalid(size_t impl_i, const sdpa_impl *impl, problem *P, const sdpa_params *base, int kind)
@@ -1007,7 +1402,26 @@ static void run_invalid(size_t impl_i, const sdpa_impl *impl, problem *P, const 
     case 12: p.lse = (float *)o.data; break;
     case 13: q.dtype = SDPA_F16; break;
     case 14: k.dtype = (sdpa_dtype)7; break;
-    default: v.data = NULL; break;
+    case 15: v.data = NULL; break;
+    case 16: p.softcap = fz_bits_f32(0x7fc00000u); break;
+    case 17: p.softcap = P->softcap > 0 ? -P->softcap : -1.0f; break;
+    case 18: p.softcap = INFINITY; break;
+    case 19: case 20: /* one head's slope; the array was allocated for these kinds */
+        P->slopes[P->Hq - 1] = kind == 19 ? fz_bits_f32(0x7fc00000u) : -INFINITY;
+        p.alibi_slopes = P->slopes;
+        break;
+    case 21: case 22:
+        P->sinks[0] = kind == 21 ? fz_bits_f32(0x7fc00000u) : INFINITY;
+        p.sinks = P->sinks;
+        break;
+    case 23: P->mask_t.data = NULL; p.mask = &P->mask_t; break;
+    case 24: /* the mask over o's buffer, which was made large enough */
+        P->mask_t.data = P->o.buf + P->o.origin * 4;
+        P->mask_t.dtype = SDPA_F32;
+        P->mask_t.batch_stride = P->o.st[0], P->mask_t.head_stride = P->o.st[1], P->mask_t.token_stride = P->o.st[2];
+        p.mask = &P->mask_t;
+        break;
+    default: P->mask_t.dtype = (sdpa_dtype)7; p.mask = &P->mask_t; break;
     }
     reset_outputs(P);
     const snapshot snap = take_snapshot(P);
@@ -1053,6 +1467,7 @@ static void problem_free(problem *P)
 {
     free(P->q.buf), free(P->k.buf), free(P->v.buf), free(P->o.buf);
     free(P->qd), free(P->kd), free(P->vd), free(P->lse);
+    free(P->slopes), free(P->sinks), free(P->mask.buf), free(P->maskd);
 }
 
 int sdpa_fuzz_one(const uint8_t *data, size_t size)
@@ -1073,6 +1488,18 @@ int sdpa_fuzz_one(const uint8_t *data, size_t size)
 
     P.scale = decode_scale(&spec, D);
     const int invalid = spec.invalid;
+    P.window = spec.window;
+    P.softcap = decode_softcap(&spec);
+    if (spec.alibi_kind % 4 || invalid == 19 || invalid == 20) {
+        P.slopes = fz_xmalloc(Hkv * G * sizeof(float));
+        for (size_t h = 0; h < Hkv * G; h++) P.slopes[h] = 0.0f;
+        make_slopes(&spec, Hkv * G, P.slopes);
+    }
+    if (spec.sink_kind % 4 || invalid == 21 || invalid == 22) {
+        P.sinks = fz_xmalloc(Hkv * G * sizeof(float));
+        make_sinks(&spec, Hkv * G, P.sinks);
+    }
+    P.has_mask = spec.mask || (invalid >= 23 && invalid <= 25);
 
     view_layout(&P.q, B, P.Hq, Lq, D, SDPA_F32, spec.layout[0], true);
     view_layout(&P.k, B, Hkv, Lk, D, (sdpa_dtype)spec.k_dtype, spec.layout[1], true);
@@ -1081,7 +1508,18 @@ int sdpa_fuzz_one(const uint8_t *data, size_t size)
     view_alloc(&P.q, invalid == 10 ? P.o.n_elems : 0);
     view_alloc(&P.k, 0);
     view_alloc(&P.v, 0);
-    view_alloc(&P.o, 0);
+    size_t o_min = 0;
+    if (invalid == 24) { /* room for a mask of o's strides and kv_len elements a row */
+        o_min = (size_t)P.o.origin + Lk + FZ_MARGIN;
+        for (int a = 0; a < 3; a++)
+            if (P.o.st[a] > 0) o_min += (P.o.n[a] - 1) * (size_t)P.o.st[a];
+    }
+    view_alloc(&P.o, o_min);
+    if (P.has_mask) {
+        mask_layout(&P.mask, B, P.Hq, Lq, Lk, (sdpa_dtype)((spec.mask ? spec.mask - 1u : 0u) % 3), spec.mask_layout);
+        view_alloc(&P.mask, 0);
+        P.mask_t = view_tensor(&P.mask);
+    }
     const size_t rows = B * P.Hq * Lq;
     if (spec.lse || invalid == 11 || invalid == 12) {
         P.lse_elems = rows + 2 * FZ_MARGIN;
@@ -1099,6 +1537,11 @@ int sdpa_fuzz_one(const uint8_t *data, size_t size)
                         view_store(x, view_index(x, b, h, j, c), fill_value(spec.fill[t], spec.fill_param[t], &st));
     }
     for (unsigned i = 0; i < spec.n_inject; i++) apply_inject(in[spec.inject[i].tensor % 3], &spec.inject[i]);
+    if (P.has_mask) {
+        fill_mask(&P, &spec);
+        P.maskd = view_dense(&P.mask);
+    }
+    if (spec.poison) poison_keys(&P, spec.poison);
 
     sdpa_params base;
     memset(&base, 0, sizeof base);
@@ -1107,6 +1550,11 @@ int sdpa_fuzz_one(const uint8_t *data, size_t size)
     base.scale = P.scale;
     base.causal = P.causal;
     base.lse = P.lse ? P.lse + FZ_MARGIN : NULL;
+    base.window = P.window;
+    base.softcap = P.softcap;
+    base.alibi_slopes = P.slopes;
+    base.sinks = P.sinks;
+    base.mask = P.has_mask ? &P.mask_t : NULL;
 
     oracle O;
     memset(&O, 0, sizeof O);
@@ -1133,7 +1581,7 @@ int sdpa_fuzz_one(const uint8_t *data, size_t size)
         const sdpa_impl *impl = sdpa_impl_at(i);
         if (!sdpa_impl_supported(impl)) continue;
         if (invalid < 0) run_valid(i, impl, &P, &base, &spec, &O);
-        else run_invalid(i, impl, &P, &base, invalid % 16);
+        else run_invalid(i, impl, &P, &base, invalid);
     }
     if (invalid < 0) oracle_free(&O);
     problem_free(&P);
@@ -1166,7 +1614,39 @@ void sdpa_fuzz_describe(const uint8_t *data, size_t size, FILE *f)
     }
     fprintf(f, "  workspace mode %u, pool of %u threads, seed %u%s\n", s.workspace, s.threads, (unsigned)s.seed,
             s.invalid >= 0 ? ", REFUSED CALL" : "");
-    if (s.invalid >= 0) fprintf(f, "  refused call kind %d: %s\n", s.invalid, invalid_names[s.invalid % 16]);
+    if (s.invalid >= 0)
+        fprintf(f, "  refused call kind %d: %s\n", s.invalid,
+                invalid_names[s.invalid % (FZ_N_INVALID_PLAIN + FZ_N_INVALID_VARIANT)]);
+    if (s.window) fprintf(f, "  window %u\n", s.window);
+    if (s.softcap_kind) fprintf(f, "  softcap %.9g (class %u)\n", (double)decode_softcap(&s), s.softcap_kind);
+    const size_t Hq = Hkv * G;
+    float *arr = fz_xmalloc(Hq * sizeof(float));
+    if (s.alibi_kind) {
+        for (size_t h = 0; h < Hq; h++) arr[h] = 0.0f;
+        make_slopes(&s, Hq, arr);
+        fprintf(f, "  alibi slopes (class %u):", s.alibi_kind);
+        for (size_t h = 0; h < Hq; h++) fprintf(f, " %.9g", (double)arr[h]);
+        fputc('\n', f);
+    }
+    if (s.sink_kind) {
+        make_sinks(&s, Hq, arr);
+        fprintf(f, "  sinks (class %u):", s.sink_kind);
+        for (size_t h = 0; h < Hq; h++) fprintf(f, " %.9g", (double)arr[h]);
+        fputc('\n', f);
+    }
+    free(arr);
+    if (s.mask) {
+        view v;
+        mask_layout(&v, B, Hq, Lq, Lk, (sdpa_dtype)((s.mask - 1u) % 3), s.mask_layout);
+        fprintf(f, "  mask %s, strides (%td, %td, %td), class %u param %u, special %u\n", dt[(s.mask - 1u) % 3], v.st[0],
+                v.st[1], v.st[2], s.mask_class, s.mask_param, s.mask_special);
+    }
+    if (s.poison) {
+        static const char *const what[4] = {"K NaN", "V +inf", "V NaN", "K -inf, V NaN"};
+        static const char *const where[4] = {"hidden from every row", "hidden from the first row",
+                                             "hidden from the last row", "hidden from some row"};
+        fprintf(f, "  poison: %s on keys %s\n", what[(s.poison - 1u) & 3], where[((s.poison - 1u) >> 2) & 3]);
+    }
     for (unsigned i = 0; i < s.n_inject; i++) {
         const fz_inject *in = &s.inject[i];
         fprintf(f, "  inject %s %s idx %u len %u: %s (%.9g)\n", tn[in->tensor % 3], shape_names[in->shape & 3],

@@ -79,11 +79,23 @@ typedef struct fz_spec {
     unsigned scale_kind;             /* README: 0 default, 1 raw bits, 2..7 classes */
     uint32_t scale_param;
     uint8_t  layout[4];              /* q, k, v, o selectors */
-    int      invalid;                /* -1: a valid call; 0..15 a refused call's kind */
+    int      invalid;                /* -1: a valid call; 0..25 a refused call's kind */
     uint8_t  fill[3], fill_param[3]; /* q, k, v value classes */
     uint32_t seed;
     unsigned n_inject;
     fz_inject inject[FZ_MAX_INJECT];
+    /* The attention variants, read after the injections (0 everywhere: a plain call, so inputs
+       written before they existed decode as they did). Values per README.md. */
+    unsigned window;                 /* 0 off, else the window w */
+    uint8_t  softcap_kind;           /* 0 off, else a class (mod 8) of c from softcap_param */
+    uint32_t softcap_param;
+    uint8_t  alibi_kind, alibi_param; /* 0 off, else a class (mod 4) of the slopes */
+    uint8_t  sink_kind, sink_param;  /* 0 off, else a class (mod 4) of the sinks */
+    uint8_t  mask;                   /* 0 off, else mask dtype (mask - 1) % 3 */
+    uint8_t  mask_layout;            /* broadcast, token stride, axis order, signs */
+    uint8_t  mask_class, mask_param; /* the mask's value class (mod 8) and its parameter */
+    uint8_t  mask_special;           /* 0 none, else a few NaN, +inf, -NaN entries or -inf rows */
+    uint8_t  poison;                 /* 0 none, else non-finite K/V written on hidden keys */
 } fz_spec;
 
 /* A spec of a small dense valid call (batch 1, one head, q_len 1, kv_len 1, head_dim 1, every
@@ -94,7 +106,8 @@ size_t fz_encode(const fz_spec *s, uint8_t *out, size_t cap);
 /* The spec data[0..size) decodes to (before the work budget shrinks its sizes). */
 void fz_decode(const uint8_t *data, size_t size, fz_spec *s);
 
-#define FZ_MAX_BYTES (31 + FZ_MAX_INJECT * 12)
+#define FZ_VARIANT_BYTES 18 /* the variant fields after the injections */
+#define FZ_MAX_BYTES (31 + FZ_MAX_INJECT * 12 + FZ_VARIANT_BYTES)
 
 /* Raw f32 bits of a float, for FZV_RAW and scale_kind 1. */
 uint32_t fz_f32_bits(float f);
