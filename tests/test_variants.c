@@ -17,8 +17,8 @@
  * hidden keys cannot reach it), from the very values the library reads (f16/bf16 K, V and mask
  * converted exactly). A row that sees nothing gives zeros and lse -inf, or lse = sink_h.
  *
- * Tolerance of an output element (derivation below, in row_tol / the check): the plain
- * attention bound of attn.h (attn_row_tol: f32 accumulation of the weights and weighted
+ * Tolerance of an output element (oracle() gathers the sums, prob_check() applies them): the
+ * plain attention bound of attn.h (attn_row_tol: f32 accumulation of the weights and weighted
  * values, the f32 score dot products) plus what the variants add, each from a stated bound:
  *   - the implementation's exp error, sdpa_impl_exp_max_ulp: a weight off by e ULP (relative
  *     2 e u) moves an output by at most 2 e u * 2 (numerator and denominator) times sum w|v|;
@@ -31,10 +31,12 @@
  *     is sum_j (w_j / l) ds_j (|v_jc| + |o_c|), doubled for the second-order terms;
  *   - the weights SIMD kernels may flush below e^-87 of the row's largest (sdpa.h): at most
  *     n e^-87 max|v| / l.
- * lse: E_row (1 + |lse|) as attn.h, plus 2 sum_j (w_j / l) ds_j.
+ * With a sink, l includes e^(sink - M), and the sink weight's exponent rounds by u |sink - M|.
+ * lse: E_row (1 + |lse|) as attn.h (E_row: attn_row_tol plus the exp term), plus
+ * 2 sum_j (w_j / l) ds_j.
  */
 
-static bench_pool *g_pool[4]; /* 1, 2 and 3 threads (the last one shuffled) */
+static bench_pool *g_pool[3]; /* 1, 2 and 3 threads (the last one shuffled) */
 
 #define F32 SDPA_F32
 #define F16 SDPA_F16
