@@ -86,15 +86,13 @@ static inline float sdpa_bits_f32(uint32_t b)
 }
 
 /* s[0..n) <- c tanh(s / c), with inv = 1 / c, or 0 where 1 / c overflows (c < 2^-128): then
-   the division itself, as 0 * inf would make a zero score NaN. */
+   the division itself, as 0 * inf would make a zero score NaN. One pass, tanh inlined. */
 static inline void sdpa_softcap(float *s, size_t n, float c, float inv)
 {
     if (inv != 0.0f)
-        for (size_t j = 0; j < n; j++) s[j] *= inv;
+        for (size_t j = 0; j < n; j++) s[j] = c * sdpa_tanh1(s[j] * inv);
     else
-        for (size_t j = 0; j < n; j++) s[j] /= c;
-    sdpa_tanh_f32(s, s, n);
-    for (size_t j = 0; j < n; j++) s[j] *= c;
+        for (size_t j = 0; j < n; j++) s[j] = c * sdpa_tanh1(s[j] / c);
 }
 
 /* ALiBi, the mask and the window start on row r's scores of keys [j0, j0 + n), score j at
