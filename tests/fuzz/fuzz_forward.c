@@ -315,6 +315,20 @@ typedef struct view {
     unsigned char *buf;
 } view;
 
+/* A view's origin and buffer length from its counts, row length D and strides: the lowest element
+   reached lies FZ_MARGIN elements in, and FZ_MARGIN more follow the highest. */
+static void view_place(view *v)
+{
+    ptrdiff_t lo = 0, hi = (ptrdiff_t)v->D - 1;
+    for (int a = 0; a < 3; a++) {
+        const ptrdiff_t reach = (ptrdiff_t)(v->n[a] - 1) * v->st[a];
+        if (reach < 0) lo += reach;
+        else hi += reach;
+    }
+    v->origin = FZ_MARGIN - lo;
+    v->n_elems = (size_t)(hi - lo + 1) + 2 * FZ_MARGIN;
+}
+
 /* Lays out a view from a selector byte: bits 0-1 the axis order (innermost first: token, head,
    batch / head, token, batch / token, batch, head / batch, token, head), bits 2-4 a negative
    stride for token, head, batch, bits 5-6 padding of 0, 1, 3 or 8 elements after each step,
@@ -341,14 +355,7 @@ static void view_layout(view *v, size_t B, size_t H, size_t T, size_t D, sdpa_dt
         span = st * (v->n[a] - 1) + span;
         v->st[a] = (signs & bit) && !bcast ? -(ptrdiff_t)st : (ptrdiff_t)st;
     }
-    ptrdiff_t lo = 0, hi = (ptrdiff_t)D - 1;
-    for (int a = 0; a < 3; a++) {
-        const ptrdiff_t reach = (ptrdiff_t)(v->n[a] - 1) * v->st[a];
-        if (reach < 0) lo += reach;
-        else hi += reach;
-    }
-    v->origin = FZ_MARGIN - lo;
-    v->n_elems = (size_t)(hi - lo + 1) + 2 * FZ_MARGIN;
+    view_place(v);
 }
 
 static void *fz_xmalloc(size_t bytes)
@@ -635,14 +642,7 @@ static void mask_layout(view *v, size_t B, size_t H, size_t T, size_t L, sdpa_dt
         v->st[a] = neg ? -(ptrdiff_t)span : (ptrdiff_t)span;
         span *= v->n[a];
     }
-    ptrdiff_t lo = 0, hi = Ll - 1;
-    for (int a = 0; a < 3; a++) {
-        const ptrdiff_t reach = (ptrdiff_t)(v->n[a] - 1) * v->st[a];
-        if (reach < 0) lo += reach;
-        else hi += reach;
-    }
-    v->origin = FZ_MARGIN - lo;
-    v->n_elems = (size_t)(hi - lo + 1) + 2 * FZ_MARGIN;
+    view_place(v);
 }
 
 /* Keys [*lo, *hi) that query row i may see by causal and the window (bottom-right aligned). */
