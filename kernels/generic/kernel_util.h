@@ -58,6 +58,15 @@ static inline void sdpa_scale_scores(float *s, size_t n, float mul)
         }                                                                                      \
     } while (0)
 
+/* A float's bits and back, through a union: GCC keeps these in registers and vectorises loops
+   that use them as no-ops. */
+typedef union sdpa_pun {
+    float    f;
+    uint32_t u;
+} sdpa_pun;
+static inline uint32_t sdpa_f32_bits(float f) { return (sdpa_pun){.f = f}.u; }
+static inline float sdpa_bits_f32(uint32_t u) { return (sdpa_pun){.u = u}.f; }
+
 /* Whether every element of V rows [ja, jb) is finite: no exponent field all ones (f32 0x7f800000,
    f16 0x7c00, bf16 0x7f80), tested on the bits so that the loop vectorises. */
 typedef uint32_t __attribute__((may_alias)) sdpa_bits32;

@@ -62,7 +62,6 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
     const size_t B = loop_begin(&c, w, &S, &lds, &alpha);
     const size_t nblk = (w->kv_end - w->kv_begin + B - 1) / B;
     const int rev = SDPA_LOOP_REVERSE && w->reverse;
-    const sdpa_mods *md = var ? w->mods : NULL;
     size_t r0 = 0; /* rows before r0 see none of the block: forward, it only grows */
 
     for (size_t bi = 0; bi < nblk; bi++) {
@@ -82,10 +81,7 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
         for (size_t r = r0; r < R; r++) {
             const size_t nv = sdpa_visible(w, r, j0, nb);
             if (w->score_mul) sdpa_scale_scores(S + r * lds, nv, w->score_mul[r]);
-            if (var) {
-                if (md && md->softcap > 0.0f) sdpa_softcap(S + r * lds, nv, md->softcap, md->inv_softcap);
-                hidden |= sdpa_modify_row(w, r, j0, S + r * lds, nv, 1);
-            }
+            if (var) hidden |= sdpa_modify_scores(w, r, j0, S + r * lds, nv);
             alpha[r] = loop_softmax(&c, r, S + r * lds, nv, nb, &w->m[r], &w->l[r]);
         }
         /* hidden keys carry p = 0, which adds exactly 0 when their V is finite; otherwise the

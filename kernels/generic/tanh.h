@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "exp_coeffs.h" /* the Cody-Waite split of ln 2 and the polynomial of e^r */
+#include "kernel_util.h"  /* sdpa_f32_bits, sdpa_bits_f32 */
 
 /*
  * y = tanh(x), computed on a = |x| with the sign bit of x put back at the end, so the function
@@ -15,18 +16,17 @@
  * function inlines into loops (sdpa_tanh_f32, softcap's) that each ISA's flags vectorise.
  *
  * a < TANH_SMALL (tanh(a) < 0.5006): a + a*(z*P(z)), z = a*a, P of degree 4: a weighted Remez
- * fit of (tanh(a)/a - 1)/z for the relative error of the result on a in (0, TANH_SMALL], the
- * coefficients rounded to float one at a time with the rest refitted: relative error 1.14e-9
- * (0.02 ULP). The correction a*z*P is at most 10 % of the result, so its few roundings add
- * little to the final addition's half ULP. Tiny a: z*P underflows to 0 and y = a exactly.
+ * fit of (tanh(a)/a - 1)/z for the relative error of the result on (0, TANH_SMALL], the
+ * coefficients rounded to float one at a time with the rest refitted. The correction a*z*P is
+ * small beside a, so its roundings add little to the final addition's half ULP. Tiny a: z*P
+ * underflows to 0 and y = a exactly.
  *
  * a >= TANH_SMALL (tanh(a) > 0.5, one ULP = 2^-24): tanh(a) = 1 - q, q = 2e/(1 + e) < 0.5,
  * e = e^(-2a) < 0.333: -2a = n ln2 + r (n = round(-2a log2 e) in [-29, -2], a clamped to
  * TANH_CLAMP; r by the two-part ln 2 of exp_coeffs.h), e = 2^n (1 + r + r^2 (1/2 + EXP_C3 r +
- * ...)). e's relative error (about an ULP) moves q by as much relative to q < 0.5, and the
- * roundings of 1 + e, of the quotient and of 1 - q add: measured 1.53 ULP at most without the
- * fused multiply-add, 1.52 with it, near a = 0.56. a >= TANH_CLAMP: e < 2^-27, and 1 - q rounds
- * to exactly 1.
+ * ...)). e's relative error carries into q, whose ULP (q < 0.5) is at most half the result's;
+ * the roundings of 1 + e, of the quotient and of 1 - q add theirs, and the error is largest just
+ * above TANH_SMALL. a >= TANH_CLAMP: e < 2^-27, and 1 - q rounds to exactly 1.
  *
  * NaN takes the small branch and propagates; +-inf takes the large one and gives +-1.
  *
@@ -52,20 +52,12 @@
 #define SDPA_TANH_FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
-/* Bit casts through a union: GCC keeps them in registers and vectorises them as no-ops. */
-typedef union sdpa_tanh_pun {
-    float f;
-    uint32_t u;
-} sdpa_tanh_pun;
-static inline uint32_t sdpa_tanh_bits(float f) { return (sdpa_tanh_pun){.f = f}.u; }
-static inline float sdpa_tanh_float(uint32_t u) { return (sdpa_tanh_pun){.u = u}.f; }
-
 /* tanh of one float, for loops to inline and vectorise. */
 static inline __attribute__((always_inline)) float sdpa_tanh1(float x)
 {
-    const uint32_t xb = sdpa_tanh_bits(x);
+    const uint32_t xb = sdpa_f32_bits(x);
     const uint32_t ab = xb & 0x7fffffffu;
-    const float a = sdpa_tanh_float(ab);
+    const float a = sdpa_bits_f32(ab);
 
     /* small branch */
     const float z = a * a;
@@ -78,14 +70,14 @@ static inline __attribute__((always_inline)) float sdpa_tanh1(float x)
     /* large branch. The clamp is an integer min of the bits (they order like the values; NaN
        becomes TANH_CLAMP): a float compare lets GCC split off a >= TANH_CLAMP as a constant
        path, and that control flow keeps the loop scalar. */
-    const int32_t cb = (int32_t)sdpa_tanh_bits(TANH_CLAMP);
-    const float ac = sdpa_tanh_float((uint32_t)((int32_t)ab < cb ? (int32_t)ab : cb));
+    const int32_t cb = (int32_t)sdpa_f32_bits(TANH_CLAMP);
+    const float ac = sdpa_bits_f32((uint32_t)((int32_t)ab < cb ? (int32_t)ab : cb));
     const float v = -2.0f * ac;
     const float nr = SDPA_TANH_FMA(v, EXP_LOG2E, TANH_ROUND);
     const float nf = nr - TANH_ROUND;
     /* 2^n from the exponent field: (bits(nr) << 23) = n << 23, as bits(TANH_ROUND) << 23 wraps
        to 0 */
-    const float two_n = sdpa_tanh_float((sdpa_tanh_bits(nr) << 23) + 0x3f800000u);
+    const float two_n = sdpa_bits_f32((sdpa_f32_bits(nr) << 23) + 0x3f800000u);
     const float r = SDPA_TANH_FMA(nf, -EXP_LN2_LO, SDPA_TANH_FMA(nf, -EXP_LN2_HI, v));
     float c = SDPA_TANH_FMA(EXP_C6, r, EXP_C5);
     c = SDPA_TANH_FMA(c, r, EXP_C4);
@@ -98,8 +90,8 @@ static inline __attribute__((always_inline)) float sdpa_tanh1(float x)
     /* The branches are selected by bit masks: with ?: GCC moves the large branch (and its
        division, which may trap) under a condition that it then cannot if-convert. */
     const uint32_t big = 0u - (uint32_t)(a >= TANH_SMALL);
-    const uint32_t tb = (sdpa_tanh_bits(large) & big) | (sdpa_tanh_bits(small) & ~big);
-    return sdpa_tanh_float(tb | (xb & 0x80000000u));
+    const uint32_t tb = (sdpa_f32_bits(large) & big) | (sdpa_f32_bits(small) & ~big);
+    return sdpa_bits_f32(tb | (xb & 0x80000000u));
 }
 
 /* y[i] = tanh(x[i]) for i < n; y may equal x (each element is read before it is written). */

@@ -26,11 +26,17 @@ static inline const void *sdpa_mask_row(const sdpa_rows *w, size_t r)
     return w->mods && w->mods->mask ? w->mods->mask[r] : NULL;
 }
 
+/* -inf's bits in a mask dtype. */
+static inline uint32_t sdpa_ninf_bits(sdpa_dtype t)
+{
+    return t == SDPA_F32 ? 0xff800000u : t == SDPA_F16 ? 0xfc00u : 0xff80u;
+}
+
 /* Whether mask entry j of a row is -inf, on the bits. */
 static inline bool sdpa_mask_hides(const void *row, sdpa_dtype t, size_t j)
 {
-    if (t == SDPA_F32) return ((const sdpa_bits32 *)row)[j] == 0xff800000u;
-    return ((const uint16_t *)row)[j] == (t == SDPA_F16 ? 0xfc00u : 0xff80u);
+    if (t == SDPA_F32) return ((const sdpa_bits32 *)row)[j] == sdpa_ninf_bits(t);
+    return ((const uint16_t *)row)[j] == sdpa_ninf_bits(t);
 }
 
 /* Whether row r sees key j: inside [first, limit) and not masked by -inf. */
@@ -65,24 +71,11 @@ static inline bool sdpa_block_hidden(const sdpa_rows *w, size_t r0, size_t r1, s
    (the product is exact); inf and NaN keep their payload. */
 static inline float sdpa_f16_to_f32_vec(uint16_t h)
 {
-    union {
-        uint32_t u;
-        float f;
-    } t = {(uint32_t)(h & 0x7fffu) << 13}, r;
-    r.f = t.f * 0x1p112f;
+    const uint32_t t = (uint32_t)(h & 0x7fffu) << 13;
     const uint32_t special = 0u - (uint32_t)((h & 0x7c00u) == 0x7c00u);
-    r.u = (r.u & ~special) | ((0x7f800000u | t.u) & special);
-    r.u |= (uint32_t)(h & 0x8000u) << 16;
-    return r.f;
-}
-
-static inline float sdpa_bits_f32(uint32_t b)
-{
-    union {
-        uint32_t u;
-        float f;
-    } v = {b};
-    return v.f;
+    uint32_t r = sdpa_f32_bits(sdpa_bits_f32(t) * 0x1p112f);
+    r = (r & ~special) | ((0x7f800000u | t) & special);
+    return sdpa_bits_f32(r | (uint32_t)(h & 0x8000u) << 16);
 }
 
 /* s[0..n) <- c tanh(s / c), with inv = 1 / c, or 0 where 1 / c overflows (c < 2^-128): then
@@ -119,21 +112,17 @@ SDPA_INLINE bool sdpa_modify_row(const sdpa_rows *w, size_t r, size_t j0, float 
         const ELEM_T *x = mr;                                                                  \
         for (size_t j = 0; j < n; j++) {                                                       \
             const uint32_t hm = 0u - (uint32_t)(x[j] == (NINF));                               \
-            union {                                                                            \
-                float f;                                                                       \
-                uint32_t u;                                                                    \
-            } t = {s[j * ds] + TO_F32(x[j])};                                                  \
+            const uint32_t t = sdpa_f32_bits(s[j * ds] + TO_F32(x[j]));                        \
             any |= hm;                                                                         \
-            t.u = (t.u & ~hm) | (0xff800000u & hm);                                            \
-            s[j * ds] = t.f;                                                                   \
+            s[j * ds] = sdpa_bits_f32((t & ~hm) | (sdpa_ninf_bits(SDPA_F32) & hm));            \
         }                                                                                      \
     } while (0)
         if (md->mask_type == SDPA_F32)
-            SDPA_MASK_LOOP(sdpa_bits32, 0xff800000u, sdpa_bits_f32);
+            SDPA_MASK_LOOP(sdpa_bits32, sdpa_ninf_bits(SDPA_F32), sdpa_bits_f32);
         else if (md->mask_type == SDPA_F16)
-            SDPA_MASK_LOOP(uint16_t, 0xfc00u, sdpa_f16_to_f32_vec);
+            SDPA_MASK_LOOP(uint16_t, sdpa_ninf_bits(SDPA_F16), sdpa_f16_to_f32_vec);
         else
-            SDPA_MASK_LOOP(uint16_t, 0xff80u, sdpa_bf16_to_f32);
+            SDPA_MASK_LOOP(uint16_t, sdpa_ninf_bits(SDPA_BF16), sdpa_bf16_to_f32);
 #undef SDPA_MASK_LOOP
         hidden = any != 0;
     }
@@ -144,6 +133,15 @@ SDPA_INLINE bool sdpa_modify_row(const sdpa_rows *w, size_t r, size_t j0, float 
         hidden = true;
     }
     return hidden;
+}
+
+/* Every modifier on row r's row-major scores s[0..n) of keys [j0, j0 + n): softcap, then
+   sdpa_modify_row; returns whether a key of them is hidden from the row. */
+static inline bool sdpa_modify_scores(const sdpa_rows *w, size_t r, size_t j0, float *s, size_t n)
+{
+    const sdpa_mods *md = w->mods;
+    if (md && md->softcap > 0.0f) sdpa_softcap(s, n, md->softcap, md->inv_softcap);
+    return sdpa_modify_row(w, r, j0, s, n, 1);
 }
 
 /* acc_r = alpha acc_r + sum of p[j * ps] v_{j0 + j} over the keys j < n of the block that row r

@@ -99,7 +99,6 @@ static void rows_scalar(const sdpa_rows *w)
 {
     const size_t d = w->d, dv = w->dv, B = w->block;
     const bool var = sdpa_is_variant(w);
-    const sdpa_mods *md = w->mods;
     float *kb = w->ws, *vb = kb + B * d, *s = vb + B * dv;
     for (size_t j0 = w->kv_begin; j0 < w->kv_end; j0 += B) {
         const size_t nb = w->kv_end - j0 < B ? w->kv_end - j0 : B;
@@ -114,11 +113,7 @@ static void rows_scalar(const sdpa_rows *w)
             const size_t n = lim - j0 < nb ? lim - j0 : nb;
             score_f32_scalar(w->q + r * d, kb, d, n, d, 1.0f, s);
             if (w->score_mul) sdpa_scale_scores(s, n, w->score_mul[r]);
-            bool hidden = false;
-            if (var) {
-                if (md && md->softcap > 0.0f) sdpa_softcap(s, n, md->softcap, md->inv_softcap);
-                hidden = sdpa_modify_row(w, r, j0, s, n, 1);
-            }
+            const bool hidden = var && sdpa_modify_scores(w, r, j0, s, n);
             const float alpha = softmax_online_f32_scalar(s, n, &w->m[r], &w->l[r]);
             if (hidden) /* hidden keys are skipped, not weighted by 0 */
                 sdpa_pv_row_exact(w, r, j0, n, alpha, s, 1);
