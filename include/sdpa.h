@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -147,6 +148,30 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
        row's softmax denominator, with no value row; lse includes it. A row that sees no key
        then gives zeros and lse = sink_h. */
     const float         *sinks;
+
+    /* --- ragged batches: sequences of their own lengths in one call. Per side (queries,
+       keys) at most one of the two forms; causal, window and ALiBi align each sequence
+       bottom-right on its own lengths, i' = i + kv_len_b - q_len_b. The mask view
+       ([batch][q_heads][q_len][kv_len]) and lse ([batch][q_heads][q_len]) keep their shapes
+       and are indexed by each sequence's own query and key indices. */
+    /* padded: NULL, or [batch] lengths, q_lens[b] <= q_len and kv_lens[b] <= kv_len. The views
+       stay [batch][head][token][dim]; rows of o (and lse entries) past q_lens[b] are not
+       written, and keys past kv_lens[b] are never read. A sequence of 0 queries is skipped; one
+       of 0 keys gives zeros (lse -inf, or its sink). */
+    const size_t        *q_lens, *kv_lens;
+    /* packed: NULL, or [batch + 1] offsets, cu[0] = 0, non-decreasing (FlashAttention's
+       cu_seqlens): sequence b is tokens [cu[b], cu[b + 1]) of its view, whose batch_stride is
+       then unused; q_len / kv_len bound every sequence's length (the longest). */
+    const size_t        *cu_q, *cu_kv;
+    /* --- paged K/V (vLLM's block table). NULL: off. Otherwise [batch][max_pages] page
+       numbers: key j of sequence b is token j % page_size of page
+       block_table[b * max_pages + j / page_size]. The k and v views then address pages:
+       batch_stride is the stride between pages (n_pages of them), head_stride and
+       token_stride as usual within a page. Sequence b has kv_lens[b] keys (kv_len when kv_lens
+       is NULL; cu_kv cannot be combined with paging); every entry a sequence uses must lie in
+       [0, n_pages), which is checked before anything is read. */
+    const int32_t       *block_table;
+    size_t               page_size, max_pages, n_pages;
 } sdpa_params;
 
 /* Runs attention for every (batch, head, query) of p on the active implementation.
@@ -186,6 +211,24 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
      (n keys, l >= 1 the row's sum of weights): 1.7e-38 * n * max|v| at most. The scalar
      reference keeps them. Either way a flushed weight times an inf V element is NaN, still
      non-finite. */
+/* Combines n_parts partial attentions of the same rows over disjoint key sets (split KV, a
+   shared prefix and each sequence's own suffix, several machines), each given as its output
+   and log-sum-exp (sdpa_forward's o and lse): per row r, lse = log sum_i e^lse_i[r] and
+   o = sum_i e^(lse_i[r] - lse) o_i[r], the parts combined in index order (deterministic).
+   Row r of part i is o_parts[i] + r * o_stride (dv floats) and lse_parts[i][r]; the result
+   goes to o + r * o_out_stride and, when lse is not NULL, lse[r].
+   - A part with lse -inf saw nothing and is ignored; a row whose parts are all -inf gives
+     zeros and lse -inf. A NaN lse makes the row NaN (o and lse).
+   - o may be one of the parts (same pointer and stride: merged in place), and lse one of
+     lse_parts; otherwise the outputs must not overlap any part.
+   - Refused (SDPA_ERR_INVALID_ARGUMENT, nothing written): n_parts, rows or dv 0, a NULL
+     pointer, a stride smaller than dv, other overlaps; SDPA_ERR_OVERFLOW when an extent
+     overflows. The sink of a head (sdpa_params.sinks) belongs to one part only: merge parts
+     computed without it, then the sink is a part with o = 0 and lse = sink. */
+sdpa_status sdpa_merge(size_t n_parts, size_t rows, size_t dv, const float *const *o_parts,
+                       size_t o_stride, const float *const *lse_parts, float *o,
+                       size_t o_out_stride, float *lse);
+
 /* The standard ALiBi slopes (Press et al., "Train Short, Test Long", 2022), as ggml derives
    them from max_bias: with n = the largest power of two <= n_heads, head h < n gets
    2^(-max_bias (h + 1) / n) and head h >= n gets 2^(-max_bias (2 (h - n) + 1) / (2 n)).
