@@ -101,6 +101,83 @@ static bool overlaps(const void *a, extent ea, const void *b, extent eb)
     return a0 < b1 && b0 < a1;
 }
 
+/* One side's lengths: padded (each <= bound) or packed (cu from 0, non-decreasing, each
+   sequence <= bound); *tokens: packed, the tokens of all sequences (at least 1, for the view's
+   extent). */
+static sdpa_status check_lengths(checker *c, const char *side, size_t batch, const size_t *lens,
+                                 const size_t *cu, size_t bound, const char *bound_name,
+                                 size_t *tokens)
+{
+    *tokens = 1;
+    if (lens && cu)
+        return fail(c, SDPA_ERR_INVALID_ARGUMENT,
+                    "%s_lens and cu_%s are both set: a side is padded or packed, not both", side,
+                    side);
+    if (lens) {
+        for (size_t b = 0; b < batch; b++)
+            if (lens[b] > bound)
+                return fail(c, SDPA_ERR_INVALID_ARGUMENT, "%s_lens[%zu] = %zu exceeds %s (%zu)",
+                            side, b, lens[b], bound_name, bound);
+    }
+    if (cu) {
+        if (cu[0] != 0)
+            return fail(c, SDPA_ERR_INVALID_ARGUMENT, "cu_%s[0] = %zu: it must be 0", side, cu[0]);
+        for (size_t b = 0; b < batch; b++) {
+            if (cu[b + 1] < cu[b])
+                return fail(c, SDPA_ERR_INVALID_ARGUMENT,
+                            "cu_%s decreases: cu_%s[%zu] = %zu < cu_%s[%zu] = %zu", side, side,
+                            b + 1, cu[b + 1], side, b, cu[b]);
+            if (cu[b + 1] - cu[b] > bound)
+                return fail(c, SDPA_ERR_INVALID_ARGUMENT,
+                            "cu_%s: sequence %zu has %zu tokens, more than %s (%zu)", side, b,
+                            cu[b + 1] - cu[b], bound_name, bound);
+        }
+        if (cu[batch] > 0) *tokens = cu[batch];
+    }
+    return SDPA_OK;
+}
+
+/* The ragged and paged fields: forms, lengths, and every page entry a sequence uses. */
+static sdpa_status validate_layouts(checker *c, const sdpa_params *p, size_t *q_tok,
+                                    size_t *k_tok)
+{
+    sdpa_status s;
+    if ((s = check_lengths(c, "q", p->batch, p->q_lens, p->cu_q, p->q_len, "q_len", q_tok)) !=
+            SDPA_OK ||
+        (s = check_lengths(c, "kv", p->batch, p->kv_lens, p->cu_kv, p->kv_len, "kv_len", k_tok)) !=
+            SDPA_OK)
+        return s;
+    if (!p->block_table) return SDPA_OK;
+    if (p->cu_kv)
+        return fail(c, SDPA_ERR_INVALID_ARGUMENT,
+                    "cu_kv and block_table are both set: paged lengths come from kv_lens or kv_len");
+    if (p->page_size == 0 || p->max_pages == 0 || p->n_pages == 0)
+        return fail(c, SDPA_ERR_INVALID_ARGUMENT, "block_table is set with %s 0",
+                    p->page_size == 0 ? "page_size" : p->max_pages == 0 ? "max_pages" : "n_pages");
+    size_t longest = 0, span, entries;
+    for (size_t b = 0; b < p->batch; b++) {
+        const size_t lk = p->kv_lens ? p->kv_lens[b] : p->kv_len;
+        if (lk > longest) longest = lk;
+    }
+    if (!mul_sz(p->max_pages, p->page_size, &span) || !mul_sz(p->batch, p->max_pages, &entries))
+        return fail(c, SDPA_ERR_OVERFLOW, "block_table: max_pages %zu, page_size %zu, n_pages %zu "
+                    "overflow", p->max_pages, p->page_size, p->n_pages);
+    if (span < longest)
+        return fail(c, SDPA_ERR_INVALID_ARGUMENT,
+                    "block_table: max_pages (%zu) x page_size (%zu) is shorter than the longest "
+                    "sequence (%zu keys)", p->max_pages, p->page_size, longest);
+    for (size_t b = 0; b < p->batch; b++) {
+        const size_t lk = p->kv_lens ? p->kv_lens[b] : p->kv_len;
+        const int32_t *tab = p->block_table + b * p->max_pages;
+        for (size_t j = 0; j < (lk + p->page_size - 1) / p->page_size; j++)
+            if (tab[j] < 0 || (size_t)tab[j] >= p->n_pages)
+                return fail(c, SDPA_ERR_INVALID_ARGUMENT,
+                            "block_table[%zu][%zu] = %d is outside [0, n_pages = %zu)", b, j,
+                            (int)tab[j], p->n_pages);
+    }
+    return SDPA_OK;
+}
+
 static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor *q,
                             const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o)
 {
@@ -144,10 +221,14 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
                     " dims %zu/%zu)", p->batch, p->q_heads, p->kv_heads, p->q_len, p->kv_len,
                     p->head_dim, dv);
 
-    const size_t nq[3] = {p->batch, p->q_heads, p->q_len};
-    const size_t nk[3] = {p->batch, p->kv_heads, p->kv_len};
-    extent eq, ek, ev, eo;
     sdpa_status s;
+    size_t q_tok, k_tok; /* packed: the tokens of all sequences */
+    if ((s = validate_layouts(c, p, &q_tok, &k_tok)) != SDPA_OK) return s;
+    /* the views' shapes: packed sequences are tokens of batch 0, pages stand for batches */
+    const size_t nq[3] = {p->cu_q ? 1 : p->batch, p->q_heads, p->cu_q ? q_tok : p->q_len};
+    const size_t nk[3] = {p->block_table ? p->n_pages : p->cu_kv ? 1 : p->batch, p->kv_heads,
+                          p->block_table ? p->page_size : p->cu_kv ? k_tok : p->kv_len};
+    extent eq, ek, ev, eo;
     if ((s = view_extent(c, "q", q, nq, p->head_dim, &eq)) != SDPA_OK) return s;
     if ((s = view_extent(c, "k", k, nk, p->head_dim, &ek)) != SDPA_OK) return s;
     if ((s = view_extent(c, "v", v, nk, dv, &ev)) != SDPA_OK) return s;
@@ -188,7 +269,8 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
             return fail(c, SDPA_ERR_INVALID_ARGUMENT,
                         "mask has dtype %d: it must be SDPA_F32, SDPA_F16 or SDPA_BF16", (int)mk->dtype);
         extent em;
-        if ((s = view_extent(c, "mask", mk, nq, p->kv_len, &em)) != SDPA_OK) return s;
+        const size_t nm[3] = {p->batch, p->q_heads, p->q_len}; /* per sequence, whatever the layout */
+        if ((s = view_extent(c, "mask", mk, nm, p->kv_len, &em)) != SDPA_OK) return s;
         if (overlaps(mk->data, em, o->data, eo))
             return fail(c, SDPA_ERR_INVALID_ARGUMENT, "mask overlaps o");
         if (p->lse && overlaps(mk->data, em, p->lse, (extent){0, (ptrdiff_t)(rows * sizeof(float))}))
@@ -220,6 +302,15 @@ sdpa_status sdpa_validate(const sdpa_params *p, const sdpa_tensor *q, const sdpa
 /* The planner's parameters (ROWS_TARGET, SPLIT_*, BLOCK_*, STREAM_BYTES) are listed, with what
    each is, in SDPA_PLANNER_PARAMS (internal.h), which sdpa_planner_tunables reports. */
 
+typedef struct seqinfo {
+    size_t lq, lk;     /* the sequence's query and key counts */
+    size_t q0, k0;     /* packed (cu_q / cu_kv): its first token in the views; else 0 */
+    size_t n_qblk, n_chunks;
+    size_t item0;      /* its first work item */
+    size_t part0;      /* split (n_chunks > 1): its first partial-state slot */
+    size_t grp0;       /* split: its first merge group (one per KV head) */
+} seqinfo;
+
 typedef struct plan {
     const sdpa_kernels *k;
     size_t B, Hq, Hkv, G, Lq, Lk, D, Dv;
@@ -227,66 +318,84 @@ typedef struct plan {
     bool   causal;
     size_t window;            /* 0: off */
     bool   mods;              /* softcap, ALiBi or a mask: the kernels' modifier path */
-    const sdpa_params *p;     /* the call (modifier and sink arrays, the mask view) */
+    const sdpa_params *p;     /* the call (modifier, sink and layout arrays, the mask view) */
     const sdpa_tensor *q, *kt, *vt, *o;
     float *lse;
-    size_t qb, n_qblk, chunk, n_chunks, block, R, n_items;
+    size_t qb, chunk, block, R, n_items, n_groups, max_chunks;
     int    stream;    /* sdpa_rows.stream: K and V exceed the last-level cache */
     size_t ws_stride; /* floats of per-thread scratch: qp [R*D] | limits | state | prefetch hints |
-                         kernel scratch | score multipliers */
+                         variant rows | paged rebase rows | merge pointers | kernel scratch |
+                         score multipliers */
     size_t lim_off;   /* where the key limits (size_t) start in it */
     size_t state_off; /* where m, l, acc start (unsplit problems) */
     size_t pf_off;    /* where the prefetch hints (2R spans) start */
     size_t mul_off;   /* where the rows' score multipliers (R floats, see scale_row) start */
     size_t kws_off;   /* where the kernel's scratch starts */
-    size_t var_off;   /* where the rows' window starts, positions, slopes and mask rows start */
+    size_t var_off;   /* where the rows' window starts, positions, mask rows and slopes start */
+    size_t reb_off;   /* where a paged run's rebased limits, starts, positions, mask rows start */
+    size_t mptr_off;  /* where the merge's part pointers (3 max_chunks) start */
     size_t partial_off; /* where the split-K partial states start, after the workspaces */
+    size_t seq_off;   /* where the sequence table starts, after the partial states */
     float *ws;        /* n_threads * ws_stride floats, 64-byte aligned */
-    float *partial;   /* n_chunks > 1: per item, m[R] l[R] acc[R * Dv] */
+    float *partial;   /* per split item, m[R] l[R] acc[R * Dv] */
+    seqinfo *seq;     /* [B] */
 } plan;
 
 static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
-/* Query i's position among the keys, i' = i + Lk - Lq (bottom-right alignment; sizes are
-   validated to fit, so it fits in ptrdiff_t). */
-static ptrdiff_t q_pos(const plan *pl, size_t i)
+/* Sequence b's query and key counts: packed, padded or the call's own. */
+static size_t seq_lq(const sdpa_params *p, size_t b)
 {
-    return (ptrdiff_t)i + (ptrdiff_t)pl->Lk - (ptrdiff_t)pl->Lq;
+    return p->cu_q ? p->cu_q[b + 1] - p->cu_q[b] : p->q_lens ? p->q_lens[b] : p->q_len;
+}
+static size_t seq_lk(const sdpa_params *p, size_t b)
+{
+    return p->cu_kv ? p->cu_kv[b + 1] - p->cu_kv[b] : p->kv_lens ? p->kv_lens[b] : p->kv_len;
 }
 
-static size_t clamp_keys(const plan *pl, ptrdiff_t j)
+/* Query i's position among its sequence's keys, i' = i + lk - lq (bottom-right alignment; sizes
+   are validated to fit, so it fits in ptrdiff_t). */
+static ptrdiff_t q_pos(const seqinfo *sq, size_t i)
 {
-    return j <= 0 ? 0 : (size_t)j < pl->Lk ? (size_t)j : pl->Lk;
+    return (ptrdiff_t)i + (ptrdiff_t)sq->lk - (ptrdiff_t)sq->lq;
+}
+
+static size_t clamp_keys(const seqinfo *sq, ptrdiff_t j)
+{
+    return j <= 0 ? 0 : (size_t)j < sq->lk ? (size_t)j : sq->lk;
 }
 
 /* Keys query row i may see: [kv_first(i), kv_limit(i)), both non-decreasing in i: causal
-   j <= i', window |i' - j| < w. */
-static size_t kv_limit(const plan *pl, size_t i)
+   j <= i', window |i' - j| < w, and the sequence's own keys. */
+static size_t kv_limit(const plan *pl, const seqinfo *sq, size_t i)
 {
-    if (pl->causal) return clamp_keys(pl, q_pos(pl, i) + 1);
-    if (pl->window) return clamp_keys(pl, q_pos(pl, i) + (ptrdiff_t)pl->window);
-    return pl->Lk;
+    if (pl->causal) return clamp_keys(sq, q_pos(sq, i) + 1);
+    if (pl->window) return clamp_keys(sq, q_pos(sq, i) + (ptrdiff_t)pl->window);
+    return sq->lk;
 }
-static size_t kv_first(const plan *pl, size_t i)
+static size_t kv_first(const plan *pl, const seqinfo *sq, size_t i)
 {
-    return pl->window ? clamp_keys(pl, q_pos(pl, i) - (ptrdiff_t)pl->window + 1) : 0;
+    return pl->window ? clamp_keys(sq, q_pos(sq, i) - (ptrdiff_t)pl->window + 1) : 0;
 }
 
-/* Row (b, h, i) of an f32 view (q or o). */
-static float *f32_row(const sdpa_tensor *t, size_t b, size_t h, size_t i)
+/* Row (h, i) of sequence b in an f32 view of the query side (q or o): packed sequences start
+   at token q0 of batch 0. */
+static float *f32_row(const plan *pl, const sdpa_tensor *t, const seqinfo *sq, size_t b, size_t h,
+                      size_t i)
 {
-    return (float *)t->data + (ptrdiff_t)b * t->batch_stride + (ptrdiff_t)h * t->head_stride +
-           (ptrdiff_t)i * t->token_stride;
+    const ptrdiff_t bo = pl->p->cu_q ? 0 : (ptrdiff_t)b * t->batch_stride;
+    return (float *)t->data + bo + (ptrdiff_t)h * t->head_stride +
+           (ptrdiff_t)(sq->q0 + i) * t->token_stride;
 }
 
 /* Writes one finished row: o = acc / l, and lse = m + log(l); zeros and -inf when no key.
    A sink s (once per row, whatever the split) joins the denominator: with M = max(m, s),
    o = acc e^(m - M) / (l e^(m - M) + e^(s - M)), lse = M + log of that denominator; a row
-   that saw no key gives zeros and lse = s. */
-static void finish_row(const plan *pl, size_t b, size_t h, size_t i, float m, float l,
-                       const float *acc)
+   that saw no key gives zeros and lse = s. lse is indexed by the sequence's own i. */
+static void finish_row(const plan *pl, const seqinfo *sq, size_t b, size_t h, size_t i, float m,
+                       float l, const float *acc)
 {
-    float *o = f32_row(pl->o, b, h, i);
+    float *o = f32_row(pl, pl->o, sq, b, h, i);
     float *lse = pl->lse ? &pl->lse[(b * pl->Hq + h) * pl->Lq + i] : NULL;
     const float sink = pl->p->sinks ? pl->p->sinks[h] : -INFINITY;
     if (l == 0.0f) { /* the row saw no key (or only -inf scores) */
@@ -343,21 +452,114 @@ static float scale_row(float *restrict dst, const float *restrict src, float sca
 }
 
 typedef struct item {
+    const seqinfo *sq;
     size_t b, kvh, i0, qn, chunk;
+    size_t local; /* the item's index within its sequence */
 } item;
+
+/* The last sequence whose first entry (an item or a merge group) is <= t: the one holding t,
+   since a sequence with none shares its first entry with the next. */
+static size_t seq_of(const plan *pl, size_t t, bool groups)
+{
+    size_t lo = 0, hi = pl->B - 1;
+    while (lo < hi) {
+        const size_t mid = lo + (hi - lo + 1) / 2;
+        if ((groups ? pl->seq[mid].grp0 : pl->seq[mid].item0) <= t)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    return lo;
+}
 
 static item item_at(const plan *pl, size_t t)
 {
     item it;
-    it.chunk = t % pl->n_chunks;
-    t /= pl->n_chunks;
-    const size_t qblk = t % pl->n_qblk;
-    t /= pl->n_qblk;
-    it.kvh = t % pl->Hkv;
-    it.b = t / pl->Hkv;
+    it.b = seq_of(pl, t, false);
+    it.sq = &pl->seq[it.b];
+    it.local = t - it.sq->item0;
+    size_t u = it.local;
+    it.chunk = u % it.sq->n_chunks;
+    u /= it.sq->n_chunks;
+    const size_t qblk = u % it.sq->n_qblk;
+    it.kvh = u / it.sq->n_qblk;
     it.i0 = qblk * pl->qb;
-    it.qn = pl->Lq - it.i0 < pl->qb ? pl->Lq - it.i0 : pl->qb;
+    it.qn = it.sq->lq - it.i0 < pl->qb ? it.sq->lq - it.i0 : pl->qb;
     return it;
+}
+
+/* Where a paged sequence's page pg and the next are one run of key rows in both K and V. */
+static bool pages_adjacent(const plan *pl, const int32_t *tab, size_t pg)
+{
+    const ptrdiff_t ps = (ptrdiff_t)pl->p->page_size;
+    return tab[pg + 1] == tab[pg] + 1 && pl->kt->batch_stride == ps * pl->kt->token_stride &&
+           pl->vt->batch_stride == ps * pl->vt->token_stride;
+}
+
+/* Runs the kernel on keys [c0, c1) of the item's KV head. Contiguous K/V: one unit. Paged: one
+   unit per run of adjacent pages, rebased so that the run's first page holds key 0 (limits,
+   window starts, positions and mask rows shifted with it): the kernel only ever addresses
+   rows of the pages it is given, and the online-softmax state carries from run to run. */
+static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, size_t c1,
+                     float *reb)
+{
+    const size_t ke = sdpa_dtype_size(pl->kt->dtype), ve = sdpa_dtype_size(pl->vt->dtype);
+    const sdpa_params *p = pl->p;
+    const char *kd = pl->kt->data, *vd = pl->vt->data;
+    const ptrdiff_t kh = (ptrdiff_t)it->kvh * pl->kt->head_stride,
+                    vh = (ptrdiff_t)it->kvh * pl->vt->head_stride;
+    if (!p->block_table) {
+        const ptrdiff_t kb = p->cu_kv ? (ptrdiff_t)it->sq->k0 * pl->kt->token_stride
+                                      : (ptrdiff_t)it->b * pl->kt->batch_stride;
+        const ptrdiff_t vb = p->cu_kv ? (ptrdiff_t)it->sq->k0 * pl->vt->token_stride
+                                      : (ptrdiff_t)it->b * pl->vt->batch_stride;
+        w->k = kd + (kb + kh) * (ptrdiff_t)ke;
+        w->v = vd + (vb + vh) * (ptrdiff_t)ve;
+        w->kv_begin = c0, w->kv_end = c1;
+        pl->k->rows(w);
+        return;
+    }
+    const size_t ps = p->page_size, R = w->rows;
+    const int32_t *tab = p->block_table + it->b * p->max_pages;
+    const size_t *lim = w->kv_limit, *first = w->kv_first;
+    const sdpa_mods *mods = w->mods;
+    size_t *lim2 = (size_t *)(void *)reb, *first2 = lim2 + R;
+    ptrdiff_t *pos2 = (ptrdiff_t *)(first2 + R);
+    const void **mask2 = (const void **)(pos2 + R);
+    const size_t mes = mods && mods->mask ? sdpa_dtype_size(mods->mask_type) : 0;
+    sdpa_mods m2 = mods ? *mods : (sdpa_mods){0};
+    sdpa_rows u = *w;
+    u.kv_limit = lim2;
+    u.kv_first = first ? first2 : NULL;
+    u.mods = mods ? &m2 : NULL;
+    if (mods) {
+        m2.pos = pos2;
+        if (mods->mask) m2.mask = mask2;
+    }
+    const size_t pg_lo = c0 / ps, pg_hi = (c1 - 1) / ps; /* the pages [c0, c1) touches */
+    /* runs taken from the last when the unit scans backwards (the cache hint of sdpa_rows) */
+    for (size_t pg = w->reverse ? pg_hi : pg_lo;;) {
+        size_t a = pg, e = pg; /* the run's pages [a, e] */
+        if (w->reverse)
+            while (a > pg_lo && pages_adjacent(pl, tab, a - 1)) a--;
+        else
+            while (e < pg_hi && pages_adjacent(pl, tab, e)) e++;
+        const size_t base = a * ps, j0 = base > c0 ? base : c0,
+                     j1 = (e + 1) * ps < c1 ? (e + 1) * ps : c1;
+        for (size_t r = 0; r < R; r++) {
+            lim2[r] = lim[r] > base ? lim[r] - base : 0;
+            if (first) first2[r] = first[r] > base ? first[r] - base : 0;
+            if (mods) pos2[r] = mods->pos[r] - (ptrdiff_t)base;
+            if (mods && mods->mask) mask2[r] = (const char *)mods->mask[r] + base * mes;
+        }
+        const ptrdiff_t page = tab[a];
+        u.k = kd + (page * pl->kt->batch_stride + kh) * (ptrdiff_t)ke;
+        u.v = vd + (page * pl->vt->batch_stride + vh) * (ptrdiff_t)ve;
+        u.kv_begin = j0 - base, u.kv_end = j1 - base;
+        pl->k->rows(&u);
+        if (w->reverse ? a == pg_lo : e == pg_hi) break;
+        pg = w->reverse ? a - 1 : e + 1;
+    }
 }
 
 /* One work item: pack the scaled queries of every head of the group (query-major, so the key
@@ -367,11 +569,13 @@ static void run_item(void *arg, size_t t, size_t thread)
 {
     const plan *pl = arg;
     const item it = item_at(pl, t);
+    const seqinfo *sq = it.sq;
     const size_t R = it.qn * pl->G, D = pl->D, Dv = pl->Dv;
+    const bool split = sq->n_chunks > 1;
     float *ws = pl->ws + thread * pl->ws_stride;
     float *qp = ws;
     size_t *lim = (size_t *)(void *)(ws + pl->lim_off);
-    float *state = (pl->n_chunks > 1) ? pl->partial + t * pl->R * (Dv + 2) : ws + pl->state_off;
+    float *state = split ? pl->partial + (sq->part0 + it.local) * pl->R * (Dv + 2) : ws + pl->state_off;
     float *m = state, *l = state + R, *acc = state + 2 * R;
     float *mul = ws + pl->mul_off;
     bool scaled = false;
@@ -384,14 +588,14 @@ static void run_item(void *arg, size_t t, size_t thread)
     const sdpa_tensor *mk = p->mask;
 
     for (size_t i = 0; i < it.qn; i++) {
-        const size_t li = kv_limit(pl, it.i0 + i), fi = kv_first(pl, it.i0 + i);
+        const size_t li = kv_limit(pl, sq, it.i0 + i), fi = kv_first(pl, sq, it.i0 + i);
         for (size_t g = 0; g < pl->G; g++) {
             const size_t r = i * pl->G + g, h = it.kvh * pl->G + g;
-            mul[r] = scale_row(qp + r * D, f32_row(pl->q, it.b, h, it.i0 + i), pl->scale, D);
+            mul[r] = scale_row(qp + r * D, f32_row(pl, pl->q, sq, it.b, h, it.i0 + i), pl->scale, D);
             scaled |= mul[r] != 1.0f;
             lim[r] = li;
             first[r] = fi;
-            pos[r] = q_pos(pl, it.i0 + i);
+            pos[r] = q_pos(sq, it.i0 + i);
             if (p->alibi_slopes) slope[r] = p->alibi_slopes[h];
             if (mk)
                 mrow[r] = (const char *)mk->data +
@@ -417,10 +621,10 @@ static void run_item(void *arg, size_t t, size_t thread)
        (unsplit problems) and the next item's query rows (its own next item when run serially) */
     sdpa_span *pf = (sdpa_span *)(void *)(ws + pl->pf_off);
     size_t n_pf = 0;
-    if (pl->n_chunks == 1)
+    if (!split)
         for (size_t r = 0; r < R; r++) {
             const size_t h = it.kvh * pl->G + r % pl->G, i = it.i0 + r / pl->G;
-            pf[n_pf].p = f32_row(pl->o, it.b, h, i);
+            pf[n_pf].p = f32_row(pl, pl->o, sq, it.b, h, i);
             pf[n_pf++].bytes = Dv * sizeof(float);
         }
     if (t + 1 < pl->n_items) {
@@ -428,30 +632,23 @@ static void run_item(void *arg, size_t t, size_t thread)
         if (nx.chunk == 0)
             for (size_t r = 0; r < nx.qn * pl->G; r++) {
                 const size_t h = nx.kvh * pl->G + r % pl->G, i = nx.i0 + r / pl->G;
-                pf[n_pf].p = f32_row(pl->q, nx.b, h, i);
+                pf[n_pf].p = f32_row(pl, pl->q, nx.sq, nx.b, h, i);
                 pf[n_pf++].bytes = D * sizeof(float);
             }
     }
 
-    size_t c0 = it.chunk * pl->chunk;
-    size_t c1 = c0 + pl->chunk < pl->Lk ? c0 + pl->chunk : pl->Lk;
+    /* a split sequence's chunk, or all of an unsplit one's keys */
+    size_t c0 = split ? it.chunk * pl->chunk : 0;
+    size_t c1 = split && c0 + pl->chunk < sq->lk ? c0 + pl->chunk : sq->lk;
     if (c0 < first[0]) c0 = first[0]; /* keys left of every row's window are never read */
     if (c1 > lim[R - 1]) c1 = lim[R - 1]; /* keys no row of the item sees are never read */
     if (c0 < c1) {
-        const size_t ke = sdpa_dtype_size(pl->kt->dtype), ve = sdpa_dtype_size(pl->vt->dtype);
-        const sdpa_rows w = {
+        sdpa_rows w = {
             .rows = R, .d = D, .dv = Dv, .q = qp, .kv_limit = lim,
             .kv_first = pl->window ? first : NULL, .mods = pl->mods ? &mods : NULL,
             .score_mul = scaled ? mul : NULL,
-            .k = (const char *)pl->kt->data +
-                 ((ptrdiff_t)it.b * pl->kt->batch_stride + (ptrdiff_t)it.kvh * pl->kt->head_stride) *
-                     (ptrdiff_t)ke,
-            .v = (const char *)pl->vt->data +
-                 ((ptrdiff_t)it.b * pl->vt->batch_stride + (ptrdiff_t)it.kvh * pl->vt->head_stride) *
-                     (ptrdiff_t)ve,
             .k_stride = pl->kt->token_stride, .v_stride = pl->vt->token_stride,
             .k_type = pl->kt->dtype, .v_type = pl->vt->dtype,
-            .kv_begin = c0, .kv_end = c1,
             .m = m, .l = l, .acc = acc,
             .ws = ws + pl->kws_off, .block = pl->block,
             .pf = pf, .n_pf = n_pf,
@@ -460,51 +657,43 @@ static void run_item(void *arg, size_t t, size_t thread)
             .reverse = (int)(it.i0 / pl->qb % 2),
             .stream = pl->stream,
         };
-        pl->k->rows(&w);
+        run_keys(pl, &it, &w, c0, c1, ws + pl->reb_off);
     }
-    if (pl->n_chunks > 1) return;
+    if (split) return;
     for (size_t r = 0; r < R; r++)
-        finish_row(pl, it.b, it.kvh * pl->G + r % pl->G, it.i0 + r / pl->G, m[r], l[r],
+        finish_row(pl, sq, it.b, it.kvh * pl->G + r % pl->G, it.i0 + r / pl->G, m[r], l[r],
                    acc + r * Dv);
 }
 
-/* Merges the chunks of one (batch, KV head, query block) in chunk order, so the result does not
-   depend on which thread computed what: m = max m_c, l = sum l_c e^(m_c - m), the same for acc.
-   A chunk's state says what it saw: l = 0, nothing (whatever m is); l or m NaN, a NaN score
-   (some kernels keep NaN out of m and carry it in l only), which makes the whole row NaN. */
+/* Merges the chunks of one (sequence, KV head) of a split sequence in chunk order with the
+   code of sdpa_merge (merge.c), so the result does not depend on which thread computed what:
+   m = max m_c, l = sum l_c e^(m_c - m), the same for acc. A chunk's state says what it saw:
+   l = 0, nothing (whatever m is); l or m NaN, a NaN score (some kernels keep NaN out of m and
+   carry it in l only), which makes the whole row NaN. */
 static void merge_group(void *arg, size_t grp, size_t thread)
 {
     const plan *pl = arg;
-    const item it = item_at(pl, grp * pl->n_chunks);
-    const size_t R = it.qn * pl->G, Dv = pl->Dv, stride = pl->R * (Dv + 2);
-    const float *first = pl->partial + grp * pl->n_chunks * stride;
-    float *acc = pl->ws + thread * pl->ws_stride; /* Dv floats of this thread's scratch */
+    const size_t b = seq_of(pl, grp, true);
+    const seqinfo *sq = &pl->seq[b];
+    const size_t kvh = grp - sq->grp0, nc = sq->n_chunks;
+    const size_t R = sq->lq * pl->G, Dv = pl->Dv, stride = pl->R * (Dv + 2);
+    const float *st = pl->partial + (sq->part0 + kvh * nc) * stride;
+    float *ws = pl->ws + thread * pl->ws_stride;
+    float *acc = ws; /* Dv floats of this thread's scratch */
+    const float **mp = (const float **)(void *)(ws + pl->mptr_off), **lp = mp + nc, **ap = lp + nc;
+    for (size_t c = 0; c < nc; c++) {
+        mp[c] = st + c * stride;
+        lp[c] = mp[c] + R;
+        ap[c] = mp[c] + 2 * R;
+    }
     for (size_t r = 0; r < R; r++) {
-        float m = -INFINITY;
-        bool nan = false;
-        for (size_t c = 0; c < pl->n_chunks; c++) {
-            const float mc = first[c * stride + r], lc = first[c * stride + R + r];
-            if (isnan(mc) || isnan(lc))
-                nan = true;
-            else if (lc != 0.0f && mc > m)
-                m = mc;
-        }
-        float l = 0.0f;
-        memset(acc, 0, Dv * sizeof *acc);
-        if (nan) {
-            l = NAN; /* finish_row then writes NaN for o and lse */
-        } else if (m != -INFINITY) {
-            for (size_t c = 0; c < pl->n_chunks; c++) {
-                const float *st = first + c * stride;
-                const float mc = st[r], lc = st[R + r];
-                if (lc == 0.0f) continue; /* the chunk saw nothing for this row */
-                const float f = expf(mc - m);
-                const float *ac = st + 2 * R + r * Dv;
-                l += f * lc;
-                for (size_t j = 0; j < Dv; j++) acc[j] += f * ac[j];
-            }
-        }
-        finish_row(pl, it.b, it.kvh * pl->G + r % pl->G, it.i0 + r / pl->G, m, l, acc);
+        float m, l;
+        sdpa_merge_weights(nc, mp, lp, r, &m, &l);
+        if (l == 0.0f || l != l) /* nothing seen (zeros), or NaN (finish_row writes NaN) */
+            memset(acc, 0, Dv * sizeof *acc);
+        else
+            sdpa_merge_values(nc, mp, lp, ap, r, r * Dv, Dv, m, 1.0f, acc);
+        finish_row(pl, sq, b, kvh * pl->G + r % pl->G, r / pl->G, m, l, acc);
     }
 }
 
@@ -527,9 +716,45 @@ size_t sdpa_plan_block(size_t D, size_t Dv)
     return b < BLOCK_MIN ? BLOCK_MIN : b > BLOCK_MAX ? BLOCK_MAX : b;
 }
 
+/* A sequence of one query block and at least SPLIT_MIN_KV keys is split into KV chunks. */
+static bool splittable(const plan *pl, size_t lq, size_t lk)
+{
+    return lq >= 1 && lq <= pl->qb && lk >= SPLIT_MIN_KV;
+}
+
+/* Walks the sequences: their items, partial slots and merge groups, in batch order, with the
+   counts checked; fills pl->seq when it is set. */
+static bool walk_seqs(plan *pl, size_t *n_items, size_t *n_parts, size_t *n_groups)
+{
+    size_t items = 0, parts = 0, groups = 0;
+    pl->max_chunks = 1;
+    for (size_t b = 0; b < pl->B; b++) {
+        seqinfo s = {0};
+        s.lq = seq_lq(pl->p, b), s.lk = seq_lk(pl->p, b);
+        s.q0 = pl->p->cu_q ? pl->p->cu_q[b] : 0;
+        s.k0 = pl->p->cu_kv ? pl->p->cu_kv[b] : 0;
+        s.n_qblk = (s.lq + pl->qb - 1) / pl->qb;
+        s.n_chunks = splittable(pl, s.lq, s.lk) ? (s.lk + pl->chunk - 1) / pl->chunk : 1;
+        s.item0 = items, s.part0 = parts, s.grp0 = groups;
+        size_t n;
+        if (!mul_sz(pl->Hkv, s.n_qblk, &n) || !mul_sz(n, s.n_chunks, &n) ||
+            !add_sz(items, n, &items))
+            return false;
+        if (s.n_chunks > 1) {
+            parts += n; /* <= items: cannot overflow */
+            groups += pl->Hkv;
+            if (s.n_chunks > pl->max_chunks) pl->max_chunks = s.n_chunks;
+        }
+        if (pl->seq) pl->seq[b] = s;
+    }
+    *n_items = items, *n_parts = parts, *n_groups = groups;
+    return true;
+}
+
 /* Plans a validated call on an implementation; sets *floats to the scratch it needs (per-thread
-   workspaces, then the split-K partial states), in floats. Depends on the problem and the
-   implementation only, never on the thread count except for the number of workspaces. */
+   workspaces, the split-K partial states, the sequence table), in floats. Depends on the
+   problem and the implementation only, never on the thread count except for the number of
+   workspaces. */
 static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,
                              const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o,
                              plan *pl, size_t *floats)
@@ -550,49 +775,68 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
        makes the result bitwise identical for any number of threads. */
     pl->qb = pl->G >= ROWS_TARGET ? 1 : ROWS_TARGET / pl->G;
     if (pl->qb > pl->Lq) pl->qb = pl->Lq;
-    pl->n_qblk = (pl->Lq + pl->qb - 1) / pl->qb;
-    pl->chunk = pl->Lk;
-    if (pl->n_qblk == 1 && pl->Lk >= SPLIT_MIN_KV) {
-        /* The longest chunks (an item starts its K/V streams cold) that still leave SPLIT_ITEMS
-           items to share among threads; from the problem's size alone, never the thread count. */
-        const size_t groups = pl->B * pl->Hkv;
-        pl->chunk = SPLIT_CHUNK_MIN;
-        while (pl->chunk < SPLIT_CHUNK_MAX && pl->chunk < pl->Lk &&
-               groups * (pl->Lk / (2 * pl->chunk)) >= SPLIT_ITEMS)
-            pl->chunk *= 2;
-    }
-    pl->n_chunks = (pl->Lk + pl->chunk - 1) / pl->chunk;
-    pl->block = sdpa_plan_block(pl->D, pl->Dv);
     pl->R = pl->qb * pl->G;
+    /* One chunk size for the call: the longest (an item starts its K/V streams cold) that
+       still leaves SPLIT_ITEMS items among the splittable sequences' KV heads; short sequences
+       stay whole. From the problem alone, never the thread count. */
+    double kv_keys = 0; /* keys read over all sequences (only compared, below) */
+    size_t longest = 0;
+    for (size_t b = 0; b < pl->B; b++) {
+        const size_t lq = seq_lq(p, b), lk = seq_lk(p, b);
+        if (lq) kv_keys += (double)lk;
+        if (splittable(pl, lq, lk) && lk > longest) longest = lk;
+    }
+    pl->chunk = SIZE_MAX;
+    if (longest) {
+        pl->chunk = SPLIT_CHUNK_MIN;
+        for (;;) {
+            size_t n = 0;
+            for (size_t b = 0; b < pl->B && n < SPLIT_ITEMS; b++) {
+                const size_t lq = seq_lq(p, b), lk = seq_lk(p, b);
+                if (splittable(pl, lq, lk)) n += pl->Hkv * (lk / (2 * pl->chunk));
+            }
+            if (pl->chunk >= SPLIT_CHUNK_MAX || pl->chunk >= longest || n < SPLIT_ITEMS) break;
+            pl->chunk *= 2;
+        }
+    }
+    pl->block = sdpa_plan_block(pl->D, pl->Dv);
     {
         /* the K and V bytes the call reads (in double: a product of validated sizes, only
            compared) against STREAM_BYTES, a fixed size rather than the detected L3 (which in a
            virtual machine can be the host's total), so the same problem takes the same path */
-        const double kv = (double)pl->B * (double)pl->Hkv * (double)pl->Lk *
+        const double kv = (double)pl->Hkv * kv_keys *
                           ((double)pl->D * (double)sdpa_dtype_size(pl->kt->dtype) +
                            (double)pl->Dv * (double)sdpa_dtype_size(pl->vt->dtype));
         pl->stream = kv > (double)STREAM_BYTES;
     }
+    size_t n_items, n_parts, n_groups;
+    if (!walk_seqs(pl, &n_items, &n_parts, &n_groups)) return SDPA_ERR_OVERFLOW;
 
     const size_t threads = p->parallel_for ? (p->n_threads ? p->n_threads : 1) : 1;
     const size_t lim_floats = round16(pl->R * sizeof(size_t) / sizeof(float) + 1);
     const size_t kws = pl->k->ws_floats(pl->R, pl->D, pl->Dv, pl->block);
-    size_t n_items, ws_floats, pf = 0;
+    const size_t row_ptrs = /* floats of R size_t, R ptrdiff_t, R pointers and R floats */
+        round16(pl->R * (2 * sizeof(size_t) + sizeof(ptrdiff_t) + sizeof(void *) + sizeof(float)) /
+                sizeof(float));
+    size_t ws_floats, pf = 0, st, tab;
     pl->lim_off = round16(pl->R * pl->D);
     pl->state_off = pl->lim_off + lim_floats;
     pl->pf_off = pl->state_off + round16(pl->R * (pl->Dv + 2));
     pl->var_off = pl->pf_off + round16(2 * pl->R * sizeof(sdpa_span) / sizeof(float));
-    pl->kws_off = pl->var_off +
-                  round16(pl->R * (sizeof(size_t) + sizeof(ptrdiff_t) + sizeof(void *) + sizeof(float)) /
-                          sizeof(float));
-    if (!mul_sz(pl->B * pl->Hkv, pl->n_qblk, &n_items) || !mul_sz(n_items, pl->n_chunks, &n_items) ||
+    pl->reb_off = pl->var_off + row_ptrs;
+    pl->mptr_off = pl->reb_off + row_ptrs;
+    if (!mul_sz(pl->max_chunks, 3 * sizeof(void *) / sizeof(float), &st) ||
+        !add_sz(pl->mptr_off, round16(st), &pl->kws_off) ||
         !add_sz(pl->kws_off, round16(kws), &pl->mul_off) ||
         !add_sz(pl->mul_off, round16(pl->R), &pl->ws_stride) ||
         !mul_sz(pl->ws_stride, threads, &ws_floats) ||
-        (pl->n_chunks > 1 && !mul_sz(n_items, pl->R * (pl->Dv + 2), &pf)) ||
-        !add_sz(ws_floats, round16(pf), floats) || *floats > SIZE_MAX / sizeof(float) - 64)
+        !mul_sz(n_parts, pl->R * (pl->Dv + 2), &pf) ||
+        !add_sz(ws_floats, round16(pf), &pl->seq_off) ||
+        !mul_sz(pl->B, sizeof(seqinfo) / sizeof(float), &tab) ||
+        !add_sz(pl->seq_off, tab, floats) || *floats > SIZE_MAX / sizeof(float) - 64)
         return SDPA_ERR_OVERFLOW;
     pl->n_items = n_items;
+    pl->n_groups = n_groups;
     pl->partial_off = ws_floats;
     return SDPA_OK;
 }
@@ -641,10 +885,13 @@ sdpa_status sdpa_impl_forward(const sdpa_impl *impl, const sdpa_params *p, const
         base = (uintptr_t)own;
     }
     pl.ws = (float *)base;
-    pl.partial = pl.n_chunks > 1 ? pl.ws + pl.partial_off : NULL;
+    pl.partial = pl.ws + pl.partial_off;
+    pl.seq = (seqinfo *)(void *)(pl.ws + pl.seq_off);
+    size_t n_items, n_parts, n_groups;
+    (void)walk_seqs(&pl, &n_items, &n_parts, &n_groups); /* as planned: the counts fit */
 
     run_all(p, pl.n_items, run_item, &pl);
-    if (pl.n_chunks > 1) run_all(p, pl.n_items / pl.n_chunks, merge_group, &pl);
+    if (pl.n_groups) run_all(p, pl.n_groups, merge_group, &pl);
     free(own);
     return SDPA_OK;
 }
