@@ -334,6 +334,9 @@ typedef struct plan {
     size_t var_off;   /* where the rows' window starts, positions, mask rows and slopes start */
     size_t reb_off;   /* where a paged run's rebased limits, starts, positions, mask rows start */
     size_t mptr_off;  /* where the merge's part pointers (3 max_chunks) start */
+    size_t stage_off; /* where the staged copy of short pages' K and V rows starts */
+    size_t stage_keys; /* keys per staged copy; 0: pages are handed to the kernel in place */
+    size_t ptab_off;  /* from stage_off: the page lists of a unit the kernel pages itself */
     size_t partial_off; /* where the split-K partial states start, after the workspaces */
     size_t seq_off;   /* where the sequence table starts, after the partial states */
     float *ws;        /* n_threads * ws_stride floats, 64-byte aligned */
@@ -488,6 +491,15 @@ static item item_at(const plan *pl, size_t t)
     return it;
 }
 
+enum { PAGE_PF_KEYS = 16, STAGE_KEYS = 256, STAGE_PF_KEYS = 32, STAGE_MAX_PAGE = 64 }; /* keys of the next page run requested before a run starts */
+
+static size_t sdpa_min(size_t a, size_t b) { return a < b ? a : b; }
+
+static void prefetch_row(const char *p, size_t bytes)
+{
+    for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
+}
+
 /* Where a paged sequence's page pg and the next are one run of key rows in both K and V. */
 static bool pages_adjacent(const plan *pl, const int32_t *tab, size_t pg)
 {
@@ -496,12 +508,29 @@ static bool pages_adjacent(const plan *pl, const int32_t *tab, size_t pg)
            pl->vt->batch_stride == ps * pl->vt->token_stride;
 }
 
-/* Runs the kernel on keys [c0, c1) of the item's KV head. Contiguous K/V: one unit. Paged: one
-   unit per run of adjacent pages, rebased so that the run's first page holds key 0 (limits,
-   window starts, positions and mask rows shifted with it): the kernel only ever addresses
-   rows of the pages it is given, and the online-softmax state carries from run to run. */
+/* The rows' key indices of w shifted down by base (a key before it becomes key 0's
+   predecessor: limits and starts saturate at 0), into the arrays u points at. */
+static void rebase(const sdpa_rows *w, const sdpa_rows *u, size_t *lim2, size_t *first2,
+                   ptrdiff_t *pos2, const void **mask2, size_t mes, size_t base)
+{
+    (void)u;
+    for (size_t r = 0; r < w->rows; r++) {
+        lim2[r] = w->kv_limit[r] > base ? w->kv_limit[r] - base : 0;
+        if (w->kv_first) first2[r] = w->kv_first[r] > base ? w->kv_first[r] - base : 0;
+        if (w->mods) pos2[r] = w->mods->pos[r] - (ptrdiff_t)base;
+        if (w->mods && w->mods->mask) mask2[r] = (const char *)w->mods->mask[r] + base * mes;
+    }
+}
+
+/* Runs the kernel on keys [c0, c1) of the item's KV head. Contiguous K/V: one unit. Paged:
+   one unit with the item's page list (sdpa_rows.pages) when the kernel walks pages itself
+   (sdpa_kernels.paged_rows); otherwise short pages are gathered into a dense copy, STAGE_KEYS
+   keys per unit, and longer ones handed over one unit per run of adjacent pages. Those units
+   are rebased so that their first row is key 0 (limits, window starts, positions and mask rows
+   shifted with it): a kernel only ever addresses rows it is given, and the online-softmax
+   state carries from unit to unit. */
 static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, size_t c1,
-                     float *reb)
+                     float *reb, float *stage)
 {
     const size_t ke = sdpa_dtype_size(pl->kt->dtype), ve = sdpa_dtype_size(pl->vt->dtype);
     const sdpa_params *p = pl->p;
@@ -521,7 +550,26 @@ static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, si
     }
     const size_t ps = p->page_size, R = w->rows;
     const int32_t *tab = p->block_table + it->b * p->max_pages;
-    const size_t *lim = w->kv_limit, *first = w->kv_first;
+    if (R <= pl->k->paged_rows) {
+        /* the kernel walks the pages itself: their row 0 for this KV head, listed */
+        const size_t p0 = c0 / ps, np = (c1 - 1) / ps - p0 + 1;
+        const void **kp = (const void **)(void *)(stage + pl->ptab_off), **vp = kp + np;
+        for (size_t i = 0; i < np; i++) {
+            kp[i] = kd + ((ptrdiff_t)tab[p0 + i] * pl->kt->batch_stride + kh) * (ptrdiff_t)ke;
+            vp[i] = vd + ((ptrdiff_t)tab[p0 + i] * pl->vt->batch_stride + vh) * (ptrdiff_t)ve;
+        }
+        float *ones = (float *)(void *)((size_t *)(void *)reb + 4 * R);
+        for (size_t r = 0; r < R; r++) ones[r] = 1.0f;
+        const sdpa_pages pages = {kp, vp, p0, ps, reb, ones};
+        w->pages = &pages;
+        w->k = w->v = NULL;
+        w->kv_begin = c0, w->kv_end = c1;
+        w->reverse = 0;
+        pl->k->rows(w);
+        w->pages = NULL;
+        return;
+    }
+    const size_t *first = w->kv_first;
     const sdpa_mods *mods = w->mods;
     size_t *lim2 = (size_t *)(void *)reb, *first2 = lim2 + R;
     ptrdiff_t *pos2 = (ptrdiff_t *)(first2 + R);
@@ -536,6 +584,43 @@ static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, si
         m2.pos = pos2;
         if (mods->mask) m2.mask = mask2;
     }
+    if (pl->stage_keys) {
+        /* short pages: their rows gathered, stage_keys at a time, into a dense copy the kernel
+           reads as one unit (keys [s0, s1) at rows [0, s1 - s0) of the copy) */
+        const size_t n_st = (c1 - c0 + pl->stage_keys - 1) / pl->stage_keys;
+        const size_t krow = pl->D * ke, vrow = pl->Dv * ve;
+        char *sk = (char *)(void *)stage, *sv = sk + pl->stage_keys * krow;
+        u.k = sk, u.v = sv, u.k_stride = (ptrdiff_t)pl->D, u.v_stride = (ptrdiff_t)pl->Dv;
+        for (size_t si = 0; si < n_st; si++) {
+            const size_t s0 = c0 + (w->reverse ? n_st - 1 - si : si) * pl->stage_keys;
+            const size_t s1 = s0 + pl->stage_keys < c1 ? s0 + pl->stage_keys : c1;
+            for (size_t j = s0; j < s1;) {
+                const size_t pe = (j / ps + 1) * ps < s1 ? (j / ps + 1) * ps : s1; /* page end */
+                const ptrdiff_t P = tab[j / ps];
+                for (; j < pe; j++) {
+                    const ptrdiff_t t = (ptrdiff_t)(j % ps);
+                    const size_t ja = j + STAGE_PF_KEYS; /* requested ahead: pages are scattered */
+                    if (ja < c1) {
+                        const ptrdiff_t Pa = tab[ja / ps], ta = (ptrdiff_t)(ja % ps);
+                        prefetch_row(kd + (Pa * pl->kt->batch_stride + kh + ta * pl->kt->token_stride) *
+                                              (ptrdiff_t)ke, krow);
+                        prefetch_row(vd + (Pa * pl->vt->batch_stride + vh + ta * pl->vt->token_stride) *
+                                              (ptrdiff_t)ve, vrow);
+                    }
+                    memcpy(sk + (j - s0) * krow,
+                           kd + (P * pl->kt->batch_stride + kh + t * pl->kt->token_stride) * (ptrdiff_t)ke,
+                           krow);
+                    memcpy(sv + (j - s0) * vrow,
+                           vd + (P * pl->vt->batch_stride + vh + t * pl->vt->token_stride) * (ptrdiff_t)ve,
+                           vrow);
+                }
+            }
+            rebase(w, &u, lim2, first2, pos2, mask2, mes, s0);
+            u.kv_begin = 0, u.kv_end = s1 - s0;
+            pl->k->rows(&u);
+        }
+        return;
+    }
     const size_t pg_lo = c0 / ps, pg_hi = (c1 - 1) / ps; /* the pages [c0, c1) touches */
     /* runs taken from the last when the unit scans backwards (the cache hint of sdpa_rows) */
     for (size_t pg = w->reverse ? pg_hi : pg_lo;;) {
@@ -546,18 +631,28 @@ static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, si
             while (e < pg_hi && pages_adjacent(pl, tab, e)) e++;
         const size_t base = a * ps, j0 = base > c0 ? base : c0,
                      j1 = (e + 1) * ps < c1 ? (e + 1) * ps : c1;
-        for (size_t r = 0; r < R; r++) {
-            lim2[r] = lim[r] > base ? lim[r] - base : 0;
-            if (first) first2[r] = first[r] > base ? first[r] - base : 0;
-            if (mods) pos2[r] = mods->pos[r] - (ptrdiff_t)base;
-            if (mods && mods->mask) mask2[r] = (const char *)mods->mask[r] + base * mes;
-        }
+        rebase(w, &u, lim2, first2, pos2, mask2, mes, base);
         const ptrdiff_t page = tab[a];
         u.k = kd + (page * pl->kt->batch_stride + kh) * (ptrdiff_t)ke;
         u.v = vd + (page * pl->vt->batch_stride + vh) * (ptrdiff_t)ve;
         u.kv_begin = j0 - base, u.kv_end = j1 - base;
+        const bool last = w->reverse ? a == pg_lo : e == pg_hi;
+        if (!last) {
+            /* the next run's first keys, requested now: a kernel streams only the keys it is
+               given, so without this every run would start on a cold line */
+            const size_t np = w->reverse ? a - 1 : e + 1;
+            const size_t nk = sdpa_min(ps, PAGE_PF_KEYS);
+            const size_t n0 = np * ps < c0 ? c0 - np * ps : 0;
+            const ptrdiff_t P = tab[np];
+            for (size_t j = n0; j < nk && np * ps + j < c1; j++) {
+                prefetch_row(kd + (P * pl->kt->batch_stride + kh + (ptrdiff_t)j * pl->kt->token_stride) *
+                                      (ptrdiff_t)ke, pl->D * ke);
+                prefetch_row(vd + (P * pl->vt->batch_stride + vh + (ptrdiff_t)j * pl->vt->token_stride) *
+                                      (ptrdiff_t)ve, pl->Dv * ve);
+            }
+        }
         pl->k->rows(&u);
-        if (w->reverse ? a == pg_lo : e == pg_hi) break;
+        if (last) break;
         pg = w->reverse ? a - 1 : e + 1;
     }
 }
@@ -657,7 +752,7 @@ static void run_item(void *arg, size_t t, size_t thread)
             .reverse = (int)(it.i0 / pl->qb % 2),
             .stream = pl->stream,
         };
-        run_keys(pl, &it, &w, c0, c1, ws + pl->reb_off);
+        run_keys(pl, &it, &w, c0, c1, ws + pl->reb_off, ws + pl->stage_off);
     }
     if (split) return;
     for (size_t r = 0; r < R; r++)
@@ -780,10 +875,11 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
        still leaves SPLIT_ITEMS items among the splittable sequences' KV heads; short sequences
        stay whole. From the problem alone, never the thread count. */
     double kv_keys = 0; /* keys read over all sequences (only compared, below) */
-    size_t longest = 0;
+    size_t longest = 0, lk_max = 0;
     for (size_t b = 0; b < pl->B; b++) {
         const size_t lq = seq_lq(p, b), lk = seq_lk(p, b);
         if (lq) kv_keys += (double)lk;
+        if (lk > lk_max) lk_max = lk;
         if (splittable(pl, lq, lk) && lk > longest) longest = lk;
     }
     pl->chunk = SIZE_MAX;
@@ -825,8 +921,22 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
     pl->var_off = pl->pf_off + round16(2 * pl->R * sizeof(sdpa_span) / sizeof(float));
     pl->reb_off = pl->var_off + row_ptrs;
     pl->mptr_off = pl->reb_off + row_ptrs;
+    size_t stage = 0;
+    if (p->block_table) {
+        /* units the kernel cannot page itself: short pages staged; the others' page lists */
+        if (p->page_size < STAGE_MAX_PAGE && pl->R > pl->k->paged_rows) {
+            pl->stage_keys = STAGE_KEYS;
+            stage = STAGE_KEYS *
+                    (pl->D * sdpa_dtype_size(k->dtype) + pl->Dv * sdpa_dtype_size(v->dtype)) /
+                    sizeof(float); /* validated products: D, Dv, STAGE_KEYS far from overflow */
+        }
+        const size_t pages = (lk_max + p->page_size - 1) / p->page_size; /* <= max_pages */
+        pl->ptab_off = round16(stage);
+        stage = pl->ptab_off + round16(2 * pages * sizeof(void *) / sizeof(float));
+    }
     if (!mul_sz(pl->max_chunks, 3 * sizeof(void *) / sizeof(float), &st) ||
-        !add_sz(pl->mptr_off, round16(st), &pl->kws_off) ||
+        !add_sz(pl->mptr_off, round16(st), &pl->stage_off) ||
+        !add_sz(pl->stage_off, round16(stage), &pl->kws_off) ||
         !add_sz(pl->kws_off, round16(kws), &pl->mul_off) ||
         !add_sz(pl->mul_off, round16(pl->R), &pl->ws_stride) ||
         !mul_sz(pl->ws_stride, threads, &ws_floats) ||

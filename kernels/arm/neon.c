@@ -482,6 +482,7 @@ static void pv_tile(float *acc, size_t dv, const float *alpha, const float *P, s
 #define SCORE_NR 16
 #define PV_MR TILE_MR
 #define PV_NR 16
+#define PAGED_ROWS SIZE_MAX /* paged units: every one (rows_loop.h) */
 #include "kernel_def.h"
 
 SDPA_DEFINE_KERNELS(neon, EXP_MAX_ULP);

@@ -448,6 +448,7 @@ static void pv_tile(float *acc, size_t dv, const float *alpha, const float *P, s
 /* the tiles are two vectors wide, a length known only at run time: nr is not stated */
 #define SCORE_MR TILE_MR
 #define PV_MR TILE_MR
+#define PAGED_ROWS SIZE_MAX /* paged units: every one (rows_loop.h) */
 #include "kernel_def.h"
 
 SDPA_DEFINE_KERNELS(sve, EXP_MAX_ULP);

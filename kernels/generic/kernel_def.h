@@ -42,6 +42,9 @@
 #ifndef PV_KB
 #define PV_KB 0
 #endif
+#ifndef PAGED_ROWS
+#define PAGED_ROWS 0 /* units with sdpa_rows.pages: none (see sdpa_kernels.paged_rows) */
+#endif
 
 /* The entry and scratch size of an implementation with a decode and a prefill path, defined
    elsewhere as sdpa_decode_<isa> and sdpa_prefill_<isa> (and their _ws_ sizes). */
@@ -73,6 +76,7 @@
         .tanh_max_ulp = SDPA_TANH_MAX_ULP,                                                        \
         .rows = rows_##isa,                                                                       \
         .ws_floats = ws_floats_##isa,                                                             \
+        .paged_rows = PAGED_ROWS,                                                                 \
         .tuning = {.decode_max_rows = DECODE_MAX_ROWS,                                            \
                    .decode_block = DECODE_BLOCK,                                                  \
                    .decode_block_few = DECODE_BLOCK_FEW,                                          \

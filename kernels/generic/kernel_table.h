@@ -59,6 +59,17 @@ typedef struct sdpa_mods {
     sdpa_dtype         mask_type;
 } sdpa_mods;
 
+/* A paged unit's K/V (sdpa_rows.pages): key j is row j % size of page j / size, whose row 0
+   is at k[j / size - first] (likewise v), rows k_stride / v_stride elements apart within a
+   page. scratch holds 4 * rows words for the loop's per-piece views (rows_loop.h), ones holds
+   rows floats of 1. */
+typedef struct sdpa_pages {
+    const void *const *k, *const *v;
+    size_t             first, size;
+    void              *scratch;
+    const float       *ones;
+} sdpa_pages;
+
 typedef struct sdpa_rows {
     size_t        rows, d, dv;
     const float  *q;
@@ -84,6 +95,10 @@ typedef struct sdpa_rows {
        memory whatever the caller did before: a kernel may then trade speed in cache for speed
        streaming from memory */
     int           stream;
+    /* NULL: k and v address the keys as above. Else the keys live in pages (k and v unused,
+       reverse 0): a kernel with paged_rows >= rows accepts this; rows_loop.h cuts each key block
+       at page ends and hands every piece to the hooks as a unit of its own page. */
+    const sdpa_pages *pages;
 } sdpa_rows;
 
 /* An implementation's blocking and prefetch parameters: the values its kernels are compiled with
@@ -123,6 +138,9 @@ typedef struct sdpa_kernels {
     void   (*rows)(const sdpa_rows *w);
     /* scratch floats that `rows` needs for R rows, head dims d/dv and a key block */
     size_t (*ws_floats)(size_t rows, size_t d, size_t dv, size_t block);
+    /* the largest unit `rows` takes with sdpa_rows.pages set (0: none; the driver then hands
+       it one unit per run of pages) */
+    size_t paged_rows;
     /* the parameters the kernels above were compiled with */
     sdpa_tuning tuning;
 } sdpa_kernels;

@@ -17,6 +17,7 @@
 /* n rounded up to a multiple of 16 floats (64 bytes: scratch sub-buffers start on a line). */
 static inline size_t sdpa_round16(size_t n) { return (n + 15) & ~(size_t)15; }
 static inline size_t sdpa_min(size_t a, size_t b) { return a < b ? a : b; }
+static inline size_t sdpa_max(size_t a, size_t b) { return a > b ? a : b; }
 /* Row j of a K/V view as an element offset (strides may be negative). */
 static inline ptrdiff_t sdpa_row_off(ptrdiff_t stride, size_t j) { return (ptrdiff_t)j * stride; }
 
@@ -102,5 +103,67 @@ static inline bool sdpa_v_finite(const sdpa_rows *w, size_t ja, size_t jb)
             SDPA_VISIBLE_RUNS(lim, r0, r1, j0, nb, BODY);                                      \
         }                                                                                      \
     } while (0)
+
+/* The piece of a paged unit w that starts at key j: *n (the keys wanted) is cut at the end of
+   j's page, and u becomes a unit of that page alone (k and v at its row 0, keys counted from
+   its first: limits, and with var the window starts, positions and mask rows, shifted in
+   w->pages->scratch; um holds u's modifiers). Returns j's row in the page. Every key of the
+   piece lies in [w->kv_begin, w->kv_end), so u's range is the page's part of it. */
+static inline size_t sdpa_page_piece(const sdpa_rows *w, size_t j, size_t *n, sdpa_rows *u,
+                                     sdpa_mods *um, int var)
+{
+    const sdpa_pages *pg = w->pages;
+    const size_t p = j / pg->size, base = p * pg->size, lj = j - base, R = w->rows;
+    if (*n > pg->size - lj) *n = pg->size - lj;
+    size_t *lim = (size_t *)pg->scratch, *first = lim + R;
+    ptrdiff_t *pos = (ptrdiff_t *)(first + R);
+    const void **mask = (const void **)(pos + R);
+    *u = *w;
+    u->pages = NULL;
+    u->k = pg->k[p - pg->first];
+    u->v = pg->v[p - pg->first];
+    u->kv_begin = w->kv_begin > base ? w->kv_begin - base : 0;
+    u->kv_end = w->kv_end - base < pg->size ? w->kv_end - base : pg->size;
+    for (size_t r = 0; r < R; r++) lim[r] = w->kv_limit[r] > base ? w->kv_limit[r] - base : 0;
+    u->kv_limit = lim;
+    u->kv_first = NULL;
+    u->mods = NULL;
+    if (var) { /* what sdpa_sees reads: the exact P·V of a piece skips the keys it hides */
+        if (w->kv_first) {
+            for (size_t r = 0; r < R; r++)
+                first[r] = w->kv_first[r] > base ? w->kv_first[r] - base : 0;
+            u->kv_first = first;
+        }
+        if (w->mods) {
+            *um = *w->mods;
+            for (size_t r = 0; r < R; r++) pos[r] = w->mods->pos[r] - (ptrdiff_t)base;
+            um->pos = pos;
+            if (um->mask) {
+                const size_t es = um->mask_type == SDPA_F32 ? 4 : 2;
+                for (size_t r = 0; r < R; r++) mask[r] = (const char *)w->mods->mask[r] + base * es;
+                um->mask = mask;
+            }
+            u->mods = um;
+        }
+    }
+    return lj;
+}
+
+/* Requests (a prefetch hint) the K (v = 0) or V (v = 1) rows of keys [j0, j1) of a paged unit
+   w, each in its own page, none at or past the unit's end: what a piece's kernel cannot
+   request itself, its rows ending at its page's end. */
+static inline void sdpa_page_ahead(const sdpa_rows *w, int v, size_t j0, size_t j1)
+{
+    const sdpa_pages *pg = w->pages;
+    const size_t end = w->kv_end < w->kv_limit[w->rows - 1] ? w->kv_end : w->kv_limit[w->rows - 1];
+    const size_t es = (v ? w->v_type : w->k_type) == SDPA_F32 ? 4 : 2, n = v ? w->dv : w->d;
+    const ptrdiff_t st = v ? w->v_stride : w->k_stride;
+    for (size_t j = j0; j < j1 && j < end; j++) {
+        const size_t p = j / pg->size;
+        const char *row = (const char *)(v ? pg->v : pg->k)[p - pg->first] +
+                          (ptrdiff_t)(j - p * pg->size) * st * (ptrdiff_t)es;
+        for (size_t b = 0; b < n * es; b += 64) __builtin_prefetch(row + b, 0, 3);
+    }
+}
 
 #endif /* SDPA_KERNEL_UTIL_H */

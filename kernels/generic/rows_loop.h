@@ -47,6 +47,8 @@
 #ifndef SDPA_LOOP_REVERSE
 #define SDPA_LOOP_REVERSE 0
 #endif
+/* keys ahead of a paged unit's piece whose rows the loop requests past the piece's page */
+#define SDPA_LOOP_AHEAD 32
 
 #define SDPA_LOOP_CAT2(a, b) a##b
 #define SDPA_LOOP_CAT(a, b) SDPA_LOOP_CAT2(a, b)
@@ -59,7 +61,17 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
     SDPA_LOOP_CTX c;
     float *S, *alpha;
     size_t lds;
-    const size_t B = loop_begin(&c, w, &S, &lds, &alpha);
+    /* a paged unit: each hook call gets a piece of one page as a unit of its own (u) */
+    sdpa_rows u;
+    sdpa_mods um;
+    size_t B;
+    if (w->pages) {
+        size_t n = 1;
+        sdpa_page_piece(w, w->kv_begin, &n, &u, &um, var);
+        B = loop_begin(&c, &u, &S, &lds, &alpha);
+    } else {
+        B = loop_begin(&c, w, &S, &lds, &alpha);
+    }
     const size_t nblk = (w->kv_end - w->kv_begin + B - 1) / B;
     const int rev = SDPA_LOOP_REVERSE && w->reverse;
     size_t r0 = 0; /* rows before r0 see none of the block: forward, it only grows */
@@ -75,7 +87,16 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
         }
         /* a block no row sees (left of every window, or masked for every row) is skipped */
         if (var && sdpa_block_hidden(w, r0, R, j0, nb)) continue;
-        loop_scores(&c, w, r0, j0, nb, S, lds);
+        if (w->pages)
+            for (size_t o = 0, n; o < nb; o += n) {
+                n = nb - o;
+                const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um, var);
+                const size_t e = j0 + o + n; /* the piece's end: the rows ahead past it */
+                sdpa_page_ahead(w, 0, sdpa_max(e, j0 + o + SDPA_LOOP_AHEAD), e + SDPA_LOOP_AHEAD);
+                loop_scores(&c, &u, r0, lj, n, S + o, lds);
+            }
+        else
+            loop_scores(&c, w, r0, j0, nb, S, lds);
         for (size_t r = 0; r < r0; r++) alpha[r] = 1.0f; /* a row that sees nothing keeps its state */
         bool hidden = false; /* a key of the block hidden from a row by its first or the mask */
         for (size_t r = r0; r < R; r++) {
@@ -86,6 +107,29 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
         }
         /* hidden keys carry p = 0, which adds exactly 0 when their V is finite; otherwise the
            block takes the exact per-row path, which skips them */
+        if (w->pages) {
+            /* the first piece rescales the rows' state by alpha, the later ones by 1 (exact) */
+            bool finite = true;
+            for (size_t o = 0, n; var && hidden && o < nb; o += n) {
+                n = nb - o;
+                const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um, var);
+                finite = finite && sdpa_v_finite(&u, lj, lj + sdpa_visible(&u, R - 1, lj, n));
+            }
+            for (size_t o = 0, n; o < nb; o += n) {
+                n = nb - o;
+                const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um, var);
+                const size_t e = j0 + o + n;
+                sdpa_page_ahead(w, 1, sdpa_max(e, j0 + o + SDPA_LOOP_AHEAD), e + SDPA_LOOP_AHEAD);
+                const float *a = o ? w->pages->ones : alpha;
+                if (finite)
+                    loop_values(&c, &u, r0, lj, n, a, S + o, lds);
+                else
+                    for (size_t r = r0; r < R; r++)
+                        sdpa_pv_row_exact(&u, r, lj, sdpa_visible(&u, r, lj, n), a[r],
+                                          S + r * lds + o, 1);
+            }
+            continue;
+        }
         if (var && hidden &&
             !sdpa_v_finite(w, j0, j0 + sdpa_visible(w, R - 1, j0, nb))) {
             for (size_t r = r0; r < R; r++)

@@ -16,6 +16,7 @@
 /* ------------------------------------------------------------------------------------------ */
 
 #define DECODE_MAX_ROWS 8   /* more rows than this take the prefill path */
+#define PAGED_ROWS SIZE_MAX /* paged units: every one (both paths run rows_loop.h) */
 #define DECODE_PF_KEYS 32   /* prefetch distance: far enough to cover memory latency, near enough for L1 */
 #define DECODE_PV_GROUP 32  /* keys per P·V group: their V rows stay in L1 across column passes */
 #define DECODE_BLOCK 512    /* keys per decode block (at most: the driver's hint rules) */

@@ -16,6 +16,7 @@
 /* ------------------------------------------------------------------------------------------ */
 
 #define DECODE_MAX_ROWS 8   /* more rows than this take the prefill path */
+#define PAGED_ROWS DECODE_MAX_ROWS /* paged units: the decode path's (rows_loop.h) */
 #define DECODE_PF_KEYS 32   /* prefetch distance: far enough to cover memory latency, near enough for L1 */
 #define DECODE_PV_GROUP 32  /* keys per P·V group: their V rows (a few KB) stay in L1 */
 #define DECODE_BLOCK 256    /* keys per decode block */

@@ -392,7 +392,7 @@ typedef struct decode_ctx {
     const float *qr[DECODE_MAX_ROWS]; /* query rows, the last repeated up to DECODE_MAX_ROWS */
     float       *qpk;                 /* q packed by lines for score_decode_fast */
     size_t       ek, ev;              /* bytes per K, V element */
-    size_t       kend;                /* keys past it are never read */
+    size_t       kend;                /* keys past it are never read (of the unit last given) */
     size_t       NB;
     int          other;               /* the other array's stream, and short blocks (decode_pf) */
     decode_pf    pf;                  /* the block's streams, from the scores to the values */
@@ -431,6 +431,7 @@ static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
 {
     (void)r0;
     const size_t d = w->d;
+    c->kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]); /* w may be a page's piece */
     /* the score loop requests K DECODE_PF_KEYS keys ahead (and, with few rows, this block's V
        rows); never a key at or past kend (see decode_pf) */
     const decode_pf pf = {{decode_rows(w->k, w->k_stride, c->ek, d * c->ek, j0 + DECODE_PF_KEYS, nb, c->kend),
@@ -455,6 +456,7 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     const size_t R = w->rows;
     size_t valid[DECODE_MAX_ROWS];
     for (size_t r = 0; r < R; r++) valid[r] = sdpa_visible(w, r, j0, nb);
+    c->kend = sdpa_min(w->kv_end, w->kv_limit[R - 1]);
     /* the P·V loop requests V DECODE_PF_KEYS keys ahead (and, with few rows, the next block's K
        rows) */
     c->pf.s[0] = decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, j0 + DECODE_PF_KEYS, nb, c->kend);
