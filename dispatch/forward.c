@@ -550,8 +550,9 @@ static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, si
     }
     const size_t ps = p->page_size, R = w->rows;
     const int32_t *tab = p->block_table + it->b * p->max_pages;
-    if (R <= pl->k->paged_rows) {
-        /* the kernel walks the pages itself: their row 0 for this KV head, listed */
+    if (ps % 16 == 0 && R <= pl->k->paged_rows) {
+        /* the kernel walks the pages itself (pages of a multiple of 16 keys keep every piece
+           of a key block aligned, see sdpa_pages): their row 0 for this KV head, listed */
         const size_t p0 = c0 / ps, np = (c1 - 1) / ps - p0 + 1;
         const void **kp = (const void **)(void *)(stage + pl->ptab_off), **vp = kp + np;
         for (size_t i = 0; i < np; i++) {
@@ -924,7 +925,7 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
     size_t stage = 0;
     if (p->block_table) {
         /* units the kernel cannot page itself: short pages staged; the others' page lists */
-        if (p->page_size < STAGE_MAX_PAGE && pl->R > pl->k->paged_rows) {
+        if (p->page_size < STAGE_MAX_PAGE) {
             pl->stage_keys = STAGE_KEYS;
             stage = STAGE_KEYS *
                     (pl->D * sdpa_dtype_size(k->dtype) + pl->Dv * sdpa_dtype_size(v->dtype)) /

@@ -61,7 +61,7 @@ typedef struct sdpa_mods {
 
 /* A paged unit's K/V (sdpa_rows.pages): key j is row j % size of page j / size, whose row 0
    is at k[j / size - first] (likewise v), rows k_stride / v_stride elements apart within a
-   page. scratch holds 4 * rows words for the loop's per-piece views (rows_loop.h), ones holds
+   page; size is a multiple of 16. scratch holds 4 * rows words for the loop's per-piece views (rows_loop.h), ones holds
    rows floats of 1. */
 typedef struct sdpa_pages {
     const void *const *k, *const *v;
@@ -99,6 +99,10 @@ typedef struct sdpa_rows {
        reverse 0): a kernel with paged_rows >= rows accepts this; rows_loop.h cuts each key block
        at page ends and hands every piece to the hooks as a unit of its own page. */
     const sdpa_pages *pages;
+    /* 1 on the views rows_loop.h hands its hooks for a paged unit: a block's scores (and P·V)
+       may then come in several calls, one per page, S offset by a multiple of 16 columns, so a
+       hook must not carry a result of one loop_scores call to loop_softmax */
+    int           pieces;
 } sdpa_rows;
 
 /* An implementation's blocking and prefetch parameters: the values its kernels are compiled with

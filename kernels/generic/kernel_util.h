@@ -120,6 +120,7 @@ static inline size_t sdpa_page_piece(const sdpa_rows *w, size_t j, size_t *n, sd
     const void **mask = (const void **)(pos + R);
     *u = *w;
     u->pages = NULL;
+    u->pieces = 1;
     u->k = pg->k[p - pg->first];
     u->v = pg->v[p - pg->first];
     u->kv_begin = w->kv_begin > base ? w->kv_begin - base : 0;

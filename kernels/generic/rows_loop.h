@@ -73,12 +73,26 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
         B = loop_begin(&c, w, &S, &lds, &alpha);
     }
     const size_t nblk = (w->kv_end - w->kv_begin + B - 1) / B;
-    const int rev = SDPA_LOOP_REVERSE && w->reverse;
+    const int rev = SDPA_LOOP_REVERSE && w->reverse && !w->pages;
     size_t r0 = 0; /* rows before r0 see none of the block: forward, it only grows */
 
-    for (size_t bi = 0; bi < nblk; bi++) {
-        const size_t j0 = w->kv_begin + (rev ? nblk - 1 - bi : bi) * B;
-        const size_t nb = sdpa_min(B, w->kv_end - j0);
+    for (size_t bi = 0, jn = w->kv_begin;; bi++) {
+        size_t j0, nb;
+        if (w->pages) {
+            /* blocks on the page grid, so that every piece but a block's first starts a page
+               (S offset by a multiple of 16): within a page when pages hold B keys or more,
+               else whole pages, the first block up to the first page boundary */
+            if (jn >= w->kv_end) break;
+            const size_t ps = w->pages->size, pe = (jn / ps + 1) * ps;
+            j0 = jn;
+            nb = ps >= B ? sdpa_min(B, pe - j0) : jn % ps ? pe - j0 : B / ps * ps;
+            nb = sdpa_min(nb, w->kv_end - j0);
+            jn = j0 + nb;
+        } else {
+            if (bi == nblk) break;
+            j0 = w->kv_begin + (rev ? nblk - 1 - bi : bi) * B;
+            nb = sdpa_min(B, w->kv_end - j0);
+        }
         if (rev) r0 = 0;
         while (r0 < R && w->kv_limit[r0] <= j0) r0++;
         if (r0 == R) {

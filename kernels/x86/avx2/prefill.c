@@ -291,7 +291,8 @@ static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float 
 
 typedef struct prefill_ctx {
     float *kp, *vp, *qp, *rm;
-    int    rm_ok; /* the score kernel's row maxima hold (no score multipliers, no modifiers) */
+    int    rm_ok; /* the score kernel's row maxima hold (no score multipliers, no modifiers, a
+                     block's scores in one call) */
 } prefill_ctx;
 
 static inline size_t loop_begin(prefill_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
@@ -308,7 +309,7 @@ static inline size_t loop_begin(prefill_ctx *c, const sdpa_rows *w, float **S, s
     c->rm = c->qp + sdpa_round16((R + SCORE_MR - 1) / SCORE_MR * SCORE_MR * d);
     pack_q_avx2(w->q, R, d, c->qp);
     /* multipliers and modifiers change the scores after the kernel took their maxima */
-    c->rm_ok = w->score_mul == NULL && !sdpa_is_variant(w);
+    c->rm_ok = w->score_mul == NULL && !sdpa_is_variant(w) && !w->pieces;
     return B;
 }
 
