@@ -491,7 +491,13 @@ static item item_at(const plan *pl, size_t t)
     return it;
 }
 
-enum { PAGE_PF_KEYS = 16, STAGE_KEYS = 256, STAGE_PF_KEYS = 32, STAGE_MAX_PAGE = 64 }; /* keys of the next page run requested before a run starts */
+/* Paged units the kernel does not page itself (run_keys) */
+enum {
+    PAGE_PF_KEYS = 16,   /* keys of the next page run requested before a run starts */
+    STAGE_MAX_PAGE = 64, /* pages of fewer keys are gathered into a dense copy ... */
+    STAGE_KEYS = 256,    /* ... this many keys per copy (a unit the kernel then runs) */
+    STAGE_PF_KEYS = 32,  /* keys requested ahead of the gather (the pages are scattered) */
+};
 
 static size_t sdpa_min(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -508,12 +514,11 @@ static bool pages_adjacent(const plan *pl, const int32_t *tab, size_t pg)
            pl->vt->batch_stride == ps * pl->vt->token_stride;
 }
 
-/* The rows' key indices of w shifted down by base (a key before it becomes key 0's
-   predecessor: limits and starts saturate at 0), into the arrays u points at. */
-static void rebase(const sdpa_rows *w, const sdpa_rows *u, size_t *lim2, size_t *first2,
-                   ptrdiff_t *pos2, const void **mask2, size_t mes, size_t base)
+/* The rows' key indices of w shifted down by base (limits and starts saturate at 0), into the
+   arrays a rebased unit points at. */
+static void rebase(const sdpa_rows *w, size_t *lim2, size_t *first2, ptrdiff_t *pos2,
+                   const void **mask2, size_t mes, size_t base)
 {
-    (void)u;
     for (size_t r = 0; r < w->rows; r++) {
         lim2[r] = w->kv_limit[r] > base ? w->kv_limit[r] - base : 0;
         if (w->kv_first) first2[r] = w->kv_first[r] > base ? w->kv_first[r] - base : 0;
@@ -616,7 +621,7 @@ static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, si
                            vrow);
                 }
             }
-            rebase(w, &u, lim2, first2, pos2, mask2, mes, s0);
+            rebase(w, lim2, first2, pos2, mask2, mes, s0);
             u.kv_begin = 0, u.kv_end = s1 - s0;
             pl->k->rows(&u);
         }
@@ -632,7 +637,7 @@ static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, si
             while (e < pg_hi && pages_adjacent(pl, tab, e)) e++;
         const size_t base = a * ps, j0 = base > c0 ? base : c0,
                      j1 = (e + 1) * ps < c1 ? (e + 1) * ps : c1;
-        rebase(w, &u, lim2, first2, pos2, mask2, mes, base);
+        rebase(w, lim2, first2, pos2, mask2, mes, base);
         const ptrdiff_t page = tab[a];
         u.k = kd + (page * pl->kt->batch_stride + kh) * (ptrdiff_t)ke;
         u.v = vd + (page * pl->vt->batch_stride + vh) * (ptrdiff_t)ve;

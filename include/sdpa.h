@@ -179,7 +179,8 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
    v: [batch][kv_heads][kv_len][v_dim] in f32, f16 or bf16; o: f32 [batch][q_heads][q_len][v_dim].
    q_heads must be a multiple of kv_heads (GQA/MQA: query head h reads KV head h / (q_heads /
    kv_heads)). Rows that see no key (causal with q_len > kv_len, a window, a mask) are written
-   as zeros.
+   as zeros. With the ragged or paged fields the views are addressed as described there: each
+   sequence has its own lengths, and only its rows are written.
    Deterministic: the same inputs give the same bits for any thread count.
    On any error nothing is written to o (or lse) and a status says why; sdpa_validate gives
    the detailed message. */
