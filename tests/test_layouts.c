@@ -1,7 +1,6 @@
 /* test_layouts.c -- ragged (padded, packed) and paged K/V, and sdpa_merge, on every implementation against a float64 oracle */
 #include "attn.h"
-
-#include "pool.h"
+#include "test_pools.h"
 
 /*
  * The serving layouts of sdpa_params (issue #15), checked on every implementation of the
@@ -284,13 +283,7 @@ static void lprob_free(lprob *pr)
 
 static sdpa_status lprob_run(lprob *pr, const sdpa_impl *impl, bench_pool *pool)
 {
-    sdpa_params p = pr->p;
-    if (pool) {
-        p.parallel_for = bench_pool_parallel_for;
-        p.pool = pool;
-        p.n_threads = bench_pool_threads(pool);
-    }
-    return sdpa_impl_forward(impl, &p, &pr->tq, &pr->tk, &pr->tv, &pr->to);
+    return tl_forward_on(impl, &pr->p, pool, &pr->tq, &pr->tk, &pr->tv, &pr->to);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -763,14 +756,7 @@ static void run_test(const char *name, void (*fn)(const sdpa_impl *))
 int main(void)
 {
     tl_header("ragged (padded, packed) and paged K/V, and sdpa_merge, against float64 attention");
-    for (size_t t = 0; t < 2; t++) {
-        g_pool[t] = bench_pool_create_opts(&(bench_pool_options){
-            .n_threads = t + 2, .order = t == 1 ? BENCH_POOL_SHUFFLE : BENCH_POOL_FORWARD, .seed = 9});
-        if (!g_pool[t]) {
-            printf("Bail out! no thread pool\n");
-            return 1;
-        }
-    }
+    if (!tl_pools_create(g_pool, 2, 2, 9)) return 1;
     run_test("layouts: padded", t_padded);
     run_test("layouts: packed and mixed", t_packed);
     run_test("layouts: chunked prefill beside decodes", t_chunked_prefill);

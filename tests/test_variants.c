@@ -1,7 +1,6 @@
 /* test_variants.c -- window, mask, softcap, ALiBi and sinks on every implementation against a float64 oracle */
 #include "attn.h"
-
-#include "pool.h"
+#include "test_pools.h"
 
 /*
  * The attention variants of sdpa_params (issue #14), checked on every implementation of the
@@ -275,13 +274,7 @@ static void prob_free(prob *pr)
 /* Runs the call on impl (pool NULL: serially; else through that pool). */
 static sdpa_status prob_run(prob *pr, const sdpa_impl *impl, bench_pool *pool)
 {
-    sdpa_params p = pr->p;
-    if (pool) {
-        p.parallel_for = bench_pool_parallel_for;
-        p.pool = pool;
-        p.n_threads = bench_pool_threads(pool);
-    }
-    return sdpa_impl_forward(impl, &p, &pr->tq, &pr->tk, &pr->tv, &pr->to);
+    return tl_forward_on(impl, &pr->p, pool, &pr->tq, &pr->tk, &pr->tv, &pr->to);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -1002,14 +995,7 @@ static void run_test(const char *name, tl_impl_fn fn)
 int main(void)
 {
     tl_header("attention variants (window, mask, softcap, ALiBi, sinks) against float64 attention");
-    for (size_t t = 0; t < 3; t++) {
-        g_pool[t] = bench_pool_create_opts(&(bench_pool_options){
-            .n_threads = t + 1, .order = t == 2 ? BENCH_POOL_SHUFFLE : BENCH_POOL_FORWARD, .seed = 5});
-        if (!g_pool[t]) {
-            printf("Bail out! no thread pool\n");
-            return 1;
-        }
-    }
+    if (!tl_pools_create(g_pool, 3, 1, 5)) return 1;
     run_test("variants: no modifier (the oracle)", t_plain);
     run_test("variants: window", t_window);
     run_test("variants: mask", t_mask);
