@@ -102,21 +102,33 @@ static inline sdpa_tensor tview_tensor(const tview *t)
     return x;
 }
 
+/* x as an element of type t holds it (f16 and bf16 round to nearest even). */
+static inline float tl_stored(sdpa_dtype t, float x)
+{
+    return t == SDPA_F16    ? sdpa_f16_to_f32(sdpa_f32_to_f16(x))
+           : t == SDPA_BF16 ? sdpa_bf16_to_f32(sdpa_f32_to_bf16(x))
+                            : x;
+}
+
+/* Stores x, converted to t, at element e of buf. */
+static inline void tl_put(void *buf, sdpa_dtype t, size_t e, float x)
+{
+    if (t == SDPA_F16) ((uint16_t *)buf)[e] = sdpa_f32_to_f16(x);
+    else if (t == SDPA_BF16) ((uint16_t *)buf)[e] = sdpa_f32_to_bf16(x);
+    else ((float *)buf)[e] = x;
+}
+
+/* n elements of type t, all NaN: storage a reader must never reach. */
+static inline void tl_fill_nan(void *buf, sdpa_dtype t, size_t n)
+{
+    for (size_t e = 0; e < n; e++) tl_put(buf, t, e, NAN);
+}
+
 /* Stores v at an element (converted to the view's type) and returns the value actually stored. */
 static inline float tview_store(tview *t, ptrdiff_t idx, float v)
 {
-    if (t->dtype == SDPA_F16) {
-        uint16_t h = sdpa_f32_to_f16(v);
-        ((uint16_t *)t->buf)[idx] = h;
-        return sdpa_f16_to_f32(h);
-    }
-    if (t->dtype == SDPA_BF16) {
-        uint16_t h = sdpa_f32_to_bf16(v);
-        ((uint16_t *)t->buf)[idx] = h;
-        return sdpa_bf16_to_f32(h);
-    }
-    ((float *)t->buf)[idx] = v;
-    return v;
+    tl_put(t->buf, t->dtype, (size_t)idx, v);
+    return tl_stored(t->dtype, v);
 }
 
 /* Fills every element of the view with uniform values in [lo, hi), keeping the stored values. */

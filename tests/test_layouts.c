@@ -83,23 +83,6 @@ static size_t qrow_off(const lprob *pr, size_t b, size_t h, size_t i) /* element
     return ((b * c->qh + h) * pr->Lq + i) * c->d;
 }
 
-static float stored(sdpa_dtype t, float x)
-{
-    return t == F16 ? sdpa_f16_to_f32(sdpa_f32_to_f16(x)) : t == BF16 ? sdpa_bf16_to_f32(sdpa_f32_to_bf16(x)) : x;
-}
-
-static void put(void *buf, sdpa_dtype t, size_t e, float x)
-{
-    if (t == F16) ((uint16_t *)buf)[e] = sdpa_f32_to_f16(x);
-    else if (t == BF16) ((uint16_t *)buf)[e] = sdpa_f32_to_bf16(x);
-    else ((float *)buf)[e] = x;
-}
-
-static void fill_nan(void *buf, sdpa_dtype t, size_t n)
-{
-    for (size_t e = 0; e < n; e++) put(buf, t, e, NAN);
-}
-
 static void lprob_init(lprob *pr, const lcase *c, uint64_t seed)
 {
     memset(pr, 0, sizeof *pr);
@@ -119,8 +102,8 @@ static void lprob_init(lprob *pr, const lcase *c, uint64_t seed)
     pr->v = tl_xmalloc(B * Hk * Lk * D * sizeof(float));
     for (size_t e = 0; e < B * Hq * Lq * D; e++) pr->q[e] = tl_uniform(&r, -1.0f, 1.0f);
     for (size_t e = 0; e < B * Hk * Lk * D; e++) {
-        pr->k[e] = stored(c->kt, tl_uniform(&r, -1.0f, 1.0f));
-        pr->v[e] = stored(c->kt, tl_uniform(&r, -1.0f, 1.0f));
+        pr->k[e] = tl_stored(c->kt, tl_uniform(&r, -1.0f, 1.0f));
+        pr->v[e] = tl_stored(c->kt, tl_uniform(&r, -1.0f, 1.0f));
     }
     /* the per-sequence length arrays of both forms */
     for (size_t b = 0; b < B; b++) {
@@ -179,7 +162,7 @@ static void lprob_init(lprob *pr, const lcase *c, uint64_t seed)
         }
         const size_t elems = pr->n_pages * Hk * ps * D;
         pr->kbuf = tl_xmalloc(elems * es), pr->vbuf = tl_xmalloc(elems * es);
-        fill_nan(pr->kbuf, c->kt, elems), fill_nan(pr->vbuf, c->kt, elems);
+        tl_fill_nan(pr->kbuf, c->kt, elems), tl_fill_nan(pr->vbuf, c->kt, elems);
         size_t next = 0;
         for (size_t b = 0; b < B; b++)
             for (size_t pg = 0; pg < pr->max_pages; pg++) {
@@ -194,8 +177,8 @@ static void lprob_init(lprob *pr, const lcase *c, uint64_t seed)
                     for (size_t j = pg * ps; j < c->lk[b] && j < (pg + 1) * ps; j++)
                         for (size_t e = 0; e < D; e++) {
                             const size_t at = ((P * Hk + h) * ps + (j - pg * ps)) * D + e;
-                            put(pr->kbuf, c->kt, at, pr->k[((b * Hk + h) * Lk + j) * D + e]);
-                            put(pr->vbuf, c->kt, at, pr->v[((b * Hk + h) * Lk + j) * D + e]);
+                            tl_put(pr->kbuf, c->kt, at, pr->k[((b * Hk + h) * Lk + j) * D + e]);
+                            tl_put(pr->vbuf, c->kt, at, pr->v[((b * Hk + h) * Lk + j) * D + e]);
                         }
             }
         free(perm);
@@ -205,27 +188,27 @@ static void lprob_init(lprob *pr, const lcase *c, uint64_t seed)
     } else if (c->kf == KV_PACKED) {
         const size_t tok = pr->cu_kv[B] ? pr->cu_kv[B] : 1, elems = Hk * tok * D;
         pr->kbuf = tl_xmalloc(elems * es), pr->vbuf = tl_xmalloc(elems * es);
-        fill_nan(pr->kbuf, c->kt, elems), fill_nan(pr->vbuf, c->kt, elems);
+        tl_fill_nan(pr->kbuf, c->kt, elems), tl_fill_nan(pr->vbuf, c->kt, elems);
         for (size_t b = 0; b < B; b++)
             for (size_t h = 0; h < Hk; h++)
                 for (size_t j = 0; j < c->lk[b]; j++)
                     for (size_t e = 0; e < D; e++) {
                         const size_t at = (h * tok + pr->cu_kv[b] + j) * D + e;
-                        put(pr->kbuf, c->kt, at, pr->k[((b * Hk + h) * Lk + j) * D + e]);
-                        put(pr->vbuf, c->kt, at, pr->v[((b * Hk + h) * Lk + j) * D + e]);
+                        tl_put(pr->kbuf, c->kt, at, pr->k[((b * Hk + h) * Lk + j) * D + e]);
+                        tl_put(pr->vbuf, c->kt, at, pr->v[((b * Hk + h) * Lk + j) * D + e]);
                     }
         p->cu_kv = pr->cu_kv;
         pr->tk = (sdpa_tensor){pr->kbuf, c->kt, -123456789, (ptrdiff_t)(tok * D), (ptrdiff_t)D};
     } else {
         const size_t elems = B * Hk * Lk * D;
         pr->kbuf = tl_xmalloc(elems * es), pr->vbuf = tl_xmalloc(elems * es);
-        fill_nan(pr->kbuf, c->kt, elems), fill_nan(pr->vbuf, c->kt, elems);
+        tl_fill_nan(pr->kbuf, c->kt, elems), tl_fill_nan(pr->vbuf, c->kt, elems);
         for (size_t b = 0; b < B; b++)
             for (size_t e = 0; e < Hk * Lk * D; e++) {
                 const size_t j = e / D % Lk, at = b * Hk * Lk * D + e;
                 if (j >= c->lk[b]) continue;
-                put(pr->kbuf, c->kt, at, pr->k[at]);
-                put(pr->vbuf, c->kt, at, pr->v[at]);
+                tl_put(pr->kbuf, c->kt, at, pr->k[at]);
+                tl_put(pr->vbuf, c->kt, at, pr->v[at]);
             }
         if (c->kf == KV_PADDED) p->kv_lens = pr->kv_lens;
         pr->tk = (sdpa_tensor){pr->kbuf, c->kt, (ptrdiff_t)(Hk * Lk * D), (ptrdiff_t)(Lk * D), (ptrdiff_t)D};
