@@ -83,7 +83,7 @@ sdpa_status sdpa_merge(size_t n_parts, size_t rows, size_t dv, const float *cons
 {
     if (n_parts == 0 || rows == 0 || dv == 0 || !o_parts || !lse_parts || !o)
         return SDPA_ERR_INVALID_ARGUMENT;
-    if ((rows > 1 && (o_stride < dv || o_out_stride < dv)))
+    if (o_stride < dv || o_out_stride < dv) /* whatever rows is, as sdpa.h states */
         return SDPA_ERR_INVALID_ARGUMENT;
     uintptr_t o0, o1, l0 = 0, l1 = 0;
     if (!rows_range(o, rows, o_out_stride, dv, &o0, &o1) ||

@@ -632,6 +632,8 @@ static void t_merge_bad(void)
     CHECK(sdpa_merge(2, 4, 16, op, 16, lp, NULL, 16, l) == SDPA_ERR_INVALID_ARGUMENT, "NULL o accepted");
     CHECK(sdpa_merge(2, 4, 16, op, 8, lp, o, 16, l) == SDPA_ERR_INVALID_ARGUMENT, "part stride < dv accepted");
     CHECK(sdpa_merge(2, 4, 16, op, 16, lp, o, 8, l) == SDPA_ERR_INVALID_ARGUMENT, "out stride < dv accepted");
+    CHECK(sdpa_merge(2, 1, 16, op, 4, lp, o, 16, l) == SDPA_ERR_INVALID_ARGUMENT, "one row, part stride < dv accepted");
+    CHECK(sdpa_merge(2, 1, 16, op, 16, lp, o, 0, l) == SDPA_ERR_INVALID_ARGUMENT, "one row, out stride 0 accepted");
     CHECK(sdpa_merge(2, 4, 16, op, 16, lp, b + 8, 16, l) == SDPA_ERR_INVALID_ARGUMENT, "o overlapping a part accepted");
     CHECK(sdpa_merge(2, 4, 16, op, 16, lp, o, 16, (float *)(o + 3)) == SDPA_ERR_INVALID_ARGUMENT,
           "lse overlapping o accepted");
