@@ -6,9 +6,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The library's version (semantic versioning): the header's; sdpa_version() gives the built
+   library's, "MAJOR.MINOR.PATCH", so a program can check that the two agree. */
+#define SDPA_VERSION_MAJOR 0
+#define SDPA_VERSION_MINOR 1
+#define SDPA_VERSION_PATCH 0
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* The built library's version, "MAJOR.MINOR.PATCH" (static, never NULL). */
+const char *sdpa_version(void);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Status codes. No function of the library aborts, prints or exits: errors come back here.    */

@@ -2,7 +2,7 @@
 # deps.sh -- installs the Debian packages libsdpa's build, tests and benchmarks need, only those missing
 # usage: tools/deps.sh [extra-package ...]
 set -euo pipefail
-pkgs=(meson ninja-build gcc g++ pkg-config python3 libcpu-features-dev libcmocka-dev
+pkgs=(meson ninja-build gcc g++ make cmake pkg-config python3 libcpu-features-dev
       libbenchmark-dev libopenblas-dev python3-matplotlib "$@")
 missing=()
 for p in "${pkgs[@]}"; do

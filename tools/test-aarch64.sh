@@ -30,7 +30,7 @@ apt_install() {
 
 # libc6:arm64 is the runtime the emulated programs load (see the cross file's exe_wrapper).
 host_pkgs=(gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user pkgconf)
-arm_pkgs=(libc6:arm64 libcpu-features-dev:arm64 libcmocka-dev:arm64)
+arm_pkgs=(libc6:arm64 libcpu-features-dev:arm64)
 missing=()
 for p in "${host_pkgs[@]}"; do installed "$p" || missing+=("$p"); done
 for p in "${arm_pkgs[@]}"; do installed "$p" || missing+=("$p"); done

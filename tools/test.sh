@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test.sh -- the whole test suite: native build, the same under ASan+UBSan, the concurrency tests under TSan, and aarch64 under qemu; prints "N passed, N failed"
+# test.sh -- the whole test suite: native build, consumers of the installed library, the same under ASan+UBSan, the concurrency tests under TSan, and aarch64 under qemu; prints "N passed, N failed"
 # usage: tools/test.sh            (SDPA_SKIP_AARCH64=1 leaves out the emulated aarch64 part)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -43,6 +43,10 @@ for i in json.load(sys.stdin)["implementations"]:
     cp "build-test/meson-logs/testlog-isa-$isa.json" "$logs/" || status=1
   done
 fi
+# The installed library as three consumers build it: pkg-config, CMake and a meson subproject.
+echo "=== consumers: install, then pkg-config, CMake and meson-subproject builds"
+tools/test-consumers.sh "$logs" || status=1
+
 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
   run_suite asan build-asan -Dbuildtype=debugoptimized -Db_sanitize=address,undefined \
   -Db_lundef=false -Dbench=disabled
