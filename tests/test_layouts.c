@@ -723,20 +723,7 @@ static void t_bad(const sdpa_impl *impl)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-static void with_worst(const sdpa_impl *impl, void (*fn)(const sdpa_impl *))
-{
-    g_worst = 0;
-    fn(impl);
-    printf("# worst |error| / tolerance %.3f\n", g_worst);
-}
-
-static void (*g_fn)(const sdpa_impl *);
-static void worst_cb(const sdpa_impl *impl) { with_worst(impl, g_fn); }
-static void run_test(const char *name, void (*fn)(const sdpa_impl *))
-{
-    g_fn = fn;
-    tl_for_each_impl(name, worst_cb);
-}
+static void run_test(const char *name, tl_impl_fn fn) { tl_for_each_impl_worst(name, fn, &g_worst); }
 
 int main(void)
 {

@@ -1217,19 +1217,10 @@ static void t_merge_bad(void)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-static tl_impl_fn g_fn;
-static void with_worst(const sdpa_impl *impl)
-{
-    g_worst = 0;
-    g_fn(impl);
-    printf("# %s: worst |error| / tolerance %.3f\n", tl_label, g_worst);
-}
-
 static void run_test(const char *name, tl_impl_fn fn)
 {
-    g_fn = fn;
     cache_clear();
-    tl_for_each_impl(name, with_worst);
+    tl_for_each_impl_worst(name, fn, &g_worst);
     cache_clear();
 }
 

@@ -975,20 +975,18 @@ static void t_alibi_slopes(void)
 
 /* ------------------------------------------------------------------------------------------ */
 static tl_impl_fn current_fn;
-static void with_worst_ratio(const sdpa_impl *impl)
+static void with_bounds(const sdpa_impl *impl)
 {
-    worst_ratio = 0;
     const double eu = sdpa_impl_exp_max_ulp(impl), tu = sdpa_impl_tanh_max_ulp(impl);
     CHECK(isfinite(eu) && eu >= 0 && isfinite(tu) && tu >= 0, "stated bounds: exp %g ULP, tanh %g ULP", eu, tu);
     current_fn(impl);
-    printf("# %s: worst |error| / tolerance %.3f\n", tl_label, worst_ratio);
 }
 
 static void run_test(const char *name, tl_impl_fn fn)
 {
     current_fn = fn;
     cache_clear();
-    tl_for_each_impl(name, with_worst_ratio);
+    tl_for_each_impl_worst(name, with_bounds, &worst_ratio);
     cache_clear();
 }
 

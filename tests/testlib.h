@@ -142,6 +142,25 @@ static inline void tl_for_each_impl(const char *test, tl_impl_fn fn)
     }
 }
 
+/* tl_for_each_impl for tests that track how close their errors come to the tolerance: *worst
+   (the test's own variable, which its checks raise) is reset before each implementation and
+   printed after it, so that a tolerance far looser than the errors met shows. */
+static tl_impl_fn tl_worst_fn;
+static double    *tl_worst_of;
+
+static inline void tl_worst_run(const sdpa_impl *impl)
+{
+    *tl_worst_of = 0;
+    tl_worst_fn(impl);
+    printf("# %s: worst |error| / tolerance %.3f\n", tl_label, *tl_worst_of);
+}
+
+static inline void tl_for_each_impl_worst(const char *test, tl_impl_fn fn, double *worst)
+{
+    tl_worst_fn = fn, tl_worst_of = worst;
+    tl_for_each_impl(test, tl_worst_run);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Deterministic random numbers (splitmix64): every run sees the same data, so a failure        */
 /* reproduces exactly.                                                                          */
