@@ -48,11 +48,10 @@ static void sdpa_ensure(void) { pthread_once(&sdpa_once, sdpa_init); }
 
 #define SDPA_STR2(x) #x
 #define SDPA_STR(x) SDPA_STR2(x)
+#define SDPA_VERSION_STRING                                                                      \
+    SDPA_STR(SDPA_VERSION_MAJOR) "." SDPA_STR(SDPA_VERSION_MINOR) "." SDPA_STR(SDPA_VERSION_PATCH)
 
-const char *sdpa_version(void)
-{
-    return SDPA_STR(SDPA_VERSION_MAJOR) "." SDPA_STR(SDPA_VERSION_MINOR) "." SDPA_STR(SDPA_VERSION_PATCH);
-}
+const char *sdpa_version(void) { return SDPA_VERSION_STRING; }
 
 const char *sdpa_status_str(sdpa_status s)
 {

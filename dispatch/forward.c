@@ -150,7 +150,8 @@ static sdpa_status validate_layouts(checker *c, const sdpa_params *p, size_t *q_
     if (!p->block_table) return SDPA_OK;
     if (p->cu_kv)
         return fail(c, SDPA_ERR_INVALID_ARGUMENT,
-                    "cu_kv and block_table are both set: paged lengths come from kv_lens or kv_len");
+                    "cu_kv and block_table are both set: paged lengths come from kv_lens or "
+                    "kv_len");
     if (p->page_size == 0 || p->max_pages == 0 || p->n_pages == 0)
         return fail(c, SDPA_ERR_INVALID_ARGUMENT, "block_table is set with %s 0",
                     p->page_size == 0 ? "page_size" : p->max_pages == 0 ? "max_pages" : "n_pages");
@@ -269,7 +270,8 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
             return fail(c, SDPA_ERR_INVALID_ARGUMENT,
                         "mask has dtype %d: it must be SDPA_F32, SDPA_F16 or SDPA_BF16", (int)mk->dtype);
         extent em;
-        const size_t nm[3] = {p->batch, p->q_heads, p->q_len}; /* per sequence, whatever the layout */
+        /* indexed per sequence, whatever the layout */
+        const size_t nm[3] = {p->batch, p->q_heads, p->q_len};
         if ((s = view_extent(c, "mask", mk, nm, p->kv_len, &em)) != SDPA_OK) return s;
         if (overlaps(mk->data, em, o->data, eo))
             return fail(c, SDPA_ERR_INVALID_ARGUMENT, "mask overlaps o");
@@ -506,6 +508,14 @@ static void prefetch_row(const char *p, size_t bytes)
     for (size_t o = 0; o < bytes; o += 64) __builtin_prefetch(p + o, 0, 3);
 }
 
+/* Row `row` of physical page P of a K or V view t whose data is d (KV head offset h, in
+   elements). */
+static const char *page_row(const char *d, const sdpa_tensor *t, ptrdiff_t P, ptrdiff_t h,
+                            ptrdiff_t row, size_t es)
+{
+    return d + (P * t->batch_stride + h + row * t->token_stride) * (ptrdiff_t)es;
+}
+
 /* Where a paged sequence's page pg and the next are one run of key rows in both K and V. */
 static bool pages_adjacent(const plan *pl, const int32_t *tab, size_t pg)
 {
@@ -561,8 +571,8 @@ static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, si
         const size_t p0 = c0 / ps, np = (c1 - 1) / ps - p0 + 1;
         const void **kp = (const void **)(void *)(stage + pl->ptab_off), **vp = kp + np;
         for (size_t i = 0; i < np; i++) {
-            kp[i] = kd + ((ptrdiff_t)tab[p0 + i] * pl->kt->batch_stride + kh) * (ptrdiff_t)ke;
-            vp[i] = vd + ((ptrdiff_t)tab[p0 + i] * pl->vt->batch_stride + vh) * (ptrdiff_t)ve;
+            kp[i] = page_row(kd, pl->kt, tab[p0 + i], kh, 0, ke);
+            vp[i] = page_row(vd, pl->vt, tab[p0 + i], vh, 0, ve);
         }
         float *ones = (float *)(void *)((size_t *)(void *)reb + 4 * R);
         for (size_t r = 0; r < R; r++) ones[r] = 1.0f;
@@ -608,17 +618,11 @@ static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, si
                     const size_t ja = j + STAGE_PF_KEYS; /* requested ahead: pages are scattered */
                     if (ja < c1) {
                         const ptrdiff_t Pa = tab[ja / ps], ta = (ptrdiff_t)(ja % ps);
-                        prefetch_row(kd + (Pa * pl->kt->batch_stride + kh + ta * pl->kt->token_stride) *
-                                              (ptrdiff_t)ke, krow);
-                        prefetch_row(vd + (Pa * pl->vt->batch_stride + vh + ta * pl->vt->token_stride) *
-                                              (ptrdiff_t)ve, vrow);
+                        prefetch_row(page_row(kd, pl->kt, Pa, kh, ta, ke), krow);
+                        prefetch_row(page_row(vd, pl->vt, Pa, vh, ta, ve), vrow);
                     }
-                    memcpy(sk + (j - s0) * krow,
-                           kd + (P * pl->kt->batch_stride + kh + t * pl->kt->token_stride) * (ptrdiff_t)ke,
-                           krow);
-                    memcpy(sv + (j - s0) * vrow,
-                           vd + (P * pl->vt->batch_stride + vh + t * pl->vt->token_stride) * (ptrdiff_t)ve,
-                           vrow);
+                    memcpy(sk + (j - s0) * krow, page_row(kd, pl->kt, P, kh, t, ke), krow);
+                    memcpy(sv + (j - s0) * vrow, page_row(vd, pl->vt, P, vh, t, ve), vrow);
                 }
             }
             rebase(w, lim2, first2, pos2, mask2, mes, s0);
@@ -639,8 +643,8 @@ static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, si
                      j1 = (e + 1) * ps < c1 ? (e + 1) * ps : c1;
         rebase(w, lim2, first2, pos2, mask2, mes, base);
         const ptrdiff_t page = tab[a];
-        u.k = kd + (page * pl->kt->batch_stride + kh) * (ptrdiff_t)ke;
-        u.v = vd + (page * pl->vt->batch_stride + vh) * (ptrdiff_t)ve;
+        u.k = page_row(kd, pl->kt, page, kh, 0, ke);
+        u.v = page_row(vd, pl->vt, page, vh, 0, ve);
         u.kv_begin = j0 - base, u.kv_end = j1 - base;
         const bool last = w->reverse ? a == pg_lo : e == pg_hi;
         if (!last) {
@@ -651,10 +655,8 @@ static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, si
             const size_t n0 = np * ps < c0 ? c0 - np * ps : 0;
             const ptrdiff_t P = tab[np];
             for (size_t j = n0; j < nk && np * ps + j < c1; j++) {
-                prefetch_row(kd + (P * pl->kt->batch_stride + kh + (ptrdiff_t)j * pl->kt->token_stride) *
-                                      (ptrdiff_t)ke, pl->D * ke);
-                prefetch_row(vd + (P * pl->vt->batch_stride + vh + (ptrdiff_t)j * pl->vt->token_stride) *
-                                      (ptrdiff_t)ve, pl->Dv * ve);
+                prefetch_row(page_row(kd, pl->kt, P, kh, (ptrdiff_t)j, ke), pl->D * ke);
+                prefetch_row(page_row(vd, pl->vt, P, vh, (ptrdiff_t)j, ve), pl->Dv * ve);
             }
         }
         pl->k->rows(&u);
@@ -676,7 +678,8 @@ static void run_item(void *arg, size_t t, size_t thread)
     float *ws = pl->ws + thread * pl->ws_stride;
     float *qp = ws;
     size_t *lim = (size_t *)(void *)(ws + pl->lim_off);
-    float *state = split ? pl->partial + (sq->part0 + it.local) * pl->R * (Dv + 2) : ws + pl->state_off;
+    float *state = split ? pl->partial + (sq->part0 + it.local) * pl->R * (Dv + 2)
+                         : ws + pl->state_off;
     float *m = state, *l = state + R, *acc = state + 2 * R;
     float *mul = ws + pl->mul_off;
     bool scaled = false;
@@ -692,7 +695,8 @@ static void run_item(void *arg, size_t t, size_t thread)
         const size_t li = kv_limit(pl, sq, it.i0 + i), fi = kv_first(pl, sq, it.i0 + i);
         for (size_t g = 0; g < pl->G; g++) {
             const size_t r = i * pl->G + g, h = it.kvh * pl->G + g;
-            mul[r] = scale_row(qp + r * D, f32_row(pl, pl->q, sq, it.b, h, it.i0 + i), pl->scale, D);
+            const float *qrow = f32_row(pl, pl->q, sq, it.b, h, it.i0 + i);
+            mul[r] = scale_row(qp + r * D, qrow, pl->scale, D);
             scaled |= mul[r] != 1.0f;
             lim[r] = li;
             first[r] = fi;

@@ -61,8 +61,8 @@ typedef struct sdpa_mods {
 
 /* A paged unit's K/V (sdpa_rows.pages): key j is row j % size of page j / size, whose row 0
    is at k[j / size - first] (likewise v), rows k_stride / v_stride elements apart within a
-   page; size is a multiple of 16. scratch holds 4 * rows words for the loop's per-piece views (rows_loop.h), ones holds
-   rows floats of 1. */
+   page; size is a multiple of 16. scratch holds 4 * rows words for the loop's per-piece views
+   (rows_loop.h), ones holds rows floats of 1. */
 typedef struct sdpa_pages {
     const void *const *k, *const *v;
     size_t             first, size;
