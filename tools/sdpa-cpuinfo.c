@@ -285,6 +285,7 @@ static int sysfs_caches(out *o)
     return found;
 }
 
+#ifdef CPUINFO_X86
 /* s without leading and trailing blanks (CPUID pads the brand string), into buf. */
 static const char *trimmed(const char *s, char *buf, size_t len)
 {
@@ -296,6 +297,7 @@ static const char *trimmed(const char *s, char *buf, size_t len)
     buf[n] = '\0';
     return buf;
 }
+#endif
 
 /* The word in brackets of a sysfs choice list ("always [madvise] never"), or NULL. */
 static const char *sysfs_choice(const char *path, char *buf, size_t len)
