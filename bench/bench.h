@@ -55,6 +55,10 @@ double bench_fma_peak_now(const bench_machine *m, bench_pool *const *pools, cons
                           size_t threads, double seconds);
 double bench_read_bw_now(const bench_machine *m, bench_pool *const *pools, size_t threads,
                          int reps);
+/* The read bandwidth of a working set of `bytes` (at most the start-up buffer) that stays in
+   cache: its first `bytes` read again and again on the calling thread, the best of 5 trials of
+   about 64 MiB each; what a primitive whose data fits a cache level is judged against. */
+double bench_read_bw_cached(const bench_machine *m, size_t bytes);
 void   bench_machine_release(bench_machine *m);
 
 /* The per-ISA kernels (peak_<isa>.c, each compiled with only its own ISA flags). Each FMA

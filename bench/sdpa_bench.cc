@@ -2,7 +2,7 @@
 //
 // One run measures, in this order:
 //   1. the machine: FMA peak per ISA and read bandwidth at 1 and 2 threads (machine.c), which
-//      appear in the run's context (and are the denominators of the primitives' "pct_bw");
+//      appear in the run's context (--benchmark_list_tests skips this: it runs nothing);
 //   2. per supported implementation (looping over the registry, calling the sdpa_impl_* entry
 //      points so that no global selection changes): the three primitives, prefill and decode
 //      shapes through sdpa_impl_forward at 1 and 2 threads on a persistent pthread pool;
@@ -21,9 +21,11 @@
 // pattern, variant, layout),
 // so a filter picks a subset, e.g. --benchmark_filter='^(prefill|decode|blas)/'.
 // Counters: FLOP (rate), pct_peak (prefill, blas: % of the FMA peak measured between the
-// iterations, in limit_flops), bytes_per_second and pct_bw (decode: % of the read bandwidth
-// measured between the iterations, in limit_bytes_per_s; primitives: of the start-up
-// bandwidth), ws_bytes (the library's heap use during one call), extra_bytes (BLAS scores);
+// iterations, in limit_flops; primitives: of the start-up peak), bytes_per_second and pct_bw
+// (decode: % of the read bandwidth measured between the iterations, in limit_bytes_per_s;
+// primitives: of reading a working set of their size from cache, in limit_bytes_per_s),
+// ws_bytes (the library's heap use during one call), extra_bytes (BLAS scores). Percentages are
+// plain numbers, from the mean call;
 // best_call_ms, pct_peak_best and pct_bw_best (prefill, decode): the fastest single call of the
 // run and its percentage against the same limit.
 // tools/bench_table.py turns the JSON output into a table.
@@ -196,15 +198,21 @@ struct Probe {
 // The fastest single call of a run (its wall time, inside the timed part). Load from other
 // processes only ever slows a call down, so the fastest call is the best estimate of what the
 // code itself costs; and the limits it is set against are best-of measurements too.
+// It also sums the calls, for the mean call the percentages are computed from (plain numbers,
+// not rates: a rate counter would print them per second).
 struct BestCall {
-    double best = INFINITY;
+    double best = INFINITY, sum = 0;
+    size_t n = 0;
     std::chrono::steady_clock::time_point t0;
     void start() { t0 = std::chrono::steady_clock::now(); }
     void stop()
     {
         const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (dt < best) best = dt;
+        sum += dt;
+        n++;
     }
+    double mean() const { return n ? sum / (double)n : INFINITY; }
 };
 
 // What a benchmark learns on its first call and keeps across the framework's repeated calls.
@@ -260,12 +268,12 @@ void register_forward(const char *kind, const sdpa_impl *impl, const Shape &s, s
             const double bytes = shape_kv_bytes(s);
             st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
             if (limit > 0) {
-                st.counters["pct_bw"] = per_second(bytes * 100.0 / limit);
+                st.counters["pct_bw"] = bytes / call.mean() * 100.0 / limit;
                 st.counters["pct_bw_best"] = bytes / call.best * 100.0 / limit;
                 st.counters["limit_bytes_per_s"] = limit;
             }
         } else if (limit > 0) {
-            st.counters["pct_peak"] = per_second(flops * 100.0 / limit);
+            st.counters["pct_peak"] = flops / call.mean() * 100.0 / limit;
             st.counters["pct_peak_best"] = flops / call.best * 100.0 / limit;
             st.counters["limit_flops"] = limit;
         }
@@ -970,7 +978,7 @@ void register_pattern(const Shape &s, int order, size_t pf)
         const double limit = probe.mean(), bytes = shape_kv_bytes(s);
         st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
         if (limit > 0) {
-            st.counters["pct_bw"] = per_second(bytes * 100.0 / limit);
+            st.counters["pct_bw"] = bytes / call.mean() * 100.0 / limit;
             st.counters["pct_bw_best"] = bytes / call.best * 100.0 / limit;
             st.counters["limit_bytes_per_s"] = limit;
         }
@@ -982,12 +990,33 @@ void register_pattern(const Shape &s, int order, size_t pf)
 // ---- the three primitives, single-threaded ---------------------------------------------
 constexpr size_t kPrimN = 4096, kPrimD = 128;
 
-void prim_counters(benchmark::State &st, double items, double bytes, double flops)
+// A primitive's data fits in cache (score and accumulate: 2 MiB of K or V, softmax: 16 KiB), so
+// it is judged against the FMA peak of its implementation (pct_peak, when it does arithmetic)
+// and against reading a working set of its size from cache (pct_bw, limit_bytes_per_s), never
+// against memory bandwidth. `seconds`: the loop's wall time over st.iterations() calls.
+void prim_counters(benchmark::State &st, const sdpa_impl *impl, double items, double bytes,
+                   double flops, double seconds)
 {
     st.SetItemsProcessed((int64_t)(items * (double)st.iterations()));
     st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
     if (flops > 0) st.counters["FLOP"] = per_second(flops);
-    if (g_machine.read_bw[1] > 0) st.counters["pct_bw"] = per_second(bytes * 100.0 / g_machine.read_bw[1]);
+    const double call = st.iterations() ? seconds / (double)st.iterations() : 0;
+    if (call <= 0) return;
+    const char *isa;
+    const double peak = bench_fma_peak_for(&g_machine, sdpa_impl_name(impl), 1, &isa);
+    if (flops > 0 && peak > 0) st.counters["pct_peak"] = flops / call * 100.0 / peak;
+    static std::map<size_t, double> cached; // by working-set size, measured once
+    const size_t ws = (size_t)bytes;
+    if (!cached.count(ws)) cached[ws] = bench_read_bw_cached(&g_machine, ws);
+    if (cached[ws] > 0) {
+        st.counters["pct_bw"] = bytes / call * 100.0 / cached[ws];
+        st.counters["limit_bytes_per_s"] = cached[ws];
+    }
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0)
+{
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void register_primitives(const sdpa_impl *impl)
@@ -1002,11 +1031,13 @@ void register_primitives(const sdpa_impl *impl)
         if (!q || !k || !s) {
             st.SkipWithError("out of memory");
         } else {
+            const auto t0 = std::chrono::steady_clock::now();
             for (auto _ : st) {
                 sdpa_impl_score_f32(impl, q, k, d, n, d, 0.088f, s);
                 benchmark::ClobberMemory();
             }
-            prim_counters(st, (double)n, (double)(n * d + d + n) * 4.0, 2.0 * (double)(n * d));
+            prim_counters(st, impl, (double)n, (double)(n * d + d + n) * 4.0, 2.0 * (double)(n * d),
+                          seconds_since(t0));
         }
         bench_free(q);
         bench_free(k);
@@ -1021,6 +1052,7 @@ void register_primitives(const sdpa_impl *impl)
             st.SkipWithError("out of memory");
             return;
         }
+        const auto t0 = std::chrono::steady_clock::now();
         for (auto _ : st) {
             // a fresh row state each time; the block's values stay in (0, 1] after the first
             // pass (p = exp(s - max)), so no pass ever sees denormals or infinities
@@ -1029,7 +1061,7 @@ void register_primitives(const sdpa_impl *impl)
             benchmark::DoNotOptimize(alpha);
             benchmark::ClobberMemory();
         }
-        prim_counters(st, (double)n, 2.0 * (double)n * 4.0, 0.0);
+        prim_counters(st, impl, (double)n, 2.0 * (double)n * 4.0, 0.0, seconds_since(t0));
         bench_free(s);
     })->UseRealTime();
 
@@ -1042,13 +1074,14 @@ void register_primitives(const sdpa_impl *impl)
         if (!o || !p || !v) {
             st.SkipWithError("out of memory");
         } else {
+            const auto t0 = std::chrono::steady_clock::now();
             for (auto _ : st) {
                 // alpha < 1 keeps o bounded however many iterations run
                 sdpa_impl_accumulate_f32(impl, o, 0.5f, p, v, dv, n, dv);
                 benchmark::ClobberMemory();
             }
-            prim_counters(st, (double)n, (double)(n * dv + n + 2 * dv) * 4.0,
-                          2.0 * (double)(n * dv) + (double)dv);
+            prim_counters(st, impl, (double)n, (double)(n * dv + n + 2 * dv) * 4.0,
+                          2.0 * (double)(n * dv) + (double)dv, seconds_since(t0));
         }
         bench_free(o);
         bench_free(p);
@@ -1070,10 +1103,13 @@ void register_blas(const Shape &s)
         sdpa_params p = make_params(s, 1);
         p.parallel_for = nullptr;
         Probe probe{nullptr, 1, false};
+        BestCall call;
         for (auto _ : st) {
             probe.sample_paused(st);
+            call.start();
             bench_blas_attention(&p, t->q, (const float *)t->k, (const float *)t->v, t->o,
                                  t->scores);
+            call.stop();
             benchmark::ClobberMemory();
         }
         probe.sample();
@@ -1081,7 +1117,7 @@ void register_blas(const Shape &s)
         const double flops = shape_flops(s); // the same useful FLOPs as libsdpa's count
         st.counters["FLOP"] = per_second(flops);
         if (peak > 0) {
-            st.counters["pct_peak"] = per_second(flops * 100.0 / peak);
+            st.counters["pct_peak"] = flops / call.mean() * 100.0 / peak;
             st.counters["limit_flops"] = peak;
         }
         st.counters["extra_bytes"] = (double)(s.q_len * s.kv_len * sizeof(float));
@@ -1182,11 +1218,14 @@ int main(int argc, char **argv)
     // variant rows and no --benchmark_min_time is given, the default becomes 4 s (of calls, plain
     // and variant, so several pairs; the framework's 0.5 s would time two prefill pairs).
     // The variant summary goes to stdout with the console format, else to stderr.
-    bool console = true, min_time = false;
+    bool console = true, min_time = false, listing = false;
     const char *env_filter = std::getenv("BENCHMARK_FILTER");
     std::string filter = env_filter ? env_filter : "";
     for (int i = 1; i < argc; i++) {
         if (std::strncmp(argv[i], "--benchmark_min_time", 20) == 0) min_time = true;
+        if (std::strcmp(argv[i], "--benchmark_list_tests") == 0 ||
+            std::strcmp(argv[i], "--benchmark_list_tests=true") == 0)
+            listing = true;
         if (std::strncmp(argv[i], "--benchmark_filter=", 19) == 0) filter = argv[i] + 19;
         if (std::strncmp(argv[i], "--benchmark_format=", 19) == 0)
             console = std::strcmp(argv[i] + 19, "console") == 0;
@@ -1219,14 +1258,17 @@ int main(int argc, char **argv)
             return 1;
         }
     }
-    std::fprintf(stderr, "sdpa-bench: measuring FMA peaks and read bandwidth (%zu MiB)...\n",
-                 bw_mib);
-    if (bench_measure_machine(&g_machine, g_pools, bw_mib << 20) != 0)
-        std::fprintf(stderr, "sdpa-bench: no memory for the bandwidth buffer; pct_bw omitted\n");
+    // listing the benchmarks runs none of them: nothing to measure them against
+    if (!listing) {
+        std::fprintf(stderr, "sdpa-bench: measuring FMA peaks and read bandwidth (%zu MiB)...\n",
+                     bw_mib);
+        if (bench_measure_machine(&g_machine, g_pools, bw_mib << 20) != 0)
+            std::fprintf(stderr, "sdpa-bench: no memory for the bandwidth buffer; pct_bw omitted\n");
+    }
 #ifdef BENCH_HAVE_BLAS
     bench_blas_set_threads(1); // the baseline is single-threaded; the core choice is OpenBLAS's own
 #endif
-    add_machine_context();
+    if (!listing) add_machine_context();
 
     for (size_t i = 0; i < sdpa_impl_count(); i++) {
         const sdpa_impl *impl = sdpa_impl_at(i);

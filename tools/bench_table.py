@@ -95,6 +95,7 @@ def load_rows(doc):
         row["pct_bw"] = b.get("pct_bw")
         key = "pct_peak" if b.get("pct_peak") is not None else "pct_bw"
         row["pct_median"] = median([x.get(key) for x in ok]) if len(ok) > 1 else None
+        row["pct_reps"] = [x.get(key) for x in ok if x.get(key) is not None]
         # the fastest single call over all repetitions, against the limit of its own repetition
         best = [x.get(key + "_best") for x in ok if x.get(key + "_best") is not None]
         row["pct_best_call"] = max(best) if best else None
@@ -157,7 +158,37 @@ def print_table(rows):
         print("| " + " | ".join(cells) + " |")
 
 
-def write_png(rows, path):
+# Bar colours by ISA: one hue per ISA, lighter for 1 thread and darker for 2, so that the
+# two bars of an ISA read as a pair.
+ISA_COLOURS = {"avx512": ("#9ecae1", "#2171b5"), "avx2": ("#fdae6b", "#d94801"),
+               "sve": ("#bcbddc", "#6a51a3"), "neon": ("#fa9fb5", "#c51b8a"),
+               "scalar": ("#bdbdbd", "#525252"), "openblas": ("#a1d99b", "#238b45")}
+
+
+def stamp_text(ctx):
+    """The machine, the commit and the date the chart's run was made on."""
+    import os
+    import subprocess
+    cpu = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
+    except OSError:
+        pass
+    try:
+        commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                                text=True, check=True,
+                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown commit"
+    host = f"{cpu or 'unknown CPU'}, {ctx.get('num_cpus', '?')} CPUs"
+    return f"{host} | libsdpa {commit} | {ctx.get('date', '')}"
+
+
+def write_png(rows, path, ctx=None):
+    """Per shape and implementation, the % of its limit (prefill: of the FMA peak; decode: of
+    its roofline), 1 and 2 threads side by side, with a 100 % line and, with repetitions, the
+    spread (min to max) of the repetitions' percentages."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -166,28 +197,48 @@ def write_png(rows, path):
         print(f"bench_table.py: matplotlib is not installed (Debian: python3-matplotlib); "
               f"skipping {path}", file=sys.stderr)
         return
-    panels = [("prefill", "gflops", "GFLOP/s"), ("decode", "gbs", "GB/s (K+V read once)")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(14, 5))
+    ctx = ctx or {}
+    panels = [("prefill", "pct_peak", "% of the FMA peak"),
+              ("decode", "pct_roof", "% of the roofline (read bandwidth or FMA peak)")]
+    fig, axes = plt.subplots(1, len(panels), figsize=(15, 5.5))
     for ax, (kind, key, label) in zip(axes, panels):
         sel = [r for r in rows if (r["kind"] == kind or (kind == "prefill" and r["kind"] == "blas"))
-               and r.get(key)]
+               and r.get(key) is not None]
         shapes = list(dict.fromkeys(r["shape"] for r in sel))
-        series = list(dict.fromkeys(f"{r['impl']} t{r['threads']}" for r in sel))
+        # series grouped by ISA, 1 thread then 2
+        series = sorted(dict.fromkeys((r["impl"], r["threads"]) for r in sel),
+                        key=lambda s: (list(ISA_COLOURS).index(s[0]) if s[0] in ISA_COLOURS else 99, s[1]))
         width = 0.8 / max(1, len(series))
-        for si, s in enumerate(series):
-            xs, ys = [], []
+        for si, (impl, threads) in enumerate(series):
+            xs, ys, lo, hi = [], [], [], []
             for xi, shape in enumerate(shapes):
                 for r in sel:
-                    if r["shape"] == shape and f"{r['impl']} t{r['threads']}" == s:
+                    if r["shape"] == shape and (r["impl"], r["threads"]) == (impl, threads):
+                        y = r[key]
+                        # the spread of the repetitions, scaled like the row (decode: its
+                        # roofline percentage is its bandwidth percentage times a factor)
+                        base = r.get("pct_peak") if kind != "decode" else r.get("pct_bw")
+                        reps = [v * (y / base) for v in r.get("pct_reps", [])] if base else []
                         xs.append(xi + si * width)
-                        ys.append(r[key])
-            ax.bar(xs, ys, width, label=s)
+                        ys.append(y)
+                        lo.append(y - min(reps) if len(reps) > 1 else 0)
+                        hi.append(max(reps) - y if len(reps) > 1 else 0)
+            pair = ISA_COLOURS.get(impl, ("#cccccc", "#666666"))
+            ax.bar(xs, ys, width, label=f"{impl}, {threads} thread{'s' if threads > 1 else ''}",
+                   color=pair[min(threads, 2) - 1], edgecolor="black", linewidth=0.3,
+                   yerr=[lo, hi] if any(lo) or any(hi) else None, capsize=2,
+                   error_kw={"elinewidth": 0.8})
+        ax.axhline(100, color="black", linestyle="--", linewidth=1)
+        ax.text(len(shapes) - 0.5, 101, "100 %", ha="right", va="bottom", fontsize=8)
+        ax.set_ylim(0, 135)
         ax.set_xticks([i + 0.4 - width / 2 for i in range(len(shapes))])
         ax.set_xticklabels([s.replace("_", "\n", 2) for s in shapes], fontsize=7)
         ax.set_ylabel(label)
         ax.set_title(kind)
-        ax.legend(fontsize=7)
-    fig.tight_layout()
+        ax.legend(fontsize=7, ncol=2, loc="upper left")
+    fig.suptitle("libsdpa: % of the limits measured in the same run", fontsize=11)
+    fig.text(0.5, 0.005, stamp_text(ctx), ha="center", va="bottom", fontsize=8, color="#444444")
+    fig.tight_layout(rect=(0, 0.03, 1, 0.96))
     fig.savefig(path, dpi=120)
     print(f"bench_table.py: wrote {path}", file=sys.stderr)
 
@@ -206,7 +257,7 @@ def main():
     print_context(doc.get("context", {}))
     print_table(rows)
     if args.png:
-        write_png(rows, args.png)
+        write_png(rows, args.png, doc.get("context", {}))
     return 0
 
 

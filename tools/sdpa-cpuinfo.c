@@ -1,24 +1,31 @@
 /* sdpa-cpuinfo.c -- capability report: what this CPU and OS can run, and which libsdpa kernels it will use */
 /*
- * Usage: sdpa-cpuinfo [--json]
+ * Usage: sdpa-cpuinfo [--json | --short]
  *
- * Prints the CPU (vendor, model), the instruction-set features that matter to attention
+ * Prints the library (version, compiler and flags), the system (cores the OS offers, the
+ * transparent-huge-page mode, AMX permission where the CPU has AMX), the CPU (vendor, model), the instruction-set features that matter to attention
  * kernels, whether the OS saves the vector registers those features need, the caches, the
  * values libsdpa plans with (the cache sizes in force and where each came from, the planner's
  * parameters), every implementation compiled into libsdpa (supported on this machine or not,
  * and why; its peak class and tunables), and the active one with the reason it is active.
- * --json prints the same as one JSON object.
+ * --json prints the same as one JSON object; --short one line of the essentials, for an
+ * engine to print at start-up.
  *
  * Features come from cpu_features. Fields that an older cpu_features lacks (the build probes
  * them, see tools/meson.build) are read here from CPUID directly on x86, or reported as unknown
  * (null in JSON) elsewhere.
  */
 #define _GNU_SOURCE
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#ifdef __linux__
+#include <sys/syscall.h>
+#endif
 
 #include "sdpa.h"
 
@@ -32,7 +39,6 @@
 #include <cpu_features/cpuinfo_aarch64.h>
 #include <fcntl.h>
 #include <sys/prctl.h>
-#include <unistd.h>
 #endif
 
 /* ------------------------------------------------------------------------------------------ */
@@ -186,8 +192,8 @@ static void out_tunables(out *o, const char *key, const sdpa_tunable *t, size_t 
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* Caches from sysfs (Linux): used on ARM, and on x86 when cpu_features' CPUID walk finds none  */
-/* (0.7.0 decodes only Intel's leaf 4).                                                        */
+/* Caches, from the first source that knows them: cpu_features' CPUID walk (x86; 0.7.0 decodes */
+/* only Intel's leaf 4), the C library (sysconf), then sysfs (Linux).                          */
 /* ------------------------------------------------------------------------------------------ */
 static bool read_line(const char *path, char *buf, size_t len)
 {
@@ -209,6 +215,42 @@ static long long parse_size(const char *s)
     else if (*end == 'M') v <<= 20;
     else if (*end == 'G') v <<= 30;
     return v;
+}
+
+/* Caches from the C library (glibc reads CPUID itself, AMD's leaves included): L1d, L1i, L2,
+   L3, each only when sysconf knows its size. */
+static int sysconf_caches(out *o)
+{
+#if defined(_SC_LEVEL1_DCACHE_SIZE)
+    static const struct {
+        int level;
+        const char *type;
+        int size, ways, line;
+    } lv[] = {
+        {1, "data", _SC_LEVEL1_DCACHE_SIZE, _SC_LEVEL1_DCACHE_ASSOC, _SC_LEVEL1_DCACHE_LINESIZE},
+        {1, "instruction", _SC_LEVEL1_ICACHE_SIZE, _SC_LEVEL1_ICACHE_ASSOC, _SC_LEVEL1_ICACHE_LINESIZE},
+        {2, "unified", _SC_LEVEL2_CACHE_SIZE, _SC_LEVEL2_CACHE_ASSOC, _SC_LEVEL2_CACHE_LINESIZE},
+        {3, "unified", _SC_LEVEL3_CACHE_SIZE, _SC_LEVEL3_CACHE_ASSOC, _SC_LEVEL3_CACHE_LINESIZE},
+    };
+    int found = 0;
+    for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
+        const long size = sysconf(lv[i].size);
+        if (size <= 0) continue;
+        out_open(o, NULL, false);
+        out_int(o, "level", lv[i].level);
+        out_str(o, "type", lv[i].type);
+        out_bytes(o, "size_bytes", size);
+        out_int(o, "ways", sysconf(lv[i].ways) > 0 ? sysconf(lv[i].ways) : 0);
+        out_int(o, "line_bytes", sysconf(lv[i].line) > 0 ? sysconf(lv[i].line) : 0);
+        out_str(o, "source", "sysconf");
+        out_close(o);
+        found++;
+    }
+    return found;
+#else
+    (void)o;
+    return 0;
+#endif
 }
 
 static int sysfs_caches(out *o)
@@ -241,6 +283,114 @@ static int sysfs_caches(out *o)
         found++;
     }
     return found;
+}
+
+#ifdef CPUINFO_X86
+/* s without leading and trailing blanks (CPUID pads the brand string), into buf. */
+static const char *trimmed(const char *s, char *buf, size_t len)
+{
+    while (*s == ' ') s++;
+    size_t n = strlen(s);
+    while (n > 0 && s[n - 1] == ' ') n--;
+    if (n >= len) n = len - 1;
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    return buf;
+}
+#endif
+
+/* The word in brackets of a sysfs choice list ("always [madvise] never"), or NULL. */
+static const char *sysfs_choice(const char *path, char *buf, size_t len)
+{
+    char line[256];
+    if (!read_line(path, line, sizeof line)) return NULL;
+    const char *a = strchr(line, '['), *b = a ? strchr(a, ']') : NULL;
+    if (!a || !b || (size_t)(b - a - 1) >= len) return NULL;
+    memcpy(buf, a + 1, (size_t)(b - a - 1));
+    buf[b - a - 1] = '\0';
+    return buf;
+}
+
+/* The CPU features an implementation needs, as the feature keys of this report; NULL for an
+   implementation this report does not know (its requires_text still says). */
+static const char *const *requires_keys(const char *impl)
+{
+    static const char *const avx512[] = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "fma", "f16c", NULL};
+    static const char *const avx2[] = {"avx2", "fma", "f16c", NULL};
+    static const char *const neon[] = {"asimd", NULL};
+    static const char *const sve[] = {"sve", NULL};
+    static const char *const none[] = {NULL};
+    if (strcmp(impl, "avx512") == 0) return avx512;
+    if (strcmp(impl, "avx2") == 0) return avx2;
+    if (strcmp(impl, "neon") == 0) return neon;
+    if (strcmp(impl, "sve") == 0) return sve;
+    if (strcmp(impl, "scalar") == 0) return none;
+    return NULL;
+}
+
+/* keys joined by spaces into buf ("" for none) */
+static const char *join_keys(const char *const *k, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    for (; k && *k; k++) {
+        if (buf[0]) strncat(buf, " ", len - strlen(buf) - 1);
+        strncat(buf, *k, len - strlen(buf) - 1);
+    }
+    return buf;
+}
+
+/* Processors the OS offers, and those this process may run on (its affinity mask). */
+static long cores_online(void) { return sysconf(_SC_NPROCESSORS_ONLN); }
+static long cores_usable(void)
+{
+#ifdef CPU_COUNT
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+#endif
+    return -1;
+}
+
+/* AMX tile data (XCR0 bit 18) granted to this process by Linux (arch_prctl ARCH_GET_XCOMP_PERM,
+   Linux 5.16): 1 yes, 0 no, -1 unknown. A process must ask (ARCH_REQ_XCOMP_PERM) before use. */
+static int amx_permitted(void)
+{
+#if defined(__linux__) && defined(__x86_64__) && defined(SYS_arch_prctl)
+    unsigned long mask = 0;
+    if (syscall(SYS_arch_prctl, 0x1022 /* ARCH_GET_XCOMP_PERM */, &mask) != 0) return -1;
+    return (mask >> 18) & 1u;
+#else
+    return -1;
+#endif
+}
+
+#ifndef SDPA_BUILD_COMPILER
+#define SDPA_BUILD_COMPILER "unknown"
+#endif
+#ifndef SDPA_BUILD_FLAGS
+#define SDPA_BUILD_FLAGS "unknown"
+#endif
+
+static void report_library(out *o)
+{
+    out_open(o, "library", false);
+    out_str(o, "version", sdpa_version());
+    out_str(o, "compiler", SDPA_BUILD_COMPILER);
+    out_str(o, "build", SDPA_BUILD_FLAGS);
+    out_close(o);
+}
+
+static bool cpu_has_amx(void);
+
+static void report_system(out *o)
+{
+    char thp[32];
+    out_open(o, "system", false);
+    out_int(o, "cores_online", cores_online());
+    out_int(o, "cores_usable", cores_usable());
+    out_str(o, "transparent_hugepages",
+            sysfs_choice("/sys/kernel/mm/transparent_hugepage/enabled", thp, sizeof thp));
+    if (cpu_has_amx()) out_flag(o, "amx_permitted", amx_permitted());
+    out_close(o);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -279,6 +429,19 @@ static void cpuid7(unsigned sub, unsigned r[4])
 #define XCR0_TILEDATA (1ull << 18)
 #define XCR0_AVX512 (XCR0_OPMASK | XCR0_ZMM_HI256 | XCR0_HI16_ZMM)
 
+static bool cpu_has_amx(void)
+{
+    unsigned r[4];
+    cpuid7(0, r);
+    return (r[3] >> 24) & 1u; /* CPUID.(7,0):EDX[24] AMX-TILE */
+}
+
+static const char *cpu_brand(char *buf, size_t len)
+{
+    const X86Info info = GetX86Info();
+    return trimmed(info.brand_string, buf, len);
+}
+
 static const char *cache_type_name(CacheType t)
 {
     switch (t) {
@@ -296,6 +459,7 @@ static void report_cpu(out *o)
     const bool osxsave = cpuid_osxsave();
     const uint64_t xcr0 = osxsave ? read_xcr0() : 0;
     unsigned l70[4], l71[4];
+    char brand[64];
     cpuid7(0, l70);
     cpuid7(1, l71);
     const bool os_avx = (xcr0 & (XCR0_SSE | XCR0_AVX)) == (XCR0_SSE | XCR0_AVX);
@@ -309,7 +473,7 @@ static void report_cpu(out *o)
     out_str(o, "arch", "x86");
 #endif
     out_str(o, "vendor", info.vendor);
-    out_str(o, "brand", info.brand_string);
+    out_str(o, "brand", trimmed(info.brand_string, brand, sizeof brand));
     out_int(o, "family", info.family);
     out_int(o, "model", info.model);
     out_int(o, "stepping", info.stepping);
@@ -407,6 +571,7 @@ static void report_cpu(out *o)
         out_close(o);
         found++;
     }
+    if (!found) found = sysconf_caches(o);
     if (!found) sysfs_caches(o);
     out_close(o);
 }
@@ -510,10 +675,20 @@ static void report_cpu(out *o)
     out_close(o);
 
     out_open(o, "caches", true);
-    sysfs_caches(o);
+    if (!sysconf_caches(o)) sysfs_caches(o);
     out_close(o);
 }
 #endif /* CPUINFO_AARCH64 */
+
+#ifndef CPUINFO_X86
+static bool cpu_has_amx(void) { return false; }
+static const char *cpu_brand(char *buf, size_t len)
+{
+    (void)len;
+    buf[0] = '\0';
+    return buf;
+}
+#endif
 
 #if !defined(CPUINFO_X86) && !defined(CPUINFO_AARCH64)
 static void report_cpu(out *o)
@@ -522,7 +697,7 @@ static void report_cpu(out *o)
     out_str(o, "arch", "unknown to this report");
     out_close(o);
     out_open(o, "caches", true);
-    sysfs_caches(o);
+    if (!sysconf_caches(o)) sysfs_caches(o);
     out_close(o);
 }
 #endif
@@ -575,7 +750,26 @@ static void report_impls(out *o)
         const bool ok = sdpa_impl_supported(impl);
         out_open(o, NULL, false);
         out_str(o, "name", sdpa_impl_name(impl));
-        out_str(o, "requires", sdpa_impl_requires(impl));
+        /* JSON: the feature keys of this report, a list; text: the same, space-separated */
+        const char *const *keys = requires_keys(sdpa_impl_name(impl));
+        if (o->json) {
+            out_key(o, "requires");
+            if (!keys) {
+                fputs("null", stdout);
+            } else {
+                putchar('[');
+                for (size_t k = 0; keys[k]; k++) {
+                    if (k) putchar(',');
+                    json_string(keys[k]);
+                }
+                putchar(']');
+            }
+        } else {
+            char buf[160];
+            out_str(o, "requires", keys ? (keys[0] ? join_keys(keys, buf, sizeof buf) : "nothing")
+                                        : NULL);
+        }
+        out_str(o, "requires_text", sdpa_impl_requires(impl));
         out_flag(o, "supported", ok);
         out_flag(o, "active", impl == active);
         if (!ok) {
@@ -600,18 +794,61 @@ static void report_impls(out *o)
     out_close(o);
 }
 
+/* A size as "48K", "1M" or "1.5M" (the largest unit that leaves at most one decimal). */
+static const char *short_size(size_t b, char *buf, size_t len)
+{
+    if (b >= (1u << 20))
+        snprintf(buf, len, b % (1u << 20) ? "%.1fM" : "%.0fM", (double)b / (1u << 20));
+    else
+        snprintf(buf, len, "%zuK", b >> 10);
+    return buf;
+}
+
+/* One line of the essentials, as an engine prints its system information at start-up. */
+static void report_short(void)
+{
+    char brand[64], feat[160], thp[32];
+    const sdpa_impl *a = sdpa_active();
+    sdpa_cache_info ci;
+    sdpa_cache_info_get(&ci);
+    const char *arch =
+#if defined(__x86_64__)
+        "x86_64";
+#elif defined(__aarch64__)
+        "aarch64";
+#else
+        "cpu";
+#endif
+    cpu_brand(brand, sizeof brand);
+    const char *const *keys = requires_keys(sdpa_impl_name(a));
+    char l1[16], l2[16], l3[16];
+    printf("libsdpa %s | %s%s%s | %s (%s)%s%s | L1d %s L2 %s L3 %s | %ld cores | THP %s\n",
+           sdpa_version(), arch, brand[0] ? " " : "", brand, sdpa_impl_name(a),
+           sdpa_selection_reason() == SDPA_SELECTED_AUTO ? "auto" : "forced",
+           keys && keys[0] ? ": " : "", join_keys(keys, feat, sizeof feat),
+           short_size(ci.l1d_bytes, l1, sizeof l1), short_size(ci.l2_bytes, l2, sizeof l2),
+           short_size(ci.l3_bytes, l3, sizeof l3), cores_usable() > 0 ? cores_usable() : cores_online(),
+           sysfs_choice("/sys/kernel/mm/transparent_hugepage/enabled", thp, sizeof thp)
+               ? thp
+               : "unknown");
+}
+
 int main(int argc, char **argv)
 {
     out o;
     memset(&o, 0, sizeof o);
+    bool brief = false;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             o.json = true;
+        } else if (strcmp(argv[i], "--short") == 0) {
+            brief = true;
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("usage: %s [--json]\n"
-                   "Reports this CPU's features, the OS vector state, caches, the values libsdpa\n"
-                   "plans with, and which libsdpa implementations can run here with their\n"
-                   "parameters (SDPA_ISA=<name> forces one).\n",
+            printf("usage: %s [--json | --short]\n"
+                   "Reports libsdpa's version and build, the system, this CPU's features, the OS\n"
+                   "vector state, caches, the values libsdpa plans with, and which libsdpa\n"
+                   "implementations can run here with their parameters (SDPA_ISA=<name> forces\n"
+                   "one). --json: the same as JSON; --short: one line.\n",
                    argv[0]);
             return 0;
         } else {
@@ -619,8 +856,18 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (brief) {
+        if (o.json) {
+            fprintf(stderr, "%s: --short and --json exclude each other\n", argv[0]);
+            return 2;
+        }
+        report_short();
+        return 0;
+    }
     if (!o.json) printf("libsdpa capability report\n");
     out_open(&o, NULL, false);
+    report_library(&o);
+    report_system(&o);
     report_cpu(&o);
     report_planning(&o);
     report_impls(&o);
