@@ -47,8 +47,8 @@ static sdpa_status view_extent(checker *c, const char *name, const sdpa_tensor *
                                const size_t n[3], size_t inner, extent *e)
 {
     const ptrdiff_t st[3] = {t->batch_stride, t->head_stride, t->token_stride};
-    const size_t esz = sdpa_dtype_size(t->dtype);
-    ptrdiff_t lo = 0, hi = 0; /* in elements */
+    const size_t esz = sdpa_block_bytes((int)t->dtype), blk = sdpa_block_elems((int)t->dtype);
+    ptrdiff_t lo = 0, hi = 0; /* in elements (multiples of blk: strides and inner checked) */
     for (int a = 0; a < 3; a++) {
         ptrdiff_t span;
         if (n[a] - 1 > (size_t)PTRDIFF_MAX ||
@@ -60,8 +60,8 @@ static sdpa_status view_extent(checker *c, const char *name, const sdpa_tensor *
     }
     ptrdiff_t top, bytes_lo, bytes_hi;
     if (inner > (size_t)PTRDIFF_MAX || __builtin_add_overflow(hi, (ptrdiff_t)inner, &top) ||
-        __builtin_mul_overflow(lo, (ptrdiff_t)esz, &bytes_lo) ||
-        __builtin_mul_overflow(top, (ptrdiff_t)esz, &bytes_hi) ||
+        __builtin_mul_overflow(lo / (ptrdiff_t)blk, (ptrdiff_t)esz, &bytes_lo) ||
+        __builtin_mul_overflow(top / (ptrdiff_t)blk, (ptrdiff_t)esz, &bytes_hi) ||
         __builtin_sub_overflow(bytes_hi, bytes_lo, &top))
         return fail(c, SDPA_ERR_OVERFLOW, "%s: the view's byte extent overflows", name);
     e->lo = bytes_lo;
@@ -203,12 +203,36 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
     const sdpa_tensor *ts[4] = {q, k, v, o};
     static const char *const tn[4] = {"q", "k", "v", "o"};
     for (int i = 0; i < 4; i++)
-        if (sdpa_dtype_size(ts[i]->dtype) == 0)
+        if (sdpa_block_bytes((int)ts[i]->dtype) == 0)
             return fail(c, SDPA_ERR_INVALID_ARGUMENT, "%s has an unknown dtype (%d)", tn[i],
                         (int)ts[i]->dtype);
     if (q->dtype != SDPA_F32 || o->dtype != SDPA_F32)
-        return fail(c, SDPA_ERR_UNSUPPORTED, "%s must be SDPA_F32 (f16/bf16 storage is for k and v)",
+        return fail(c, SDPA_ERR_UNSUPPORTED,
+                    "%s must be SDPA_F32 (f16, bf16, q8_0 and q4_0 storage is for k and v)",
                     q->dtype != SDPA_F32 ? "q" : "o");
+    /* a block format's rows start on a block: its dim and every stride a multiple of one */
+    for (int i = 1; i < 3; i++) {
+        const size_t blk = sdpa_block_elems((int)ts[i]->dtype), dim = i == 1 ? p->head_dim : dv;
+        const ptrdiff_t st[3] = {ts[i]->batch_stride, ts[i]->head_stride, ts[i]->token_stride};
+        static const char *const sn[3] = {"batch_stride", "head_stride", "token_stride"};
+        if (blk == 1) continue;
+        if (dim % blk != 0)
+            return fail(c, SDPA_ERR_INVALID_ARGUMENT,
+                        "%s is %s: its %s (%zu) must be a multiple of %zu", tn[i],
+                        ts[i]->dtype == SDPA_Q8_0 ? "q8_0" : "q4_0", i == 1 ? "head_dim" : "v_dim",
+                        dim, blk);
+        for (int a = 0; a < 3; a++)
+            if (st[a] % (ptrdiff_t)blk != 0)
+                return fail(c, SDPA_ERR_INVALID_ARGUMENT,
+                            "%s is %s: its %s (%td) must be a multiple of %zu elements", tn[i],
+                            ts[i]->dtype == SDPA_Q8_0 ? "q8_0" : "q4_0", sn[a], st[a], blk);
+    }
+    if (p->q8_scores != 0 && p->q8_scores != 1)
+        return fail(c, SDPA_ERR_INVALID_ARGUMENT, "q8_scores is %d: it must be 0 (exact) or 1",
+                    p->q8_scores);
+    if (p->q8_scores && !sdpa_dtype_quantized((int)k->dtype))
+        return fail(c, SDPA_ERR_UNSUPPORTED,
+                    "q8_scores needs k in q8_0 or q4_0 (k has dtype %d)", (int)k->dtype);
 
     /* Every product the driver will form must fit. */
     size_t rows, t;
@@ -266,7 +290,7 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
     if (p->mask) {
         const sdpa_tensor *mk = p->mask;
         if (!mk->data) return fail(c, SDPA_ERR_INVALID_ARGUMENT, "mask has NULL data");
-        if (sdpa_dtype_size(mk->dtype) == 0)
+        if (mk->dtype != SDPA_F32 && mk->dtype != SDPA_F16 && mk->dtype != SDPA_BF16)
             return fail(c, SDPA_ERR_INVALID_ARGUMENT,
                         "mask has dtype %d: it must be SDPA_F32, SDPA_F16 or SDPA_BF16", (int)mk->dtype);
         extent em;
@@ -337,7 +361,10 @@ typedef struct plan {
     size_t reb_off;   /* where a paged run's rebased limits, starts, positions, mask rows start */
     size_t mptr_off;  /* where the merge's part pointers (3 max_chunks) start */
     size_t stage_off; /* where the staged copy of short pages' K and V rows starts */
-    size_t stage_keys; /* keys per staged copy; 0: pages are handed to the kernel in place */
+    size_t stage_keys; /* keys per staged copy; 0: K/V always handed to the kernel in place */
+    bool   quant;      /* K or V in a block format (q8_0, q4_0) */
+    size_t qq_off;     /* fast scores (q8_scores): the rows' int8 quants [R*D], then their block
+                          scales [R*D/32] */
     size_t ptab_off;  /* from stage_off: the page lists of a unit the kernel pages itself */
     size_t partial_off; /* where the split-K partial states start, after the workspaces */
     size_t seq_off;   /* where the sequence table starts, after the partial states */
@@ -511,9 +538,40 @@ static void prefetch_row(const char *p, size_t bytes)
 /* Row `row` of physical page P of a K or V view t whose data is d (KV head offset h, in
    elements). */
 static const char *page_row(const char *d, const sdpa_tensor *t, ptrdiff_t P, ptrdiff_t h,
-                            ptrdiff_t row, size_t es)
+                            ptrdiff_t row)
 {
-    return d + (P * t->batch_stride + h + row * t->token_stride) * (ptrdiff_t)es;
+    return d + sdpa_off_bytes((int)t->dtype, P * t->batch_stride + h + row * t->token_stride);
+}
+
+/* Key j's row of the item's KV head in the K or V view t (head offset h, in elements): in its
+   page, at its packed token, or in its batch. */
+static const char *kv_row(const plan *pl, const item *it, const sdpa_tensor *t, ptrdiff_t h,
+                          size_t j)
+{
+    const sdpa_params *p = pl->p;
+    if (p->block_table) {
+        const int32_t *tab = p->block_table + it->b * p->max_pages;
+        return page_row(t->data, t, tab[j / p->page_size], h, (ptrdiff_t)(j % p->page_size));
+    }
+    const ptrdiff_t base = p->cu_kv ? (ptrdiff_t)(it->sq->k0 + j) * t->token_stride
+                                    : (ptrdiff_t)it->b * t->batch_stride +
+                                          (ptrdiff_t)j * t->token_stride;
+    return (const char *)t->data + sdpa_off_bytes((int)t->dtype, base + h);
+}
+
+/* Bytes per element of a storage type (a fraction for the block formats), for estimates. */
+static double elem_bytes(sdpa_dtype t)
+{
+    return (double)sdpa_block_bytes((int)t) / (double)sdpa_block_elems((int)t);
+}
+
+/* One staged row: a block format dequantized to f32 (deq), anything else copied as it is. */
+static void stage_row(char *dst, const char *src, sdpa_dtype t, size_t n, bool deq)
+{
+    if (deq && sdpa_dtype_quantized((int)t))
+        sdpa_row_to_f32(src, (int)t, 0, 0, n, (float *)(void *)dst);
+    else
+        memcpy(dst, src, (size_t)sdpa_off_bytes((int)t, (ptrdiff_t)n));
 }
 
 /* Where a paged sequence's page pg and the next are one run of key rows in both K and V. */
@@ -540,39 +598,39 @@ static void rebase(const sdpa_rows *w, size_t *lim2, size_t *first2, ptrdiff_t *
 /* Runs the kernel on keys [c0, c1) of the item's KV head. Contiguous K/V: one unit. Paged:
    one unit with the item's page list (sdpa_rows.pages) when the kernel walks pages itself
    (sdpa_kernels.paged_rows); otherwise short pages are gathered into a dense copy, STAGE_KEYS
-   keys per unit, and longer ones handed over one unit per run of adjacent pages. Those units
+   keys per unit, and longer ones handed over one unit per run of adjacent pages. K or V in a
+   block format, for a unit the kernel cannot read them in (sdpa_kernels.quant_rows): staged,
+   dequantized exactly to f32, STAGE_KEYS keys per unit, whatever the layout. Those units
    are rebased so that their first row is key 0 (limits, window starts, positions and mask rows
    shifted with it): a kernel only ever addresses rows it is given, and the online-softmax
    state carries from unit to unit. */
 static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, size_t c1,
                      float *reb, float *stage)
 {
-    const size_t ke = sdpa_dtype_size(pl->kt->dtype), ve = sdpa_dtype_size(pl->vt->dtype);
     const sdpa_params *p = pl->p;
     const char *kd = pl->kt->data, *vd = pl->vt->data;
+    const sdpa_dtype kt = pl->kt->dtype, vt = pl->vt->dtype;
     const ptrdiff_t kh = (ptrdiff_t)it->kvh * pl->kt->head_stride,
                     vh = (ptrdiff_t)it->kvh * pl->vt->head_stride;
-    if (!p->block_table) {
-        const ptrdiff_t kb = p->cu_kv ? (ptrdiff_t)it->sq->k0 * pl->kt->token_stride
-                                      : (ptrdiff_t)it->b * pl->kt->batch_stride;
-        const ptrdiff_t vb = p->cu_kv ? (ptrdiff_t)it->sq->k0 * pl->vt->token_stride
-                                      : (ptrdiff_t)it->b * pl->vt->batch_stride;
-        w->k = kd + (kb + kh) * (ptrdiff_t)ke;
-        w->v = vd + (vb + vh) * (ptrdiff_t)ve;
+    const size_t ps = p->page_size, R = w->rows;
+    /* K or V in a block format the kernel does not read for units of R rows: staged, dequantized */
+    const bool deq = pl->quant && R > pl->k->quant_rows;
+    if (!p->block_table && !deq) {
+        w->k = kv_row(pl, it, pl->kt, kh, 0);
+        w->v = kv_row(pl, it, pl->vt, vh, 0);
         w->kv_begin = c0, w->kv_end = c1;
         pl->k->rows(w);
         return;
     }
-    const size_t ps = p->page_size, R = w->rows;
-    const int32_t *tab = p->block_table + it->b * p->max_pages;
-    if (ps % 16 == 0 && R <= pl->k->paged_rows) {
+    const int32_t *tab = p->block_table ? p->block_table + it->b * p->max_pages : NULL;
+    if (tab && !deq && ps % 16 == 0 && R <= pl->k->paged_rows) {
         /* the kernel walks the pages itself (pages of a multiple of 16 keys keep every piece
            of a key block aligned, see sdpa_pages): their row 0 for this KV head, listed */
         const size_t p0 = c0 / ps, np = (c1 - 1) / ps - p0 + 1;
         const void **kp = (const void **)(void *)(stage + pl->ptab_off), **vp = kp + np;
         for (size_t i = 0; i < np; i++) {
-            kp[i] = page_row(kd, pl->kt, tab[p0 + i], kh, 0, ke);
-            vp[i] = page_row(vd, pl->vt, tab[p0 + i], vh, 0, ve);
+            kp[i] = page_row(kd, pl->kt, tab[p0 + i], kh, 0);
+            vp[i] = page_row(vd, pl->vt, tab[p0 + i], vh, 0);
         }
         float *ones = (float *)(void *)((size_t *)(void *)reb + 4 * R);
         for (size_t r = 0; r < R; r++) ones[r] = 1.0f;
@@ -590,7 +648,7 @@ static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, si
     size_t *lim2 = (size_t *)(void *)reb, *first2 = lim2 + R;
     ptrdiff_t *pos2 = (ptrdiff_t *)(first2 + R);
     const void **mask2 = (const void **)(pos2 + R);
-    const size_t mes = mods && mods->mask ? sdpa_dtype_size(mods->mask_type) : 0;
+    const size_t mes = mods && mods->mask ? sdpa_block_bytes((int)mods->mask_type) : 0;
     sdpa_mods m2 = mods ? *mods : (sdpa_mods){0};
     sdpa_rows u = *w;
     u.kv_limit = lim2;
@@ -600,30 +658,31 @@ static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, si
         m2.pos = pos2;
         if (mods->mask) m2.mask = mask2;
     }
-    if (pl->stage_keys) {
-        /* short pages: their rows gathered, stage_keys at a time, into a dense copy the kernel
-           reads as one unit (keys [s0, s1) at rows [0, s1 - s0) of the copy) */
+    if (deq || (tab && ps < STAGE_MAX_PAGE)) {
+        /* rows gathered (short pages) or dequantized to f32 (block formats), stage_keys at a
+           time, into a dense copy the kernel reads as one unit (keys [s0, s1) at rows
+           [0, s1 - s0) of the copy) */
         const size_t n_st = (c1 - c0 + pl->stage_keys - 1) / pl->stage_keys;
-        const size_t krow = pl->D * ke, vrow = pl->Dv * ve;
+        const sdpa_dtype skt = deq && sdpa_dtype_quantized((int)kt) ? SDPA_F32 : kt;
+        const sdpa_dtype svt = deq && sdpa_dtype_quantized((int)vt) ? SDPA_F32 : vt;
+        const size_t krow = (size_t)sdpa_off_bytes((int)skt, (ptrdiff_t)pl->D),
+                     vrow = (size_t)sdpa_off_bytes((int)svt, (ptrdiff_t)pl->Dv);
+        const size_t kin = (size_t)sdpa_off_bytes((int)kt, (ptrdiff_t)pl->D),
+                     vin = (size_t)sdpa_off_bytes((int)vt, (ptrdiff_t)pl->Dv);
         char *sk = (char *)(void *)stage, *sv = sk + pl->stage_keys * krow;
         u.k = sk, u.v = sv, u.k_stride = (ptrdiff_t)pl->D, u.v_stride = (ptrdiff_t)pl->Dv;
+        u.k_type = skt, u.v_type = svt;
         for (size_t si = 0; si < n_st; si++) {
             const size_t s0 = c0 + (w->reverse ? n_st - 1 - si : si) * pl->stage_keys;
             const size_t s1 = s0 + pl->stage_keys < c1 ? s0 + pl->stage_keys : c1;
-            for (size_t j = s0; j < s1;) {
-                const size_t pe = (j / ps + 1) * ps < s1 ? (j / ps + 1) * ps : s1; /* page end */
-                const ptrdiff_t P = tab[j / ps];
-                for (; j < pe; j++) {
-                    const ptrdiff_t t = (ptrdiff_t)(j % ps);
-                    const size_t ja = j + STAGE_PF_KEYS; /* requested ahead: pages are scattered */
-                    if (ja < c1) {
-                        const ptrdiff_t Pa = tab[ja / ps], ta = (ptrdiff_t)(ja % ps);
-                        prefetch_row(page_row(kd, pl->kt, Pa, kh, ta, ke), krow);
-                        prefetch_row(page_row(vd, pl->vt, Pa, vh, ta, ve), vrow);
-                    }
-                    memcpy(sk + (j - s0) * krow, page_row(kd, pl->kt, P, kh, t, ke), krow);
-                    memcpy(sv + (j - s0) * vrow, page_row(vd, pl->vt, P, vh, t, ve), vrow);
+            for (size_t j = s0; j < s1; j++) {
+                const size_t ja = j + STAGE_PF_KEYS; /* requested ahead: pages are scattered */
+                if (ja < c1) {
+                    prefetch_row(kv_row(pl, it, pl->kt, kh, ja), kin);
+                    prefetch_row(kv_row(pl, it, pl->vt, vh, ja), vin);
                 }
+                stage_row(sk + (j - s0) * krow, kv_row(pl, it, pl->kt, kh, j), kt, pl->D, deq);
+                stage_row(sv + (j - s0) * vrow, kv_row(pl, it, pl->vt, vh, j), vt, pl->Dv, deq);
             }
             rebase(w, lim2, first2, pos2, mask2, mes, s0);
             u.kv_begin = 0, u.kv_end = s1 - s0;
@@ -643,8 +702,8 @@ static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, si
                      j1 = (e + 1) * ps < c1 ? (e + 1) * ps : c1;
         rebase(w, lim2, first2, pos2, mask2, mes, base);
         const ptrdiff_t page = tab[a];
-        u.k = page_row(kd, pl->kt, page, kh, 0, ke);
-        u.v = page_row(vd, pl->vt, page, vh, 0, ve);
+        u.k = page_row(kd, pl->kt, page, kh, 0);
+        u.v = page_row(vd, pl->vt, page, vh, 0);
         u.kv_begin = j0 - base, u.kv_end = j1 - base;
         const bool last = w->reverse ? a == pg_lo : e == pg_hi;
         if (!last) {
@@ -655,13 +714,37 @@ static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, si
             const size_t n0 = np * ps < c0 ? c0 - np * ps : 0;
             const ptrdiff_t P = tab[np];
             for (size_t j = n0; j < nk && np * ps + j < c1; j++) {
-                prefetch_row(page_row(kd, pl->kt, P, kh, (ptrdiff_t)j, ke), pl->D * ke);
-                prefetch_row(page_row(vd, pl->vt, P, vh, (ptrdiff_t)j, ve), pl->Dv * ve);
+                prefetch_row(page_row(kd, pl->kt, P, kh, (ptrdiff_t)j),
+                             (size_t)sdpa_off_bytes((int)kt, (ptrdiff_t)pl->D));
+                prefetch_row(page_row(vd, pl->vt, P, vh, (ptrdiff_t)j),
+                             (size_t)sdpa_off_bytes((int)vt, (ptrdiff_t)pl->Dv));
             }
         }
         pl->k->rows(&u);
         if (last) break;
         pg = w->reverse ? a - 1 : e + 1;
+    }
+}
+
+/* Fast scores (q8_scores): a scaled query row quantized per 32-block, d = max |x| / 127 (f32)
+   and q = round(x / d), so |d q - x| <= d / 2; a block with a non-finite element gets d = NaN,
+   which makes every score of the row NaN, as a NaN query would. */
+static void quantize_row(const float *x, size_t n, int8_t *q, float *qd)
+{
+    for (size_t b = 0; b < n; b += SDPA_QK, x += SDPA_QK, q += SDPA_QK) {
+        float amax = 0.0f;
+        bool finite = true;
+        for (size_t i = 0; i < SDPA_QK; i++) {
+            const float a = fabsf(x[i]);
+            finite = finite && a <= FLT_MAX;
+            amax = a > amax ? a : amax;
+        }
+        const float d = amax / 127.0f;
+        qd[b / SDPA_QK] = finite ? d : NAN;
+        for (size_t i = 0; i < SDPA_QK; i++) {
+            const float t = finite && d > 0.0f ? roundf(x[i] / d) : 0.0f;
+            q[i] = (int8_t)(t > 127.0f ? 127.0f : t < -127.0f ? -127.0f : t);
+        }
     }
 }
 
@@ -706,7 +789,7 @@ static void run_item(void *arg, size_t t, size_t thread)
                 mrow[r] = (const char *)mk->data +
                           ((ptrdiff_t)it.b * mk->batch_stride + (ptrdiff_t)h * mk->head_stride +
                            (ptrdiff_t)(it.i0 + i) * mk->token_stride) *
-                              (ptrdiff_t)sdpa_dtype_size(mk->dtype);
+                              (ptrdiff_t)sdpa_block_bytes((int)mk->dtype);
             m[r] = -INFINITY;
             l[r] = 0.0f;
         }
@@ -747,6 +830,21 @@ static void run_item(void *arg, size_t t, size_t thread)
     size_t c1 = split && c0 + pl->chunk < sq->lk ? c0 + pl->chunk : sq->lk;
     if (c0 < first[0]) c0 = first[0]; /* keys left of every row's window are never read */
     if (c1 > lim[R - 1]) c1 = lim[R - 1]; /* keys no row of the item sees are never read */
+    int8_t *qq = NULL;
+    float *qd = NULL;
+    if (p->q8_scores && c0 < c1) {
+        qq = (int8_t *)(void *)(ws + pl->qq_off);
+        qd = ws + pl->qq_off + round16(R * D / 4);
+        for (size_t r = 0; r < R; r++) quantize_row(qp + r * D, D, qq + r * D, qd + r * (D / SDPA_QK));
+        if (R > pl->k->quant_rows) {
+            /* a kernel that stages K takes the quantized rows as f32 values: the same scores
+               up to float rounding (d_q q is exact to 2^-24, the products of the quants exact) */
+            for (size_t r = 0; r < R; r++)
+                for (size_t c = 0; c < D; c++)
+                    qp[r * D + c] = qd[r * (D / SDPA_QK) + c / SDPA_QK] * (float)qq[r * D + c];
+            qq = NULL, qd = NULL;
+        }
+    }
     if (c0 < c1) {
         sdpa_rows w = {
             .rows = R, .d = D, .dv = Dv, .q = qp, .kv_limit = lim,
@@ -754,6 +852,7 @@ static void run_item(void *arg, size_t t, size_t thread)
             .score_mul = scaled ? mul : NULL,
             .k_stride = pl->kt->token_stride, .v_stride = pl->vt->token_stride,
             .k_type = pl->kt->dtype, .v_type = pl->vt->dtype,
+            .qq = qq, .qd = qd,
             .m = m, .l = l, .acc = acc,
             .ws = ws + pl->kws_off, .block = pl->block,
             .pf = pf, .n_pf = n_pf,
@@ -911,8 +1010,8 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
            compared) against STREAM_BYTES, a fixed size rather than the detected L3 (which in a
            virtual machine can be the host's total), so the same problem takes the same path */
         const double kv = (double)pl->Hkv * kv_keys *
-                          ((double)pl->D * (double)sdpa_dtype_size(pl->kt->dtype) +
-                           (double)pl->Dv * (double)sdpa_dtype_size(pl->vt->dtype));
+                          ((double)pl->D * elem_bytes(pl->kt->dtype) +
+                           (double)pl->Dv * elem_bytes(pl->vt->dtype));
         pl->stream = kv > (double)STREAM_BYTES;
     }
     size_t n_items, n_parts, n_groups;
@@ -932,14 +1031,18 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
     pl->reb_off = pl->var_off + row_ptrs;
     pl->mptr_off = pl->reb_off + row_ptrs;
     size_t stage = 0;
+    pl->quant = sdpa_dtype_quantized((int)k->dtype) || sdpa_dtype_quantized((int)v->dtype);
+    if ((pl->quant && pl->k->quant_rows < pl->R) ||
+        (p->block_table && p->page_size < STAGE_MAX_PAGE)) {
+        /* units whose K/V the kernel cannot read in place: block formats dequantized to f32,
+           short pages gathered (validated products: D, Dv, STAGE_KEYS far from overflow) */
+        const size_t kb = pl->quant ? sizeof(float) : sdpa_block_bytes((int)k->dtype);
+        const size_t vb = pl->quant ? sizeof(float) : sdpa_block_bytes((int)v->dtype);
+        pl->stage_keys = STAGE_KEYS;
+        stage = STAGE_KEYS * (pl->D * kb + pl->Dv * vb) / sizeof(float);
+    }
     if (p->block_table) {
-        /* units the kernel cannot page itself: short pages staged; the others' page lists */
-        if (p->page_size < STAGE_MAX_PAGE) {
-            pl->stage_keys = STAGE_KEYS;
-            stage = STAGE_KEYS *
-                    (pl->D * sdpa_dtype_size(k->dtype) + pl->Dv * sdpa_dtype_size(v->dtype)) /
-                    sizeof(float); /* validated products: D, Dv, STAGE_KEYS far from overflow */
-        }
+        /* units the kernel pages itself: their page lists */
         const size_t pages = (lk_max + p->page_size - 1) / p->page_size; /* <= max_pages */
         pl->ptab_off = round16(stage);
         stage = pl->ptab_off + round16(2 * pages * sizeof(void *) / sizeof(float));
@@ -948,7 +1051,9 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
         !add_sz(pl->mptr_off, round16(st), &pl->stage_off) ||
         !add_sz(pl->stage_off, round16(stage), &pl->kws_off) ||
         !add_sz(pl->kws_off, round16(kws), &pl->mul_off) ||
-        !add_sz(pl->mul_off, round16(pl->R), &pl->ws_stride) ||
+        !add_sz(pl->mul_off, round16(pl->R), &pl->qq_off) ||
+        !add_sz(pl->qq_off, p->q8_scores ? round16(pl->R * pl->D / 4 + pl->R * pl->D / SDPA_QK) : 0,
+                &pl->ws_stride) ||
         !mul_sz(pl->ws_stride, threads, &ws_floats) ||
         !mul_sz(n_parts, pl->R * (pl->Dv + 2), &pf) ||
         !add_sz(ws_floats, round16(pf), &pl->seq_off) ||

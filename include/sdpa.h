@@ -104,7 +104,37 @@ double sdpa_impl_tanh_max_ulp(const sdpa_impl *impl);
 /* Fused attention: o = softmax(s) · v over the keys each row sees, s = softcap(scale q·kᵀ)    */
 /* + alibi + mask, with optional sinks in the denominator; streamed, f32 accumulation.          */
 /* ------------------------------------------------------------------------------------------ */
-typedef enum sdpa_dtype { SDPA_F32 = 0, SDPA_F16, SDPA_BF16 } sdpa_dtype;
+/* Storage types. SDPA_Q8_0 and SDPA_Q4_0 are ggml's block_q8_0 and block_q4_0, byte for byte
+   (K and V only): blocks of 32 elements, each an f16 scale d (little-endian) followed by
+   - q8_0: 32 signed bytes q_i, x_i = d q_i (34 bytes a block);
+   - q4_0: 16 bytes, element i < 16 the low nibble n of byte i and element 16 + i its high
+     nibble, x = d (n - 8) (18 bytes a block).
+   Strides and dims stay in elements: a quantized view's head dim and strides must be multiples
+   of 32, so that every row starts on a block. */
+typedef enum sdpa_dtype { SDPA_F32 = 0, SDPA_F16, SDPA_BF16, SDPA_Q8_0, SDPA_Q4_0 } sdpa_dtype;
+
+/* Elements per block of a storage type: 1 for f32, f16 and bf16, 32 for q8_0 and q4_0; 0 for
+   an unknown type. */
+size_t sdpa_dtype_block(sdpa_dtype t);
+/* Bytes per block (for f32, f16 and bf16: per element): 4, 2, 2, 34, 18; 0 for an unknown
+   type. */
+size_t sdpa_dtype_size(sdpa_dtype t);
+/* Bytes that n consecutive elements of type t occupy; 0 when n is not a multiple of the block,
+   the type is unknown, or the product overflows size_t. */
+size_t sdpa_dtype_bytes(sdpa_dtype t, size_t n);
+
+/* Conversions between f32 and the block formats, n elements (a multiple of 32). The quantizers
+   give the bytes of ggml's reference quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref):
+   q8_0: per block amax = max |x|, d = amax / 127, q = round(x / d) (half away from zero);
+   q4_0: per block m = the first element of largest magnitude (signed), d = m / -8,
+   n = min(15, trunc(x / d + 8.5)); d stored as f16, rounded to nearest even. Refused
+   (SDPA_ERR_INVALID_ARGUMENT, nothing written): a NULL pointer, n not a multiple of 32, a
+   non-finite input, or a block whose scale overflows f16. The dequantizers write x = d q
+   exactly (a non-finite stored scale gives non-finite values); NULL or a bad n is refused. */
+sdpa_status sdpa_quantize_q8_0(const float *x, size_t n, void *dst);
+sdpa_status sdpa_quantize_q4_0(const float *x, size_t n, void *dst);
+sdpa_status sdpa_dequantize_q8_0(const void *src, size_t n, float *y);
+sdpa_status sdpa_dequantize_q4_0(const void *src, size_t n, float *y);
 
 typedef struct sdpa_tensor { /* a view [batch][head][token][dim], dim contiguous */
     void      *data;
@@ -181,11 +211,23 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
        [0, n_pages), which is checked before anything is read. */
     const int32_t       *block_table;
     size_t               page_size, max_pages, n_pages;
+    /* --- quantized K (SDPA_Q8_0 / SDPA_Q4_0). 0: exact, the default: every stored value
+       enters the arithmetic as its exact f32 value d q, and the numerics are those of f16 K/V.
+       1: fast Q.K, as ggml computes it: each scaled query row is quantized per 32-block to
+       int8 (d_q = max |x| / 127, kept in f32; q = round(x / d_q)) and every score is
+       sum over blocks of (d_q d_k) times the exact int32 dot product of the quants, through
+       the CPU's int8 dot products (VNNI, sdot) where it has them. The bound this adds to a
+       score s = sum_c x_c k_c of one row: |s_fast - s| <= sum_b (max_{c in b} |x_c| / 254)
+       sum_{c in b} |k_c|, plus float rounding; softmax turns a bound D on every score of a row
+       into |o_fast - o| <= (e^(2 D) - 1) max |v| on its output. A non-finite query element
+       makes its row NaN. P.V stays f32. Refused (SDPA_ERR_UNSUPPORTED) unless K is q8_0 or
+       q4_0; a value other than 0 or 1 is SDPA_ERR_INVALID_ARGUMENT. */
+    int                  q8_scores;
 } sdpa_params;
 
 /* Runs attention for every (batch, head, query) of p on the active implementation.
    q: f32 [batch][q_heads][q_len][head_dim]; k: [batch][kv_heads][kv_len][head_dim] and
-   v: [batch][kv_heads][kv_len][v_dim] in f32, f16 or bf16; o: f32 [batch][q_heads][q_len][v_dim].
+   v: [batch][kv_heads][kv_len][v_dim] in f32, f16, bf16, q8_0 or q4_0; o: f32 [batch][q_heads][q_len][v_dim].
    q_heads must be a multiple of kv_heads (GQA/MQA: query head h reads KV head h / (q_heads /
    kv_heads)). Rows that see no key (causal with q_len > kv_len, a window, a mask) are written
    as zeros. With the ragged or paged fields the views are addressed as described there: each

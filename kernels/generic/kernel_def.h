@@ -46,6 +46,10 @@
 #define PAGED_ROWS 0 /* units with sdpa_rows.pages: none (see sdpa_kernels.paged_rows) */
 #endif
 
+#ifndef QUANT_ROWS
+#define QUANT_ROWS 0 /* units with q8_0/q4_0 K or V read in place: none (sdpa_kernels.quant_rows) */
+#endif
+
 /* The entry and scratch size of an implementation with a decode and a prefill path, defined
    elsewhere as sdpa_decode_<isa> and sdpa_prefill_<isa> (and their _ws_ sizes). */
 #define SDPA_DEFINE_PATHS(isa)                                                                    \
@@ -77,6 +81,7 @@
         .rows = rows_##isa,                                                                       \
         .ws_floats = ws_floats_##isa,                                                             \
         .paged_rows = PAGED_ROWS,                                                                 \
+        .quant_rows = QUANT_ROWS,                                                                 \
         .tuning = {.decode_max_rows = DECODE_MAX_ROWS,                                            \
                    .decode_block = DECODE_BLOCK,                                                  \
                    .decode_block_few = DECODE_BLOCK_FEW,                                          \

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "convert.h"
 #include "kernel_table.h"
 
 /* Micro-kernels are written once with their shape as a parameter and instantiated with
@@ -76,7 +77,12 @@ static inline bool sdpa_v_finite(const sdpa_rows *w, size_t ja, size_t jb)
     const size_t dv = w->dv;
     unsigned bad = 0;
     for (size_t j = ja; j < jb; j++) {
-        if (w->v_type == SDPA_F32) {
+        if (sdpa_dtype_quantized((int)w->v_type)) { /* d q is finite iff the scale d is */
+            const unsigned char *x = (const unsigned char *)w->v +
+                                     sdpa_off_bytes((int)w->v_type, sdpa_row_off(w->v_stride, j));
+            const size_t bb = sdpa_block_bytes((int)w->v_type);
+            for (size_t b = 0; b < dv / SDPA_QK; b++, x += bb) bad |= (x[1] & 0x7c) == 0x7c;
+        } else if (w->v_type == SDPA_F32) {
             const sdpa_bits32 *x = (const sdpa_bits32 *)w->v + sdpa_row_off(w->v_stride, j);
             for (size_t c = 0; c < dv; c++) bad |= (x[c] & 0x7f800000u) == 0x7f800000u;
         } else {
@@ -157,13 +163,14 @@ static inline void sdpa_page_ahead(const sdpa_rows *w, int v, size_t j0, size_t 
 {
     const sdpa_pages *pg = w->pages;
     const size_t end = w->kv_end < w->kv_limit[w->rows - 1] ? w->kv_end : w->kv_limit[w->rows - 1];
-    const size_t es = (v ? w->v_type : w->k_type) == SDPA_F32 ? 4 : 2, n = v ? w->dv : w->d;
+    const int t = (int)(v ? w->v_type : w->k_type);
+    const size_t bytes = (size_t)sdpa_off_bytes(t, (ptrdiff_t)(v ? w->dv : w->d));
     const ptrdiff_t st = v ? w->v_stride : w->k_stride;
     for (size_t j = j0; j < j1 && j < end; j++) {
         const size_t p = j / pg->size;
         const char *row = (const char *)(v ? pg->v : pg->k)[p - pg->first] +
-                          (ptrdiff_t)(j - p * pg->size) * st * (ptrdiff_t)es;
-        for (size_t b = 0; b < n * es; b += 64) __builtin_prefetch(row + b, 0, 3);
+                          sdpa_off_bytes(t, (ptrdiff_t)(j - p * pg->size) * st);
+        for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 3);
     }
 }
 

@@ -104,7 +104,7 @@ SDPA_INLINE bool sdpa_modify_row(const sdpa_rows *w, size_t r, size_t j0, float 
         for (size_t j = 0; j < n; j++) s[j * ds] -= sl * fabsf(base + (float)(int32_t)j);
     }
     if (md && md->mask) {
-        const void *mr = (const char *)md->mask[r] + j0 * sdpa_dtype_size((int)md->mask_type);
+        const void *mr = (const char *)md->mask[r] + j0 * sdpa_block_bytes((int)md->mask_type);
         uint32_t any = 0;
         /* one loop per dtype, the -inf select on the bits: each vectorises */
 #define SDPA_MASK_LOOP(ELEM_T, NINF, TO_F32)                                                      \
@@ -157,7 +157,15 @@ static inline void sdpa_pv_row_exact(const sdpa_rows *w, size_t r, size_t j0, si
         if (!sdpa_sees(w, r, j0 + j)) continue;
         const float pj = p[j * ps];
         const ptrdiff_t off = sdpa_row_off(w->v_stride, j0 + j);
-        if (w->v_type == SDPA_F32) {
+        if (sdpa_dtype_quantized((int)w->v_type)) {
+            const char *x = (const char *)w->v + sdpa_off_bytes((int)w->v_type, off);
+            const size_t bb = sdpa_block_bytes((int)w->v_type);
+            float y[SDPA_QK];
+            for (size_t b = 0; b < dv / SDPA_QK; b++) {
+                sdpa_dequant_block((int)w->v_type, x + b * bb, y);
+                for (size_t c = 0; c < SDPA_QK; c++) acc[b * SDPA_QK + c] += pj * y[c];
+            }
+        } else if (w->v_type == SDPA_F32) {
             const float *x = (const float *)w->v + off;
             for (size_t c = 0; c < dv; c++) acc[c] += pj * x[c];
         } else if (w->v_type == SDPA_F16) {

@@ -86,6 +86,31 @@ static void accumulate_f32_scalar(float *o, float alpha, const float *p, const f
     }
 }
 
+/* Fast scores (sdpa_rows.qq): s[j] = sum over blocks of (qd_b d_b) times the exact int32 dot
+   product of row r's quants with key j's, K in q8_0 or q4_0 (the reference for that mode). */
+static void score_q8_scalar(const sdpa_rows *w, size_t r, size_t j0, size_t n, float *s)
+{
+    const size_t d = w->d, nb = d / SDPA_QK, bb = sdpa_block_bytes((int)w->k_type);
+    const int8_t *q = w->qq + r * d;
+    const float *qd = w->qd + r * nb;
+    for (size_t j = 0; j < n; j++) {
+        const unsigned char *k =
+            (const unsigned char *)w->k + sdpa_off_bytes((int)w->k_type, (ptrdiff_t)(j0 + j) * w->k_stride);
+        float acc = 0.0f;
+        for (size_t b = 0; b < nb; b++, k += bb) {
+            const int8_t *qb = q + b * SDPA_QK;
+            int32_t sum = 0;
+            if (w->k_type == SDPA_Q8_0)
+                for (int i = 0; i < SDPA_QK; i++) sum += qb[i] * (int8_t)k[2 + i];
+            else
+                for (int i = 0; i < SDPA_QK / 2; i++)
+                    sum += qb[i] * ((k[2 + i] & 15) - 8) + qb[i + SDPA_QK / 2] * ((k[2 + i] >> 4) - 8);
+            acc += qd[b] * sdpa_f16_to_f32((uint16_t)(k[0] | k[1] << 8)) * (float)sum;
+        }
+        s[j] = acc;
+    }
+}
+
 /* Scratch: K block [block][d], V block [block][dv], one score row [block]. */
 static size_t ws_floats_scalar(size_t rows, size_t d, size_t dv, size_t block)
 {
@@ -111,7 +136,10 @@ static void rows_scalar(const sdpa_rows *w)
             const size_t lim = w->kv_limit[r];
             if (lim <= j0) continue;
             const size_t n = lim - j0 < nb ? lim - j0 : nb;
-            score_f32_scalar(w->q + r * d, kb, d, n, d, 1.0f, s);
+            if (w->qq)
+                score_q8_scalar(w, r, j0, n, s);
+            else
+                score_f32_scalar(w->q + r * d, kb, d, n, d, 1.0f, s);
             if (w->score_mul) sdpa_scale_scores(s, n, w->score_mul[r]);
             const bool hidden = var && sdpa_modify_scores(w, r, j0, s, n);
             const float alpha = softmax_online_f32_scalar(s, n, &w->m[r], &w->l[r]);
@@ -123,6 +151,8 @@ static void rows_scalar(const sdpa_rows *w)
     }
 }
 
+/* every unit: K and V of any storage type are converted exactly, block by block */
+#define QUANT_ROWS SIZE_MAX
 #include "kernel_def.h"
 
 SDPA_DEFINE_KERNELS(scalar, 1.0);
