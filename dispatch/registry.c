@@ -7,6 +7,11 @@
    name, requirements, predicate, kernels, peak class (the FMA peak sdpa-bench judges it against:
    "scalar", "avx2", "avx512" or "neon"). A predicate reads any feature from sdpa_cpu. */
 
+#ifdef SDPA_HAVE_AVX512_VNNI
+extern const sdpa_kernels sdpa_kernels_avx512_vnni;
+static bool runs_avx512(const sdpa_cpu *c);
+static bool runs_avx512_vnni(const sdpa_cpu *c) { return runs_avx512(c) && c->x86.avx512vnni; }
+#endif
 #ifdef SDPA_HAVE_AVX512
 extern const sdpa_kernels sdpa_kernels_avx512;
 static bool runs_avx512(const sdpa_cpu *c)
@@ -38,6 +43,10 @@ static bool runs_anywhere(const sdpa_cpu *c)
 }
 
 const struct sdpa_impl sdpa_registry[] = {
+#ifdef SDPA_HAVE_AVX512_VNNI
+    {"avx512-vnni", "AVX-512 F+BW+DQ+VL+VNNI, FMA, F16C", runs_avx512_vnni,
+     &sdpa_kernels_avx512_vnni, "avx512"},
+#endif
 #ifdef SDPA_HAVE_AVX512
     {"avx512", "AVX-512 F+BW+DQ+VL, FMA, F16C", runs_avx512, &sdpa_kernels_avx512, "avx512"},
 #endif

@@ -316,11 +316,13 @@ static const char *sysfs_choice(const char *path, char *buf, size_t len)
 static const char *const *requires_keys(const char *impl)
 {
     static const char *const avx512[] = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "fma", "f16c", NULL};
+    static const char *const avx512_vnni[] = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512vnni", "fma", "f16c", NULL};
     static const char *const avx2[] = {"avx2", "fma", "f16c", NULL};
     static const char *const neon[] = {"asimd", NULL};
     static const char *const sve[] = {"sve", NULL};
     static const char *const none[] = {NULL};
     if (strcmp(impl, "avx512") == 0) return avx512;
+    if (strcmp(impl, "avx512-vnni") == 0) return avx512_vnni;
     if (strcmp(impl, "avx2") == 0) return avx2;
     if (strcmp(impl, "neon") == 0) return neon;
     if (strcmp(impl, "sve") == 0) return sve;

@@ -17,6 +17,7 @@
 
 #define DECODE_MAX_ROWS 8   /* more rows than this take the prefill path */
 #define PAGED_ROWS SIZE_MAX /* paged units: every one (both paths run rows_loop.h) */
+#define QUANT_ROWS DECODE_MAX_ROWS /* q8_0 / q4_0 K or V in place: the decode path's (decode_q.h) */
 #define DECODE_PF_KEYS 32   /* prefetch distance: far enough to cover memory latency, near enough for L1 */
 #define DECODE_PV_GROUP 32  /* keys per P·V group: their V rows stay in L1 across column passes */
 #define DECODE_BLOCK 512    /* keys per decode block (at most: the driver's hint rules) */
@@ -37,6 +38,9 @@ static inline size_t block_keys(size_t block, size_t cap)
 
 /* The two paths (decode.c, prefill.c) and their scratch sizes in floats. */
 void   sdpa_decode_avx2(const sdpa_rows *w);
+/* the decode path for K or V in q8_0 / q4_0, and fast scores (kernels/x86/decode_q.h) */
+void   sdpa_decode_q_avx2(const sdpa_rows *w);
+size_t sdpa_decode_q_ws_avx2(size_t rows, size_t d);
 void   sdpa_prefill_avx2(const sdpa_rows *w);
 size_t sdpa_decode_ws_avx2(size_t rows, size_t d, size_t dv, size_t block);
 size_t sdpa_prefill_ws_avx2(size_t rows, size_t d, size_t dv, size_t block);

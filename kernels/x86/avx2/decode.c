@@ -12,8 +12,9 @@
 /* Scratch: S [R][lds] | alpha [R]. */
 size_t sdpa_decode_ws_avx2(size_t rows, size_t d, size_t dv, size_t block)
 {
-    (void)d, (void)dv;
-    return rows * sdpa_round16(block_keys(block, DECODE_BLOCK)) + sdpa_round16(rows);
+    (void)dv;
+    return sdpa_max(rows * sdpa_round16(block_keys(block, DECODE_BLOCK)) + sdpa_round16(rows),
+                    sdpa_decode_q_ws_avx2(rows, d));
 }
 
 /* --- direct path (few rows): micro-kernels reading K/V in place --------------------------- */
@@ -345,4 +346,10 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
 #define SDPA_LOOP_CTX decode_ctx
 #include "rows_loop.h"
 
-void sdpa_decode_avx2(const sdpa_rows *w) { decode_loop_avx2(w); }
+void sdpa_decode_avx2(const sdpa_rows *w)
+{
+    if (w->qq || sdpa_dtype_quantized((int)w->k_type) || sdpa_dtype_quantized((int)w->v_type))
+        sdpa_decode_q_avx2(w);
+    else
+        decode_loop_avx2(w);
+}

@@ -17,6 +17,7 @@
 
 #define DECODE_MAX_ROWS 8   /* more rows than this take the prefill path */
 #define PAGED_ROWS DECODE_MAX_ROWS /* paged units: the decode path's (rows_loop.h) */
+#define QUANT_ROWS DECODE_MAX_ROWS /* q8_0 / q4_0 K or V in place: the decode path's (decode_q.h) */
 #define DECODE_PF_KEYS 32   /* prefetch distance: far enough to cover memory latency, near enough for L1 */
 #define DECODE_PV_GROUP 32  /* keys per P·V group: their V rows (a few KB) stay in L1 */
 #define DECODE_BLOCK 256    /* keys per decode block */
@@ -39,6 +40,11 @@ static inline size_t state_floats(size_t rows) { return 4 * sdpa_round16(rows); 
 
 /* The two paths (decode.c, prefill.c) and their scratch sizes in floats. */
 void   sdpa_decode_avx512(const sdpa_rows *w);
+/* the decode path for K or V in q8_0 / q4_0, and fast scores (kernels/x86/decode_q.h): int8
+   dot products by pmaddubsw, and (vnni.c) by vpdpbusd */
+void   sdpa_decode_q_avx512(const sdpa_rows *w);
+void   sdpa_decode_q_avx512_vnni(const sdpa_rows *w);
+size_t sdpa_decode_q_ws_avx512(size_t rows, size_t d);
 void   sdpa_prefill_avx512(const sdpa_rows *w);
 size_t sdpa_decode_ws_avx512(size_t rows, size_t d, size_t dv, size_t block);
 size_t sdpa_prefill_ws_avx512(size_t rows, size_t d, size_t dv, size_t block);

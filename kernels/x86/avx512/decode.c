@@ -19,7 +19,8 @@ size_t sdpa_decode_ws_avx512(size_t rows, size_t d, size_t dv, size_t block)
 {
     /* alpha | scores | q packed by lines (padded to 8 rows) */
     (void)block, (void)dv;
-    return state_floats(rows) + rows * DECODE_LDS + DECODE_MAX_ROWS * (d + 32);
+    return sdpa_max(state_floats(rows) + rows * DECODE_LDS + DECODE_MAX_ROWS * (d + 32),
+                    sdpa_decode_q_ws_avx512(rows, d)); /* or the q8_0 / q4_0 path's */
 }
 
 /* The decode loop's two prefetch streams while one phase runs, each requested in address
@@ -468,4 +469,10 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
 #define SDPA_LOOP_CTX decode_ctx
 #include "rows_loop.h"
 
-void sdpa_decode_avx512(const sdpa_rows *w) { decode_loop_avx512(w); }
+void sdpa_decode_avx512(const sdpa_rows *w)
+{
+    if (w->qq || sdpa_dtype_quantized((int)w->k_type) || sdpa_dtype_quantized((int)w->v_type))
+        sdpa_decode_q_avx512(w);
+    else
+        decode_loop_avx512(w);
+}

@@ -1,0 +1,468 @@
+/* decode_q.h -- the x86 decode path for K or V in a block format (q8_0, q4_0), 256-bit, compiled by the avx2 and avx512 files */
+/*
+ * Included once by a kernel file after its ISA header, with defined:
+ *   SDPA_QD_FN      the entry to define (void SDPA_QD_FN(const sdpa_rows *w))
+ *   SDPA_QD_SOFTMAX(s, nv, nb, m, l)  the ISA's fused online-softmax step (rows_loop.h's
+ *                   loop_softmax contract)
+ *   SDPA_QD_VNNI    1: int8 dot products by vpdpbusd (AVX512-VNNI + VL), 0: pmaddubsw + pmaddwd
+ * Few rows read K and V once, in place: each block of a key row is converted once, in
+ * registers, and feeds every row. A quantized value enters as d * q, exact in f32 (an f16
+ * times an integer of at most 8 bits). Fast scores (sdpa_rows.qq) take the exact int32 dot
+ * product of a query block's quants with the key block's, then scale it by qd * d_k in f32.
+ * 256-bit vectors on both ISAs: the block is 32 elements, one ymm of bytes, and the decode is
+ * bound by memory and conversions, not by the vector width.
+ */
+#include <immintrin.h>
+#include <string.h>
+
+#include "convert.h"
+#include "kernel_util.h"
+
+#define QD_BLOCK 256  /* keys per block (at most: the driver's hint rules) */
+#define QD_GROUP 32   /* keys per P·V group: their V rows stay in L1 across column passes */
+#define QD_PF 16      /* keys ahead whose rows are requested */
+/* The scratch floats of this path for R rows: S [R][QD_BLOCK], alpha [R], the VNNI query bytes */
+#define QD_WS_FLOATS(R, d) ((R) * sdpa_round16(QD_BLOCK) + sdpa_round16(R) + sdpa_round16((R) * (d) / 4 + 1))
+
+/* A little-endian f16 at p, exactly to f32. */
+SDPA_INLINE float qd_f16(const unsigned char *p) { return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8)); }
+/* The same in every lane of a vector. */
+SDPA_INLINE __m256 qd_f16x8(const unsigned char *p)
+{
+    short h;
+    memcpy(&h, p, sizeof h);
+    return _mm256_cvtph_ps(_mm_set1_epi16(h));
+}
+
+/* The 32 quants of a block as int8, element order (q4_0: nibble - 8). */
+SDPA_INLINE __m256i qd_quants32(int type, const unsigned char *b)
+{
+    if (type == SDPA_Q8_0) return _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
+    const __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)(b + 2));
+    const __m128i m = _mm_set1_epi8(15), e = _mm_set1_epi8(8);
+    const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, m), e);
+    const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m), e);
+    return _mm256_set_m128i(hi, lo);
+}
+
+/* Eight elements from element c of a row of an element type (f32, f16, bf16), exactly to f32;
+   n < 8: the first n, the rest 0, nothing read past them. */
+SDPA_INLINE __m256 qd_load_float(int type, const void *row, size_t c, size_t n)
+{
+    if (n < 8) {
+        float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        if (type == SDPA_F32) memcpy(t, (const float *)row + c, n * sizeof *t);
+        else sdpa_row_to_f32((const uint16_t *)row + c, type, 0, 0, n, t);
+        return _mm256_loadu_ps(t);
+    }
+    if (type == SDPA_F32) return _mm256_loadu_ps((const float *)row + c);
+    const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)row + c));
+    if (type == SDPA_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* Sum of lanes of each of eight vectors: lane i of the result is a[i]'s sum. */
+SDPA_INLINE __m256 qd_reduce8(const __m256 a[8])
+{
+    const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+
+/* Eight int32 lanes whose sum is the dot product of 32 unsigned bytes u (<= 128) with 32
+   signed bytes s: exact (pmaddubsw's pair sums stay below 2^15 with u <= 128, |s| <= 127). */
+SDPA_INLINE __m256i qd_dot(__m256i u, __m256i s)
+{
+#if SDPA_QD_VNNI
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+static inline const unsigned char *qd_row(const void *base, int type, ptrdiff_t stride, size_t j)
+{
+    return (const unsigned char *)base + sdpa_off_bytes(type, sdpa_row_off(stride, j));
+}
+
+/* Requests the lines of row j (n elements): those of its first byte, of every 64 after it, and
+   of its last byte. */
+SDPA_INLINE void qd_request(const void *base, int type, ptrdiff_t stride, size_t j, size_t n)
+{
+    const unsigned char *r = qd_row(base, type, stride, j);
+    const size_t bytes = (size_t)sdpa_off_bytes(type, (ptrdiff_t)n);
+    __builtin_prefetch(r, 0, 3);
+    if (bytes > 64) __builtin_prefetch(r + 64, 0, 3);
+    for (size_t o = 128; o < bytes; o += 64) __builtin_prefetch(r + o, 0, 3);
+    __builtin_prefetch(r + bytes - 1, 0, 3);
+}
+
+/* A block's quants ready for qd_x8: q8_0, the block's address; q4_0, its low and high nibbles
+   (elements 0-15 and 16-31) as bytes. */
+typedef struct qd_src {
+    const unsigned char *b;
+    __m128i lo, hi;
+} qd_src;
+
+SDPA_INLINE qd_src qd_prepare(int type, const unsigned char *b)
+{
+    qd_src s;
+    s.b = b;
+    if (type == SDPA_Q4_0) {
+        const __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)(b + 2)), m = _mm_set1_epi8(15);
+        s.lo = _mm_and_si128(raw, m);
+        s.hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
+    } else {
+        s.lo = s.hi = _mm_setzero_si128();
+    }
+    return s;
+}
+
+/* Elements [8 t, 8 t + 8) of the block as f32: d q, or for q4_0 d n - 8 d (both products and
+   their difference exact in f32, so one fused step gives d (n - 8) exactly). */
+SDPA_INLINE __m256 qd_x8(int type, const qd_src *s, int t, __m256 d, __m256 d8)
+{
+    if (type == SDPA_Q8_0)
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                                 _mm_loadl_epi64((const __m128i *)(const void *)(s->b + 2 + 8 * t)))), d);
+    const __m128i n = t < 2 ? s->lo : s->hi;
+    const __m128i h = t & 1 ? _mm_srli_si128(n, 8) : n;
+    return _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(h)), d, d8);
+}
+
+/* Scores of R rows (q packed, row r at q + r d) against NK keys (rows kr[i]), R * NK <= 8,
+   out[r * NK + i]. Exact: K converted per block, once for all rows, then f32 FMAs. */
+SDPA_INLINE void qd_score_tile(int R, int NK, int kt, const float *q, size_t d,
+                               const unsigned char *const *kr, float *out)
+{
+    __m256 a[8];
+    SDPA_UNROLL for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+    if (sdpa_dtype_quantized(kt)) {
+        const size_t bb = sdpa_block_bytes(kt);
+        for (size_t b = 0; b < d / SDPA_QK; b++) {
+            __m256 dk[8], dk8[8];
+            qd_src src[8];
+            SDPA_UNROLL for (int i = 0; i < NK; i++) {
+                dk[i] = qd_f16x8(kr[i] + b * bb);
+                dk8[i] = _mm256_mul_ps(dk[i], _mm256_set1_ps(8.0f));
+                src[i] = qd_prepare(kt, kr[i] + b * bb);
+            }
+            SDPA_UNROLL for (int t = 0; t < 4; t++) {
+                __m256 kv[8];
+                SDPA_UNROLL for (int i = 0; i < NK; i++) kv[i] = qd_x8(kt, &src[i], t, dk[i], dk8[i]);
+                SDPA_UNROLL for (int r = 0; r < R; r++) {
+                    __m256 qv = _mm256_loadu_ps(q + (size_t)r * d + b * SDPA_QK + 8 * (size_t)t);
+                    if (NK > 1) __asm__("" : "+x"(qv)); /* one load per query vector */
+                    SDPA_UNROLL for (int i = 0; i < NK; i++) a[r * NK + i] = _mm256_fmadd_ps(qv, kv[i], a[r * NK + i]);
+                }
+            }
+        }
+    } else {
+        for (size_t c = 0; c < d; c += 8) {
+            const size_t n = d - c < 8 ? d - c : 8;
+            __m256 kv[8];
+            SDPA_UNROLL for (int i = 0; i < NK; i++) kv[i] = qd_load_float(kt, kr[i], c, n);
+            SDPA_UNROLL for (int r = 0; r < R; r++) {
+                const __m256 qv = qd_load_float(SDPA_F32, q + (size_t)r * d, c, n);
+                SDPA_UNROLL for (int i = 0; i < NK; i++) a[r * NK + i] = _mm256_fmadd_ps(qv, kv[i], a[r * NK + i]);
+            }
+        }
+    }
+    _mm256_storeu_ps(out, qd_reduce8(a));
+}
+
+/* Fast scores of R rows against NK keys: per block, the exact int32 dot product of the row's
+   quants with the key's, converted and scaled by qd * d_k. The byte products take one operand
+   unsigned: with VNNI the row's quants plus 128 (qu, packed by loop_begin) against k, less
+   128 sum(k) (the accumulator's start, once per key block); without, |k| against the row's
+   quants carrying k's sign. */
+SDPA_INLINE void qd_score_tile_i8(int R, int NK, int kt, const int8_t *qq, const uint8_t *qu,
+                                  const float *qdv, size_t d, const unsigned char *const *kr,
+                                  float *out)
+{
+    __m256 a[8];
+    SDPA_UNROLL for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+    const size_t bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK;
+    (void)qq, (void)qu;
+    for (size_t b = 0; b < nbk; b++) {
+        SDPA_UNROLL for (int i = 0; i < NK; i++) {
+            const unsigned char *kb = kr[i] + b * bb;
+            const __m256 dk = qd_f16x8(kb);
+            const __m256i k8 = qd_quants32(kt, kb);
+#if SDPA_QD_VNNI
+            const __m256i c0 = _mm256_sub_epi32(_mm256_setzero_si256(),
+                _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), k8));
+#else
+            const __m256i ak = _mm256_sign_epi8(k8, k8);
+#endif
+            SDPA_UNROLL for (int r = 0; r < R; r++) {
+#if SDPA_QD_VNNI
+                const __m256i u8 = _mm256_loadu_si256((const __m256i *)(const void *)(qu + (size_t)r * d + b * SDPA_QK));
+                const __m256i p = _mm256_dpbusd_epi32(c0, u8, k8);
+#else
+                const __m256i q8 = _mm256_loadu_si256((const __m256i *)(const void *)(qq + (size_t)r * d + b * SDPA_QK));
+                const __m256i p = qd_dot(ak, _mm256_sign_epi8(q8, k8));
+#endif
+                const __m256 s = _mm256_mul_ps(dk, _mm256_broadcast_ss(qdv + (size_t)r * nbk + b));
+                a[r * NK + i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, a[r * NK + i]);
+            }
+        }
+    }
+    _mm256_storeu_ps(out, qd_reduce8(a));
+}
+
+/* Keys [j0, j0 + nb) for all R rows, tiles of NK = 8 / R keys (R * NK <= 8: one reduction). */
+SDPA_INLINE void qd_scores_r(int R, int kt, const sdpa_rows *w, const uint8_t *qu, size_t j0,
+                             size_t nb, float *S, size_t lds)
+{
+    const int NK = R == 1 ? 8 : R == 2 ? 4 : R <= 4 ? 2 : 1;
+    const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
+    const size_t krow = w->d;
+    float out[8];
+    for (size_t j = 0; j < nb; j += (size_t)NK) {
+        const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
+        const unsigned char *kr[8];
+        SDPA_UNROLL for (int i = 0; i < NK; i++)
+            kr[i] = qd_row(w->k, kt, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
+        for (size_t i = 0; i < n; i++)
+            if (j0 + j + i + QD_PF < kend) qd_request(w->k, kt, w->k_stride, j0 + j + i + QD_PF, krow);
+        if (w->qq)
+            qd_score_tile_i8(R, NK, kt, w->qq, qu, w->qd, w->d, kr, out);
+        else
+            qd_score_tile(R, NK, kt, w->q, w->d, kr, out);
+        for (int r = 0; r < R; r++)
+            for (size_t i = 0; i < n; i++) S[(size_t)r * lds + j + i] = out[r * NK + (int)i];
+    }
+}
+
+/* acc[r][c0, c0 + 8 NC) = al[r] acc + sum_j P[r][j] v_j over keys [0, n) of rows rv[j] (all R
+   rows see them), NC 8-column vectors: in a quantized V elements [8 T0, 8 (T0 + NC)) of one
+   block (T0 = c0 % 32 / 8, a constant), or of an element-type V from c0. */
+SDPA_INLINE void qd_pv_panel(int R, int NC, int T0, int vt, float *acc, size_t dv, const float *al,
+                             const float *P, size_t lds, const unsigned char *const *rv, size_t n,
+                             size_t c0)
+{
+    __m256 a[16];
+    const size_t left = dv - c0;
+    SDPA_UNROLL for (int r = 0; r < R; r++) {
+        const __m256 s = _mm256_broadcast_ss(al + r);
+        SDPA_UNROLL for (int t = 0; t < NC; t++)
+            a[r * NC + t] = _mm256_mul_ps(s, qd_load_float(SDPA_F32, acc + (size_t)r * dv, c0 + 8 * (size_t)t,
+                                                           left - 8 * (size_t)t < 8 ? left - 8 * (size_t)t : 8));
+    }
+    const int quant = sdpa_dtype_quantized(vt);
+    const size_t bo = quant ? (size_t)sdpa_off_bytes(vt, (ptrdiff_t)(c0 / SDPA_QK * SDPA_QK)) : 0;
+    for (size_t j = 0; j < n; j++) {
+        __m256 x[4];
+        if (quant) {
+            const unsigned char *b = rv[j] + bo;
+            const __m256 dv8 = qd_f16x8(b), dv88 = _mm256_mul_ps(dv8, _mm256_set1_ps(8.0f));
+            const qd_src src = qd_prepare(vt, b);
+            SDPA_UNROLL for (int t = 0; t < NC; t++) x[t] = qd_x8(vt, &src, T0 + t, dv8, dv88);
+        } else {
+            SDPA_UNROLL for (int t = 0; t < NC; t++)
+                x[t] = qd_load_float(vt, rv[j], c0 + 8 * (size_t)t, left - 8 * (size_t)t < 8 ? left - 8 * (size_t)t : 8);
+        }
+        SDPA_UNROLL for (int r = 0; r < R; r++) {
+            const __m256 p = _mm256_broadcast_ss(P + (size_t)r * lds + j);
+            SDPA_UNROLL for (int t = 0; t < NC; t++) a[r * NC + t] = _mm256_fmadd_ps(p, x[t], a[r * NC + t]);
+        }
+    }
+    SDPA_UNROLL for (int r = 0; r < R; r++)
+        SDPA_UNROLL for (int t = 0; t < NC; t++) {
+            const size_t c = c0 + 8 * (size_t)t;
+            if (left >= 8 * (size_t)t + 8) {
+                _mm256_storeu_ps(acc + (size_t)r * dv + c, a[r * NC + t]);
+            } else {
+                float tmp[8];
+                _mm256_storeu_ps(tmp, a[r * NC + t]);
+                memcpy(acc + (size_t)r * dv + c, tmp, (left - 8 * (size_t)t) * sizeof *tmp);
+            }
+        }
+}
+
+/* The same for a quantized V whose dv is a multiple of 32: whole vectors, no element type. */
+SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, int vt, float *acc, size_t dv,
+                               const float *al, const float *P, size_t lds,
+                               const unsigned char *const *rv, size_t n, size_t c0)
+{
+    __m256 a[16];
+    SDPA_UNROLL for (int r = 0; r < R; r++) {
+        const __m256 s = _mm256_broadcast_ss(al + r);
+        SDPA_UNROLL for (int t = 0; t < NC; t++)
+            a[r * NC + t] = _mm256_mul_ps(s, _mm256_loadu_ps(acc + (size_t)r * dv + c0 + 8 * (size_t)t));
+    }
+    const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)(c0 / SDPA_QK * SDPA_QK));
+    for (size_t j = 0; j < n; j++) {
+        const unsigned char *b = rv[j] + bo;
+        const __m256 dv8 = qd_f16x8(b), dv88 = _mm256_mul_ps(dv8, _mm256_set1_ps(8.0f));
+        const qd_src src = qd_prepare(vt, b);
+        __m256 x[4];
+        SDPA_UNROLL for (int t = 0; t < NC; t++) x[t] = qd_x8(vt, &src, T0 + t, dv8, dv88);
+        SDPA_UNROLL for (int r = 0; r < R; r++) {
+            const __m256 p = _mm256_broadcast_ss(P + (size_t)r * lds + j);
+            SDPA_UNROLL for (int t = 0; t < NC; t++) a[r * NC + t] = _mm256_fmadd_ps(p, x[t], a[r * NC + t]);
+        }
+    }
+    SDPA_UNROLL for (int r = 0; r < R; r++)
+        SDPA_UNROLL for (int t = 0; t < NC; t++)
+            _mm256_storeu_ps(acc + (size_t)r * dv + c0 + 8 * (size_t)t, a[r * NC + t]);
+}
+
+/* Rows [0, R) over keys [0, n) from key j0 (every row sees them), in groups of QD_GROUP keys
+   whose V rows stay in L1 over the column passes; alpha applied by the first group only. */
+SDPA_INLINE void qd_values_r(int R, int vt, const sdpa_rows *w, float *acc, const float *alpha,
+                             const float *P, size_t lds, size_t j0, size_t n, size_t kend)
+{
+    static const float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    const size_t dv = w->dv;
+    const unsigned char *rv[QD_GROUP];
+    for (size_t g = 0; g < n; g += QD_GROUP) {
+        const size_t ng = n - g < QD_GROUP ? n - g : QD_GROUP;
+        for (size_t j = 0; j < ng; j++) {
+            rv[j] = qd_row(w->v, vt, w->v_stride, j0 + g + j);
+            if (j0 + g + j + QD_PF < kend) qd_request(w->v, vt, w->v_stride, j0 + g + j + QD_PF, dv);
+        }
+        const float *al = g == 0 ? alpha : ones;
+        if (sdpa_dtype_quantized(vt)) {
+            if (R <= 2)
+                for (size_t c = 0; c < dv; c += 32) qd_pv_panel_q(R, 4, 0, vt, acc, dv, al, P + g, lds, rv, ng, c);
+            else if (R <= 4)
+                for (size_t c = 0; c < dv; c += 32) {
+                    qd_pv_panel_q(R, 2, 0, vt, acc, dv, al, P + g, lds, rv, ng, c);
+                    qd_pv_panel_q(R, 2, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 16);
+                }
+            else
+                for (size_t c = 0; c < dv; c += 32) {
+                    qd_pv_panel_q(R, 1, 0, vt, acc, dv, al, P + g, lds, rv, ng, c);
+                    qd_pv_panel_q(R, 1, 1, vt, acc, dv, al, P + g, lds, rv, ng, c + 8);
+                    qd_pv_panel_q(R, 1, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 16);
+                    qd_pv_panel_q(R, 1, 3, vt, acc, dv, al, P + g, lds, rv, ng, c + 24);
+                }
+            continue;
+        }
+        /* a block's 32 columns per pass with at most 2 rows, 16 with 4, 8 beyond: the
+           accumulators stay in registers */
+        size_t c = 0;
+        if (R <= 2)
+            for (; c + 32 <= dv; c += 32) qd_pv_panel(R, 4, 0, vt, acc, dv, al, P + g, lds, rv, ng, c);
+        if (R <= 4)
+            for (; c + 16 <= dv; c += 16) {
+                if (c % 32 == 0)
+                    qd_pv_panel(R, 2, 0, vt, acc, dv, al, P + g, lds, rv, ng, c);
+                else
+                    qd_pv_panel(R, 2, 2, vt, acc, dv, al, P + g, lds, rv, ng, c);
+            }
+        for (; c < dv; c += 8) switch (c % 32 / 8) {
+            case 0: qd_pv_panel(R, 1, 0, vt, acc, dv, al, P + g, lds, rv, ng, c); break;
+            case 1: qd_pv_panel(R, 1, 1, vt, acc, dv, al, P + g, lds, rv, ng, c); break;
+            case 2: qd_pv_panel(R, 1, 2, vt, acc, dv, al, P + g, lds, rv, ng, c); break;
+            default: qd_pv_panel(R, 1, 3, vt, acc, dv, al, P + g, lds, rv, ng, c); break;
+            }
+    }
+}
+
+/* --- the hooks of the generic loop (rows_loop.h) ------------------------------------------- */
+
+typedef struct qd_ctx {
+    const uint8_t *qu; /* fast scores with VNNI: the rows' quants plus 128, [rows][d] */
+} qd_ctx;
+
+static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t *lds, float **alpha)
+{
+    const size_t B = w->block == 0 || w->block > QD_BLOCK ? QD_BLOCK : w->block;
+    *lds = sdpa_round16(B);
+    *S = w->ws;
+    *alpha = *S + w->rows * *lds;
+    c->qu = NULL;
+#if SDPA_QD_VNNI
+    if (w->qq) { /* scratch past S and alpha (sdpa_decode_ws_<isa>: QD_QU_FLOATS) */
+        uint8_t *qu = (uint8_t *)(void *)(*alpha + sdpa_round16(w->rows));
+        for (size_t e = 0; e < w->rows * w->d; e++) qu[e] = (uint8_t)(w->qq[e] + 128);
+        c->qu = qu;
+    }
+#endif
+    const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
+    for (size_t j = w->kv_begin; j < w->kv_begin + QD_PF && j < kend; j++) {
+        qd_request(w->k, (int)w->k_type, w->k_stride, j, w->d);
+        qd_request(w->v, (int)w->v_type, w->v_stride, j, w->dv);
+    }
+    return B;
+}
+
+static inline void loop_scores(qd_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
+                               float *S, size_t lds)
+{
+    (void)r0;
+    /* all rows (the tiles are shaped by the row count), the storage type a constant */
+#define QD_SCORES(KT)                                                                              \
+    switch (w->rows) {                                                                         \
+    case 1: qd_scores_r(1, KT, w, c->qu, j0, nb, S, lds); break;                               \
+    case 2: qd_scores_r(2, KT, w, c->qu, j0, nb, S, lds); break;                               \
+    case 3: qd_scores_r(3, KT, w, c->qu, j0, nb, S, lds); break;                               \
+    case 4: qd_scores_r(4, KT, w, c->qu, j0, nb, S, lds); break;                               \
+    case 5: qd_scores_r(5, KT, w, c->qu, j0, nb, S, lds); break;                               \
+    case 6: qd_scores_r(6, KT, w, c->qu, j0, nb, S, lds); break;                               \
+    case 7: qd_scores_r(7, KT, w, c->qu, j0, nb, S, lds); break;                               \
+    default: qd_scores_r(8, KT, w, c->qu, j0, nb, S, lds); break;                              \
+    }
+    if (w->k_type == SDPA_Q8_0) {
+        QD_SCORES(SDPA_Q8_0)
+    } else if (w->k_type == SDPA_Q4_0) {
+        QD_SCORES(SDPA_Q4_0)
+    } else {
+        QD_SCORES((int)w->k_type)
+    }
+#undef QD_SCORES
+}
+
+static inline float loop_softmax(qd_ctx *c, size_t r, float *s, size_t nv, size_t nb, float *m,
+                                 float *l)
+{
+    (void)c, (void)r;
+    return SDPA_QD_SOFTMAX(s, nv, nb, m, l);
+}
+
+static inline void loop_values(qd_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
+                               const float *alpha, const float *S, size_t lds)
+{
+    (void)c;
+    const size_t R = w->rows - r0, dv = w->dv;
+    const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
+    static const float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    float *acc = w->acc + r0 * dv;
+    S += r0 * lds;
+    alpha += r0;
+    /* rows [a, R) over block keys [ka, kb) (SDPA_PV_TILES) */
+#define QD_VALUES_RUN(a, ka, kb)                                                                   \
+    do {                                                                                       \
+        const float *al_ = (ka) ? ones : alpha + (a);                                          \
+        float *ac_ = acc + (a) * dv;                                                           \
+        const float *p_ = S + (a) * lds + (ka);                                                \
+        switch (R - (a)) {                                                                     \
+        case 1: qd_values_r(1, VT_, w, ac_, al_, p_, lds, j0 + (ka), (kb) - (ka), kend); break;     \
+        case 2: qd_values_r(2, VT_, w, ac_, al_, p_, lds, j0 + (ka), (kb) - (ka), kend); break;     \
+        case 3: qd_values_r(3, VT_, w, ac_, al_, p_, lds, j0 + (ka), (kb) - (ka), kend); break;     \
+        case 4: qd_values_r(4, VT_, w, ac_, al_, p_, lds, j0 + (ka), (kb) - (ka), kend); break;     \
+        case 5: qd_values_r(5, VT_, w, ac_, al_, p_, lds, j0 + (ka), (kb) - (ka), kend); break;     \
+        case 6: qd_values_r(6, VT_, w, ac_, al_, p_, lds, j0 + (ka), (kb) - (ka), kend); break;     \
+        case 7: qd_values_r(7, VT_, w, ac_, al_, p_, lds, j0 + (ka), (kb) - (ka), kend); break;     \
+        default: qd_values_r(8, VT_, w, ac_, al_, p_, lds, j0 + (ka), (kb) - (ka), kend); break;    \
+        }                                                                                      \
+    } while (0)
+    if (w->v_type == SDPA_Q8_0) {
+        const int VT_ = SDPA_Q8_0;
+        SDPA_PV_TILES(w, w->kv_limit + r0, 0, R, j0, nb, QD_VALUES_RUN);
+    } else if (w->v_type == SDPA_Q4_0) {
+        const int VT_ = SDPA_Q4_0;
+        SDPA_PV_TILES(w, w->kv_limit + r0, 0, R, j0, nb, QD_VALUES_RUN);
+    } else {
+        const int VT_ = (int)w->v_type;
+        SDPA_PV_TILES(w, w->kv_limit + r0, 0, R, j0, nb, QD_VALUES_RUN);
+    }
+#undef QD_VALUES_RUN
+}
+
+#define SDPA_LOOP_FN SDPA_QD_FN
+#define SDPA_LOOP_CTX qd_ctx
+#include "rows_loop.h"
