@@ -565,10 +565,13 @@ static double elem_bytes(sdpa_dtype t)
     return (double)sdpa_block_bytes((int)t) / (double)sdpa_block_elems((int)t);
 }
 
-/* One staged row: a block format dequantized to f32 (deq), anything else copied as it is. */
-static void stage_row(char *dst, const char *src, sdpa_dtype t, size_t n, bool deq)
+/* One staged row: a block format dequantized to f32 (deq: by the kernel's own vector code when
+   it has one), anything else copied as it is. */
+static void stage_row(const plan *pl, char *dst, const char *src, sdpa_dtype t, size_t n, bool deq)
 {
-    if (deq && sdpa_dtype_quantized((int)t))
+    if (deq && sdpa_dtype_quantized((int)t) && pl->k->dequant)
+        pl->k->dequant((int)t, src, (float *)(void *)dst, n);
+    else if (deq && sdpa_dtype_quantized((int)t))
         sdpa_row_to_f32(src, (int)t, 0, 0, n, (float *)(void *)dst);
     else
         memcpy(dst, src, (size_t)sdpa_off_bytes((int)t, (ptrdiff_t)n));
@@ -681,8 +684,8 @@ static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, si
                     prefetch_row(kv_row(pl, it, pl->kt, kh, ja), kin);
                     prefetch_row(kv_row(pl, it, pl->vt, vh, ja), vin);
                 }
-                stage_row(sk + (j - s0) * krow, kv_row(pl, it, pl->kt, kh, j), kt, pl->D, deq);
-                stage_row(sv + (j - s0) * vrow, kv_row(pl, it, pl->vt, vh, j), vt, pl->Dv, deq);
+                stage_row(pl, sk + (j - s0) * krow, kv_row(pl, it, pl->kt, kh, j), kt, pl->D, deq);
+                stage_row(pl, sv + (j - s0) * vrow, kv_row(pl, it, pl->vt, vh, j), vt, pl->Dv, deq);
             }
             rebase(w, lim2, first2, pos2, mask2, mes, s0);
             u.kv_begin = 0, u.kv_end = s1 - s0;

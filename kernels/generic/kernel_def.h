@@ -46,6 +46,9 @@
 #define PAGED_ROWS 0 /* units with sdpa_rows.pages: none (see sdpa_kernels.paged_rows) */
 #endif
 
+#ifndef DEQUANT_FN
+#define DEQUANT_FN NULL /* sdpa_kernels.dequant: none, the driver converts */
+#endif
 #ifndef QUANT_ROWS
 #define QUANT_ROWS 0 /* units with q8_0/q4_0 K or V read in place: none (sdpa_kernels.quant_rows) */
 #endif
@@ -82,6 +85,7 @@
         .ws_floats = ws_floats_##isa,                                                             \
         .paged_rows = PAGED_ROWS,                                                                 \
         .quant_rows = QUANT_ROWS,                                                                 \
+        .dequant = DEQUANT_FN,                                                                    \
         .tuning = {.decode_max_rows = DECODE_MAX_ROWS,                                            \
                    .decode_block = DECODE_BLOCK,                                                  \
                    .decode_block_few = DECODE_BLOCK_FEW,                                          \

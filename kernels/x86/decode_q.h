@@ -362,6 +362,24 @@ SDPA_INLINE void qd_values_r(int R, int vt, const sdpa_rows *w, float *acc, cons
     }
 }
 
+/* n elements (a multiple of 32) of a q8_0 or q4_0 row to f32, exactly (sdpa_kernels.dequant). */
+SDPA_INLINE void qd_dequant_t(int type, const unsigned char *src, float *dst, size_t n)
+{
+    const size_t bb = sdpa_block_bytes(type);
+    for (size_t b = 0; b < n / SDPA_QK; b++, src += bb, dst += SDPA_QK) {
+        const __m256 d = qd_f16x8(src), d8 = _mm256_mul_ps(d, _mm256_set1_ps(8.0f));
+        const qd_src s = qd_prepare(type, src);
+        SDPA_UNROLL for (int t = 0; t < 4; t++) _mm256_storeu_ps(dst + 8 * t, qd_x8(type, &s, t, d, d8));
+    }
+}
+static inline void qd_dequant(int type, const void *src, float *dst, size_t n)
+{
+    if (type == SDPA_Q8_0)
+        qd_dequant_t(SDPA_Q8_0, (const unsigned char *)src, dst, n);
+    else
+        qd_dequant_t(SDPA_Q4_0, (const unsigned char *)src, dst, n);
+}
+
 /* --- the hooks of the generic loop (rows_loop.h) ------------------------------------------- */
 
 typedef struct qd_ctx {
