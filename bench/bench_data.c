@@ -1,4 +1,4 @@
-/* bench_data.c -- deterministic test tensors for the benchmarks, in f32, f16 or bf16 */
+/* bench_data.c -- deterministic test tensors for the benchmarks, in f32, f16 or bf16, and their q8_0/q4_0 copies */
 #define _DEFAULT_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +58,36 @@ void *bench_alloc_random(sdpa_dtype dtype, size_t n, uint64_t seed)
             ((uint16_t *)p)[i] = sdpa_f32_to_f16(x);
         else
             ((uint16_t *)p)[i] = sdpa_f32_to_bf16(x);
+    }
+    return p;
+}
+
+void *bench_alloc_quantized(sdpa_dtype dst, const void *src, sdpa_dtype src_type, size_t n)
+{
+    enum { CHUNK = 4096 }; /* a multiple of the 32-element block */
+    const size_t bytes = sdpa_dtype_bytes(dst, n), es = sdpa_dtype_size(src_type);
+    if (!src || bytes == 0 || es == 0 || (dst != SDPA_Q8_0 && dst != SDPA_Q4_0)) return NULL;
+    char *p = (char *)bench_alloc_zero(bytes);
+    if (!p) return NULL;
+    float f[CHUNK];
+    for (size_t i = 0; i < n; i += CHUNK) {
+        const size_t m = n - i < CHUNK ? n - i : CHUNK;
+        for (size_t j = 0; j < m; j++) {
+            if (src_type == SDPA_F32)
+                f[j] = ((const float *)src)[i + j];
+            else if (src_type == SDPA_F16)
+                f[j] = sdpa_f16_to_f32(((const uint16_t *)src)[i + j]);
+            else
+                f[j] = sdpa_bf16_to_f32(((const uint16_t *)src)[i + j]);
+        }
+        /* i and m are multiples of 32, so chunk i starts on block i / 32 */
+        char *out = p + sdpa_dtype_bytes(dst, i);
+        const sdpa_status r = dst == SDPA_Q8_0 ? sdpa_quantize_q8_0(f, m, out)
+                                               : sdpa_quantize_q4_0(f, m, out);
+        if (r != SDPA_OK) {
+            bench_free(p);
+            return NULL;
+        }
     }
     return p;
 }

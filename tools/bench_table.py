@@ -17,6 +17,14 @@ bandwidth measured with it, and the rate at which its implementation's FMA peak 
 figure for its ISA and thread count) can do the arithmetic of those bytes, 4 flops per K/V
 byte for f16 K/V with 4 query heads per KV head. Where the second is lower ("compute" in the
 "bound" column), no kernel of that ISA can reach the bandwidth on that shape.
+
+The quant rows (sdpa-bench --benchmark_filter='^quant/') get a table of their own: per row the
+quantized call's rates from its median call, its "% roofline" computed the same way from its
+own counters (decode: the lower of limit_bytes_per_s and the rate at which limit_flops, the FMA
+peak sampled with it, does the arithmetic of the format's bytes; prefill: % of limit_flops),
+"x f16" (the median over the interleaved passes of f16 time / quantized time; "mean": of the
+summed times) and, for fast rows, "x exact" (exact time / fast time). With repetitions, each
+value is the median over them.
 """
 import argparse
 import json
@@ -158,6 +166,76 @@ def print_table(rows):
         print("| " + " | ".join(cells) + " |")
 
 
+def quant_table(doc):
+    """The quant rows: one Markdown table (see the module's doc)."""
+    ctx = doc.get("context", {})
+    groups = {}
+    for b in doc.get("benchmarks", []):
+        if b.get("run_type", "iteration") != "iteration":
+            continue
+        name = b.get("run_name", b["name"])
+        if parse_name(name)[0] == "quant":
+            groups.setdefault(name, []).append(b)
+    if not groups:
+        return
+
+    def roof(b, prefix, decode):
+        """(% roofline, bound) of the call whose counters start with prefix ("" or "f16_")."""
+        flop, bps = b.get(prefix + "FLOP"), b.get(prefix + "bytes_per_second")
+        limit, peak = b.get("limit_bytes_per_s"), b.get("limit_flops")
+        if not peak:
+            _, impl, _, threads = parse_name(b.get("run_name", b["name"]))
+            cls = ctx.get(f"sdpa_peak_class/{impl}", impl)
+            peak = float(ctx.get(f"fma_peak_flops/{cls}/threads:{threads}", 0)) or None
+        if not (flop and peak):
+            return None, None
+        if not decode:
+            return flop * 100.0 / peak, "compute"
+        if not (bps and limit):
+            return None, None
+        compute_bps = peak / (flop / bps)  # bytes/s of this format at which the peak keeps up
+        return bps * 100.0 / min(limit, compute_bps), "compute" if compute_bps < limit else "memory"
+
+    print("\nQuantized K/V against the f16 call, timed in turn in one process (rates: the median "
+          "call's; x f16: median over the passes of f16 time / quantized time).\n")
+    head = ["impl", "shape", "fmt", "mode", "threads", "GB/s", "GFLOP/s", "% roofline", "bound",
+            "x f16", "x f16 (mean)", "x exact", "target", "f16 % roofline", "pairs"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("---" if i < 4 else "---:" for i in range(len(head))) + "|")
+    for name, reps in groups.items():
+        _, impl, shape, threads = parse_name(name)
+        ok = [b for b in reps if not b.get("error_occurred")]
+        kind, _, rest = shape.partition("_")
+        parts = rest.rsplit("_", 1)
+        mode = parts[-1]
+        base, fmt_name = parts[0], ""
+        for f in ("q8_0", "q4_0", "f16"):
+            if base.endswith("_" + f):
+                base, fmt_name = base[: -len(f) - 1], f
+        if not ok:
+            err = reps[0].get("error_message", "error")
+            print(f"| {impl} | {kind} {base} | {fmt_name} | {mode} | {threads} | error: {err} |" + " |" * (len(head) - 6))
+            continue
+        decode = kind == "decode"
+        med = lambda key: median([b.get(key) for b in ok])
+        pcts = [roof(b, "", decode) for b in ok]
+        f16_pcts = [roof(b, "f16_", decode) for b in ok]
+        pct = median([p for p, _ in pcts])
+        bound = pcts[0][1] or ""
+        ratio, ratio_exact = med("ratio"), med("ratio_exact")
+        target, target_exact, verdict = med("target"), med("target_exact"), ""
+        if target and ratio is not None:
+            verdict = f">= {target:.2f} x f16 {'met' if ratio >= target else '**missed**'}"
+        elif target_exact and ratio_exact is not None:
+            verdict = f">= {target_exact:.2f} x exact {'met' if ratio_exact >= target_exact else '**missed**'}"
+        gbs = med("bytes_per_second")
+        cells = [impl, f"{kind} {base}", fmt_name, mode, str(threads),
+                 fmt(gbs / 1e9, 2) if gbs else "", fmt((med("FLOP") or 0) / 1e9, 1), fmt(pct),
+                 bound, fmt(ratio, 3), fmt(med("ratio_mean"), 3), fmt(ratio_exact, 3), verdict,
+                 fmt(median([p for p, _ in f16_pcts])), fmt(med("pairs"), 0)]
+        print("| " + " | ".join(cells) + " |")
+
+
 # Bar colours by ISA: one hue per ISA, lighter for 1 thread and darker for 2, so that the
 # two bars of an ISA read as a pair.
 ISA_COLOURS = {"avx512": ("#9ecae1", "#2171b5"), "avx2": ("#fdae6b", "#d94801"),
@@ -253,9 +331,11 @@ def main():
             doc = json.load(f)
     else:
         doc = json.load(sys.stdin)
-    rows = load_rows(doc)
+    rows = [r for r in load_rows(doc) if r["kind"] != "quant"]
     print_context(doc.get("context", {}))
-    print_table(rows)
+    if rows:
+        print_table(rows)
+    quant_table(doc)
     if args.png:
         write_png(rows, args.png, doc.get("context", {}))
     return 0
