@@ -299,8 +299,9 @@ SDPA_INLINE void dequant_block_neon(const unsigned char *p, sdpa_dtype t, float3
     widen_q_neon(hi, d, y + 4);
 }
 
-/* A q8_0/q4_0 panel of W keys: four keys at a time, each block dequantized in registers and
-   transposed 4x4 into the panel (d is a multiple of 32). */
+/* A q8_0/q4_0 panel of W keys: four keys at a time, each block dequantized in registers half
+   by half (16 elements of 4 keys: 16 vectors) and transposed 4x4 into the panel (d is a
+   multiple of 32). */
 SDPA_INLINE void pack_panel_q_neon(const void *k, ptrdiff_t ks, ptrdiff_t row0, size_t d,
                                    sdpa_dtype t, size_t W, float *dst)
 {
@@ -311,14 +312,19 @@ SDPA_INLINE void pack_panel_q_neon(const void *k, ptrdiff_t ks, ptrdiff_t row0, 
             r[i] = (const unsigned char *)k +
                    sdpa_off_bytes((int)t, (row0 + (ptrdiff_t)(g + (size_t)i)) * ks);
         for (size_t b = 0; b < d / SDPA_QK; b++) {
-            float32x4_t y0[8], y1[8], y2[8], y3[8];
-            dequant_block_neon(r[0] + b * bb, t, y0);
-            dequant_block_neon(r[1] + b * bb, t, y1);
-            dequant_block_neon(r[2] + b * bb, t, y2);
-            dequant_block_neon(r[3] + b * bb, t, y3);
-            float *col = dst + b * SDPA_QK * W + g;
-            for (int i = 0; i < 8; i++)
-                store_4x4t_neon(y0[i], y1[i], y2[i], y3[i], col + 4 * (size_t)i * W, W);
+            float32x4_t dk[4];
+            int8x16_t q[4][2];
+            for (int i = 0; i < 4; i++) {
+                dk[i] = vdupq_n_f32(qscale_neon(r[i] + b * bb));
+                quants_neon(r[i] + b * bb, t, &q[i][0], &q[i][1]);
+            }
+            for (int h = 0; h < 2; h++) {
+                float32x4_t y[4][4];
+                for (int i = 0; i < 4; i++) widen_q_neon(q[i][h], dk[i], y[i]);
+                float *col = dst + (b * SDPA_QK + 16 * (size_t)h) * W + g;
+                for (int x = 0; x < 4; x++)
+                    store_4x4t_neon(y[0][x], y[1][x], y[2][x], y[3][x], col + 4 * (size_t)x * W, W);
+            }
         }
     }
 }
