@@ -232,13 +232,11 @@ SDPA_INLINE float load1_neon(const void *base, ptrdiff_t off, sdpa_dtype t)
     return t == SDPA_F16 ? sdpa_f16_to_f32(h) : sdpa_bf16_to_f32(h);
 }
 
-/* Transposes the 4x4 block of keys c..c+3, dimensions dd..dd+3 into the panel (width W). */
-SDPA_INLINE void pack_4x4_neon(const void *k, ptrdiff_t ks, ptrdiff_t row0, size_t dd,
-                               sdpa_dtype t, float *dst, size_t W)
+/* Stores rows r0..r3 (4 keys, 4 consecutive dimensions each) transposed into a panel of width W:
+   dst[i * W + c] = element i of key c. */
+SDPA_INLINE void store_4x4t_neon(float32x4_t r0, float32x4_t r1, float32x4_t r2, float32x4_t r3,
+                                 float *dst, size_t W)
 {
-    const ptrdiff_t o = row0 * ks + (ptrdiff_t)dd;
-    const float32x4_t r0 = load4_neon(k, o, t), r1 = load4_neon(k, o + ks, t),
-                      r2 = load4_neon(k, o + 2 * ks, t), r3 = load4_neon(k, o + 3 * ks, t);
     const float64x2_t t0 = vreinterpretq_f64_f32(vtrn1q_f32(r0, r1));
     const float64x2_t t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1));
     const float64x2_t t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3));
@@ -249,10 +247,96 @@ SDPA_INLINE void pack_4x4_neon(const void *k, ptrdiff_t ks, ptrdiff_t row0, size
     vst1q_f32(dst + 3 * W, vreinterpretq_f32_f64(vtrn2q_f64(t1, t3)));
 }
 
+/* Transposes the 4x4 block of keys c..c+3, dimensions dd..dd+3 into the panel (width W). */
+SDPA_INLINE void pack_4x4_neon(const void *k, ptrdiff_t ks, ptrdiff_t row0, size_t dd,
+                               sdpa_dtype t, float *dst, size_t W)
+{
+    const ptrdiff_t o = row0 * ks + (ptrdiff_t)dd;
+    store_4x4t_neon(load4_neon(k, o, t), load4_neon(k, o + ks, t), load4_neon(k, o + 2 * ks, t),
+                    load4_neon(k, o + 3 * ks, t), dst, W);
+}
+
+/* The f16 scale of a q8_0/q4_0 block at p, exactly to f32. */
+SDPA_INLINE float qscale_neon(const unsigned char *p)
+{
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
+}
+
+/* The 32 quants of a q8_0/q4_0 block at p as int8 (q4_0's nibbles n as n - 8), elements
+   0..15 in *lo and 16..31 in *hi. */
+SDPA_INLINE void quants_neon(const unsigned char *p, sdpa_dtype t, int8x16_t *lo, int8x16_t *hi)
+{
+    if (t == SDPA_Q8_0) {
+        *lo = vld1q_s8((const int8_t *)(p + 2));
+        *hi = vld1q_s8((const int8_t *)(p + 2 + 16));
+    } else {
+        const uint8x16_t x = vld1q_u8(p + 2);
+        *lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(x, vdupq_n_u8(15))), vdupq_n_s8(8));
+        *hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(x, 4)), vdupq_n_s8(8));
+    }
+}
+
+/* int8 x 16 -> four float32x4 (exact), each times d: d q is exact in f32 (an f16 times a
+   small integer), as the scalar dequantizer gives it. */
+SDPA_INLINE void widen_q_neon(int8x16_t q, float32x4_t d, float32x4_t *y)
+{
+    const int16x8_t a = vmovl_s8(vget_low_s8(q)), b = vmovl_high_s8(q);
+    y[0] = vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(a))), d);
+    y[1] = vmulq_f32(vcvtq_f32_s32(vmovl_high_s16(a)), d);
+    y[2] = vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(b))), d);
+    y[3] = vmulq_f32(vcvtq_f32_s32(vmovl_high_s16(b)), d);
+}
+
+/* One q8_0/q4_0 block at p dequantized to y[0..8) (elements 4i..4i+3 in y[i]). */
+SDPA_INLINE void dequant_block_neon(const unsigned char *p, sdpa_dtype t, float32x4_t *y)
+{
+    const float32x4_t d = vdupq_n_f32(qscale_neon(p));
+    int8x16_t lo, hi;
+    quants_neon(p, t, &lo, &hi);
+    widen_q_neon(lo, d, y);
+    widen_q_neon(hi, d, y + 4);
+}
+
+/* A q8_0/q4_0 panel of W keys: four keys at a time, each block dequantized in registers half
+   by half (16 elements of 4 keys: 16 vectors) and transposed 4x4 into the panel (d is a
+   multiple of 32). */
+SDPA_INLINE void pack_panel_q_neon(const void *k, ptrdiff_t ks, ptrdiff_t row0, size_t d,
+                                   sdpa_dtype t, size_t W, float *dst)
+{
+    const size_t bb = sdpa_block_bytes((int)t);
+    for (size_t g = 0; g < W; g += 4) {
+        const unsigned char *r[4];
+        for (int i = 0; i < 4; i++)
+            r[i] = (const unsigned char *)k +
+                   sdpa_off_bytes((int)t, (row0 + (ptrdiff_t)(g + (size_t)i)) * ks);
+        for (size_t b = 0; b < d / SDPA_QK; b++) {
+            float32x4_t dk[4];
+            int8x16_t q[4][2];
+            for (int i = 0; i < 4; i++) {
+                dk[i] = vdupq_n_f32(qscale_neon(r[i] + b * bb));
+                quants_neon(r[i] + b * bb, t, &q[i][0], &q[i][1]);
+            }
+            for (int h = 0; h < 2; h++) {
+                float32x4_t y[4][4];
+                for (int i = 0; i < 4; i++) widen_q_neon(q[i][h], dk[i], y[i]);
+                float *col = dst + (b * SDPA_QK + 16 * (size_t)h) * W + g;
+                for (int x = 0; x < 4; x++)
+                    store_4x4t_neon(y[0][x], y[1][x], y[2][x], y[3][x], col + 4 * (size_t)x * W, W);
+            }
+        }
+    }
+}
+
 /* One panel of W (4 or 16) keys starting at row `row0` of k. */
 SDPA_INLINE void pack_panel_neon(const void *k, ptrdiff_t ks, ptrdiff_t row0, size_t d,
                                  sdpa_dtype t, size_t W, float *dst)
 {
+    if (sdpa_dtype_quantized((int)t)) {
+        pack_panel_q_neon(k, ks, row0, d, t, W, dst);
+        return;
+    }
     size_t dd = 0;
     for (; dd + 4 <= d; dd += 4)
         for (size_t g = 0; g < W; g += 4)
@@ -262,10 +346,21 @@ SDPA_INLINE void pack_panel_neon(const void *k, ptrdiff_t ks, ptrdiff_t row0, si
             dst[dd * W + c] = load1_neon(k, (row0 + (ptrdiff_t)c) * ks + (ptrdiff_t)dd, t);
 }
 
-/* One row of n elements converted to f32. */
+/* One row of n elements (element offset off) converted to f32; for q8_0/q4_0 n and off are
+   multiples of 32. */
 SDPA_INLINE void row_to_f32_neon(const void *src, ptrdiff_t off, size_t n, sdpa_dtype t,
                                  float *dst)
 {
+    if (sdpa_dtype_quantized((int)t)) {
+        const unsigned char *p = (const unsigned char *)src + sdpa_off_bytes((int)t, off);
+        const size_t bb = sdpa_block_bytes((int)t);
+        for (size_t b = 0; b < n / SDPA_QK; b++) {
+            float32x4_t y[8];
+            dequant_block_neon(p + b * bb, t, y);
+            for (int i = 0; i < 8; i++) vst1q_f32(dst + b * SDPA_QK + 4 * (size_t)i, y[i]);
+        }
+        return;
+    }
     size_t c = 0;
     for (; c + 4 <= n; c += 4) vst1q_f32(dst + c, load4_neon(src, off + (ptrdiff_t)c, t));
     for (; c < n; c++) dst[c] = load1_neon(src, off + (ptrdiff_t)c, t);
@@ -290,6 +385,8 @@ static void pack_k(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
     switch (w->k_type) {
     case SDPA_F16: pack_k_typed_neon(w, j0, nb, kp, SDPA_F16); break;
     case SDPA_BF16: pack_k_typed_neon(w, j0, nb, kp, SDPA_BF16); break;
+    case SDPA_Q8_0: pack_k_typed_neon(w, j0, nb, kp, SDPA_Q8_0); break;
+    case SDPA_Q4_0: pack_k_typed_neon(w, j0, nb, kp, SDPA_Q4_0); break;
     default: pack_k_typed_neon(w, j0, nb, kp, SDPA_F32); break;
     }
 }
@@ -474,6 +571,108 @@ static void pv_tile(float *acc, size_t dv, const float *alpha, const float *P, s
     }
 }
 
+/* Fast scores (sdpa_rows.qq). Key j's 32-quant blocks at kq + j * d as int8 (q4_0's nibbles
+   expanded to n - 8), its block scales at kd[b * nb + j], so that four keys' scales of a block
+   are one load. Every query row of the unit reuses them. */
+static void pack_kq(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd)
+{
+    const sdpa_dtype t = w->k_type;
+    const size_t d = w->d, bb = sdpa_block_bytes((int)t);
+    for (size_t j = 0; j < nb; j++) {
+        const unsigned char *p = (const unsigned char *)w->k +
+                                 sdpa_off_bytes((int)t, (ptrdiff_t)(j0 + j) * w->k_stride);
+        int8_t *q = kq + j * d;
+        for (size_t b = 0; b < d / SDPA_QK; b++, p += bb, q += SDPA_QK) {
+            kd[b * nb + j] = qscale_neon(p);
+            int8x16_t lo, hi;
+            if (t == SDPA_Q8_0)
+                quants_neon(p, SDPA_Q8_0, &lo, &hi);
+            else
+                quants_neon(p, SDPA_Q4_0, &lo, &hi);
+            vst1q_s8(q, lo);
+            vst1q_s8(q + 16, hi);
+        }
+    }
+}
+
+/* s + the exact int32 dot product of 32 int8 pairs, in four lanes: armv8-a has no SDOT, so
+   SMULL (each product fits int16, -128 * -128 included) and SADALP (pairs into int32). */
+SDPA_INLINE int32x4_t dot32_neon(int32x4_t s, int8x16_t qa, int8x16_t qb, int8x16_t ka,
+                                 int8x16_t kb)
+{
+    s = vpadalq_s16(s, vmull_s8(vget_low_s8(qa), vget_low_s8(ka)));
+    s = vpadalq_s16(s, vmull_high_s8(qa, ka));
+    s = vpadalq_s16(s, vmull_s8(vget_low_s8(qb), vget_low_s8(kb)));
+    return vpadalq_s16(s, vmull_high_s8(qb, kb));
+}
+
+/* Fast scores of mr (1 or 2) rows against four keys (kq at the first, kd at its block-0
+   scale, ldk keys between block scales): per block the int32 sums of the 4 x mr pairs, then
+   s += (qd d_k) sum in f32, blocks in order (the scalar reference's arithmetic, op for op). */
+SDPA_INLINE void score_q8_neon_mx4(const int8_t *qq, const float *qd, size_t d, const int8_t *kq,
+                                   const float *kd, size_t ldk, float *S, size_t lds, const int mr)
+{
+    const size_t nblk = d / SDPA_QK;
+    float32x4_t acc[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+    for (size_t b = 0; b < nblk; b++) {
+        const size_t o = b * SDPA_QK;
+        int32x4_t s[2][4];
+        int8x16_t qa[2], qb[2];
+        for (int r = 0; r < mr; r++) {
+            qa[r] = vld1q_s8(qq + (size_t)r * d + o);
+            qb[r] = vld1q_s8(qq + (size_t)r * d + o + 16);
+            for (int i = 0; i < 4; i++) s[r][i] = vdupq_n_s32(0);
+        }
+        for (int i = 0; i < 4; i++) {
+            const int8x16_t ka = vld1q_s8(kq + (size_t)i * d + o);
+            const int8x16_t kb = vld1q_s8(kq + (size_t)i * d + o + 16);
+            for (int r = 0; r < mr; r++) s[r][i] = dot32_neon(s[r][i], qa[r], qb[r], ka, kb);
+        }
+        const float32x4_t kdv = vld1q_f32(kd + b * ldk);
+        for (int r = 0; r < mr; r++) {
+            /* lane i: key i's sum */
+            const int32x4_t sum =
+                vpaddq_s32(vpaddq_s32(s[r][0], s[r][1]), vpaddq_s32(s[r][2], s[r][3]));
+            const float32x4_t sc = vmulq_n_f32(kdv, qd[(size_t)r * nblk + b]);
+            acc[r] = vaddq_f32(acc[r], vmulq_f32(sc, vcvtq_f32_s32(sum)));
+        }
+    }
+    for (int r = 0; r < mr; r++) vst1q_f32(S + (size_t)r * lds, acc[r]);
+}
+
+/* One row against one key, as score_q8_neon_mx4. */
+SDPA_INLINE float score_q8_neon_1x1(const int8_t *qq, const float *qd, size_t d, const int8_t *kq,
+                                    const float *kd, size_t ldk)
+{
+    float acc = 0.0f;
+    for (size_t b = 0; b < d / SDPA_QK; b++) {
+        const size_t o = b * SDPA_QK;
+        const int32x4_t s = dot32_neon(vdupq_n_s32(0), vld1q_s8(qq + o), vld1q_s8(qq + o + 16),
+                                       vld1q_s8(kq + o), vld1q_s8(kq + o + 16));
+        acc += kd[b * ldk] * qd[b] * (float)vaddvq_s32(s);
+    }
+    return acc;
+}
+
+static void score_q8_tile(const int8_t *qq, const float *qd, size_t ra, size_t d,
+                          const int8_t *kq, const float *kd, size_t nb, float *S, size_t lds)
+{
+    const size_t nblk = d / SDPA_QK, n4 = nb & ~(size_t)3;
+    size_t r = 0;
+    for (; r + 2 <= ra; r += 2)
+        for (size_t j = 0; j < n4; j += 4)
+            score_q8_neon_mx4(qq + r * d, qd + r * nblk, d, kq + j * d, kd + j, nb, S + r * lds + j,
+                              lds, 2);
+    for (; r < ra; r++)
+        for (size_t j = 0; j < n4; j += 4)
+            score_q8_neon_mx4(qq + r * d, qd + r * nblk, d, kq + j * d, kd + j, nb, S + r * lds + j,
+                              lds, 1);
+    for (r = 0; r < ra; r++)
+        for (size_t j = n4; j < nb; j++)
+            S[r * lds + j] =
+                score_q8_neon_1x1(qq + r * d, qd + r * nblk, d, kq + j * d, kd + j, nb);
+}
+
 #define SDPA_ROWS_FN rows_neon
 #define SDPA_WS_FN ws_floats_neon
 #include "packed_path.h"
@@ -483,6 +682,7 @@ static void pv_tile(float *acc, size_t dv, const float *alpha, const float *P, s
 #define PV_MR TILE_MR
 #define PV_NR 16
 #define PAGED_ROWS SIZE_MAX /* paged units: every one (rows_loop.h) */
+#define QUANT_ROWS SIZE_MAX /* q8_0/q4_0 K and V, and fast scores: every unit */
 #include "kernel_def.h"
 
 SDPA_DEFINE_KERNELS(neon, EXP_MAX_ULP);

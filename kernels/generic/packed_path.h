@@ -14,7 +14,16 @@
  *         S[r * lds + j] = dot(q[r * d ..], key j) for r < ra, j < nb
  *   float softmax_row(float *s, size_t n, float *m, float *l)
  *         the online-softmax primitive (sdpa.h contract)
- *   SDPA_ROW_TO_F32(src, element_offset, n, dtype, dst), its converter of one f16/bf16 row
+ *   SDPA_ROW_TO_F32(src, element_offset, n, dtype, dst), its converter of one f16, bf16, q8_0
+ *         or q4_0 row (for the block formats n and the offset are multiples of SDPA_QK)
+ *   void  pack_kq(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd)
+ *         fast scores (sdpa_rows.qq): the int8 quants of keys [j0, j0 + nb) (q4_0 expanded to
+ *         -8..7) in the ISA's layout in kq (room: nb * d bytes) and their block scales in kd
+ *         (room: nb * d / SDPA_QK floats)
+ *   void  score_q8_tile(const int8_t *qq, const float *qd, size_t ra, size_t d,
+ *                       const int8_t *kq, const float *kd, size_t nb, float *S, size_t lds)
+ *         S[r * lds + j] = sum_b (qd[r * d / 32 + b] d_k[j][b]) dot_b(qq[r * d ..], k_j) for
+ *         r < ra, j < nb: block dot products exact in int32, the blocks summed in order
  *   void  pv_tile(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,
  *                 size_t ra, const float *v, ptrdiff_t vs, size_t nb)
  *         acc[r] = alpha[r] * acc[r] + sum_j P[r * lds + j] * v[j * vs ..] for r < ra
@@ -31,8 +40,8 @@ typedef struct packed_ctx {
     float *ones; /* rows floats of 1: the alpha of a run after the first */
 } packed_ctx;
 
-/* f32 values are used in place; f16/bf16 rows are converted into vp (the dtype a constant in
-   each loop, so the converter specialises when it inlines). */
+/* f32 values are used in place; f16/bf16/q8_0/q4_0 rows are converted into vp (the dtype a
+   constant in each loop, so the converter specialises when it inlines). */
 static const float *pack_v(const sdpa_rows *w, size_t j0, size_t nb, float *vp, ptrdiff_t *vs)
 {
     const ptrdiff_t stride = w->v_stride;
@@ -42,12 +51,16 @@ static const float *pack_v(const sdpa_rows *w, size_t j0, size_t nb, float *vp, 
     }
     const size_t dv = w->dv;
     *vs = (ptrdiff_t)dv;
-    if (w->v_type == SDPA_F16)
-        for (size_t j = 0; j < nb; j++)
-            SDPA_ROW_TO_F32(w->v, (ptrdiff_t)(j0 + j) * stride, dv, SDPA_F16, vp + j * dv);
-    else
-        for (size_t j = 0; j < nb; j++)
-            SDPA_ROW_TO_F32(w->v, (ptrdiff_t)(j0 + j) * stride, dv, SDPA_BF16, vp + j * dv);
+#define PACK_V_AS(T)                                                                              \
+    for (size_t j = 0; j < nb; j++)                                                               \
+        SDPA_ROW_TO_F32(w->v, (ptrdiff_t)(j0 + j) * stride, dv, T, vp + j * dv)
+    switch (w->v_type) {
+    case SDPA_F16: PACK_V_AS(SDPA_F16); break;
+    case SDPA_Q8_0: PACK_V_AS(SDPA_Q8_0); break;
+    case SDPA_Q4_0: PACK_V_AS(SDPA_Q4_0); break;
+    default: PACK_V_AS(SDPA_BF16); break;
+    }
+#undef PACK_V_AS
     return vp;
 }
 
@@ -76,6 +89,17 @@ static inline size_t loop_begin(packed_ctx *c, const sdpa_rows *w, float **S, si
 static inline void loop_scores(packed_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
                                float *S, size_t lds)
 {
+    if (w->qq) {
+        /* fast scores: f32 K is not needed, so its quants and scales use kp's room (nb * d
+           bytes and nb * d / 32 floats fit in its nb * KPAD(d) floats) */
+        const size_t d = w->d;
+        int8_t *kq = (int8_t *)(void *)c->kp;
+        float *kd = c->kp + sdpa_round16((nb * d + 3) / 4);
+        pack_kq(w, j0, nb, kq, kd);
+        score_q8_tile(w->qq + r0 * d, w->qd + r0 * (d / SDPA_QK), w->rows - r0, d, kq, kd, nb,
+                      S + r0 * lds, lds);
+        return;
+    }
     pack_k(w, j0, nb, c->kp);
     score_tile(w->q + r0 * w->d, w->rows - r0, w->d, c->kp, nb, S + r0 * lds, lds);
 }
