@@ -22,7 +22,9 @@
 #define QD_GROUP 32   /* keys per P·V group: their V rows stay in L1 across column passes */
 #define QD_PF 16      /* keys ahead whose rows are requested */
 /* The scratch floats of this path for R rows: S [R][QD_BLOCK], alpha [R], the VNNI query bytes */
-#define QD_WS_FLOATS(R, d) ((R) * sdpa_round16(QD_BLOCK) + sdpa_round16(R) + sdpa_round16((R) * (d) / 4 + 1))
+#define QD_WS_FLOATS(R, d)                                                                         \
+    ((R) * sdpa_round16(QD_BLOCK) + sdpa_round16(R) + sdpa_round16((R) * (d) / 4 + 1) +            \
+     sdpa_round16((R) * ((d) / 4 + 16)))
 
 /* A little-endian f16 at p, exactly to f32. */
 SDPA_INLINE float qd_f16(const unsigned char *p) { return _cvtsh_ss((unsigned short)(p[0] | p[1] << 8)); }
@@ -211,11 +213,183 @@ SDPA_INLINE void qd_score_tile_i8(int R, int NK, int kt, const int8_t *qq, const
     _mm256_storeu_ps(out, qd_reduce8(a));
 }
 
+#ifdef __AVX512F__
+/* --- 512-bit forms (the avx512 files): a block is two vectors ----------------------------- */
+
+SDPA_INLINE __m512 qd_f16x16(const unsigned char *p)
+{
+    short h;
+    memcpy(&h, p, sizeof h);
+    return _mm512_cvtph_ps(_mm256_set1_epi16(h));
+}
+
+/* Elements [16 h, 16 h + 16) of the block as f32 (qd_x8's arithmetic). */
+SDPA_INLINE __m512 qd_x16(int type, const qd_src *s, int h, __m512 d, __m512 d8)
+{
+    if (type == SDPA_Q8_0)
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                 _mm_loadu_si128((const __m128i *)(const void *)(s->b + 2 + 16 * h)))), d);
+    return _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(h ? s->hi : s->lo)), d, d8);
+}
+
+/* Exact scores of R rows (padded to RP in {1, 2, 4, 8} by repeating the last; the padding is
+   computed, never stored) against keys [j0, j0 + nb) of a quantized K, tiles of NK = 16 / RP
+   keys: 16 accumulators that one shuffle tree (reduce16, PERM16) reduces to row r's score of
+   key i in lane r NK + i. */
+SDPA_INLINE void qd_scores_z(int R, int kt, const sdpa_rows *w, size_t j0, size_t nb, float *S,
+                             size_t lds)
+{
+    const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
+    const size_t d = w->d, bb = sdpa_block_bytes(kt);
+    const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
+    const float *qr[8];
+    for (int r = 0; r < 8; r++) qr[r] = w->q + (size_t)(r < R ? r : R - 1) * d;
+    for (size_t j = 0; j < nb; j += (size_t)NK) {
+        const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
+        const unsigned char *kr[16];
+        SDPA_UNROLL for (int i = 0; i < NK; i++)
+            kr[i] = qd_row(w->k, kt, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
+        for (size_t i = 0; i < n; i++)
+            if (j0 + j + i + QD_PF < kend) qd_request(w->k, kt, w->k_stride, j0 + j + i + QD_PF, d);
+        __m512 a[16];
+        SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+        for (size_t b = 0; b < d / SDPA_QK; b++) {
+            SDPA_UNROLL for (int i = 0; i < NK; i++) {
+                const unsigned char *kb = kr[i] + b * bb;
+                const __m512 dk = qd_f16x16(kb), dk8 = _mm512_mul_ps(dk, _mm512_set1_ps(8.0f));
+                const qd_src src = qd_prepare(kt, kb);
+                SDPA_UNROLL for (int h = 0; h < 2; h++) {
+                    const __m512 kv = qd_x16(kt, &src, h, dk, dk8);
+                    SDPA_UNROLL for (int r = 0; r < RP; r++)
+                        a[PERM16(r * NK + i)] = _mm512_fmadd_ps(
+                            _mm512_loadu_ps(qr[r] + b * SDPA_QK + 16 * (size_t)h), kv, a[PERM16(r * NK + i)]);
+                }
+            }
+        }
+        float out[16];
+        _mm512_storeu_ps(out, reduce16(a));
+        for (int r = 0; r < R; r++)
+            for (size_t i = 0; i < n; i++) S[(size_t)r * lds + j + i] = out[r * NK + (int)i];
+    }
+}
+
+/* Fast scores of R rows (padded to RP) against keys [j0, j0 + nb), tiles of NK = 16 / RP keys,
+   two blocks per vector: the int32 dot products of blocks b and b + 1 in lanes 0-7 and 8-15,
+   scaled by qz (the rows' block scales, each repeated over its 8 lanes, made by loop_begin)
+   times the key's. VNNI: vpdpbusd on the rows' quants plus 128 (qu) from -128 sum(k); without:
+   pmaddubsw on |k| and the quants negated where k < 0. An odd last block takes 256 bits. */
+SDPA_INLINE void qd_scores_fast_z(int R, int kt, const sdpa_rows *w, const uint8_t *qu,
+                                  const float *qz, size_t j0, size_t nb, float *S, size_t lds)
+{
+    const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
+    const size_t d = w->d, bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
+    const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
+    size_t rr[8];
+    for (int r = 0; r < 8; r++) rr[r] = (size_t)(r < R ? r : R - 1);
+    (void)qu;
+    for (size_t j = 0; j < nb; j += (size_t)NK) {
+        const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
+        const unsigned char *kr[16];
+        SDPA_UNROLL for (int i = 0; i < NK; i++)
+            kr[i] = qd_row(w->k, kt, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
+        for (size_t i = 0; i < n; i++)
+            if (j0 + j + i + QD_PF < kend) qd_request(w->k, kt, w->k_stride, j0 + j + i + QD_PF, d);
+        __m512 a[16];
+        SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+        size_t b = 0;
+        for (; b + 2 <= nbk; b += 2) {
+            SDPA_UNROLL for (int i = 0; i < NK; i++) {
+                const unsigned char *k0 = kr[i] + b * bb, *k1 = k0 + bb;
+                const __m512i k = _mm512_inserti64x4(_mm512_castsi256_si512(qd_quants32(kt, k0)),
+                                                     qd_quants32(kt, k1), 1);
+                const __m512 dk = _mm512_insertf32x8(_mm512_castps256_ps512(qd_f16x8(k0)), qd_f16x8(k1), 1);
+#if SDPA_QD_VNNI
+                const __m512i c0 = _mm512_sub_epi32(_mm512_setzero_si512(),
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), k));
+#else
+                const __m512i ak = _mm512_abs_epi8(k);
+                const __mmask64 neg = _mm512_movepi8_mask(k);
+#endif
+                SDPA_UNROLL for (int r = 0; r < RP; r++) {
+#if SDPA_QD_VNNI
+                    const __m512i u = _mm512_loadu_si512((const void *)(qu + rr[r] * d + b * SDPA_QK));
+                    const __m512i p = _mm512_dpbusd_epi32(c0, u, k);
+#else
+                    const __m512i q = _mm512_loadu_si512((const void *)(w->qq + rr[r] * d + b * SDPA_QK));
+                    const __m512i sq = _mm512_mask_sub_epi8(q, neg, _mm512_setzero_si512(), q);
+                    const __m512i p = _mm512_madd_epi16(_mm512_maddubs_epi16(ak, sq), _mm512_set1_epi16(1));
+#endif
+                    const __m512 sc = _mm512_mul_ps(dk, _mm512_loadu_ps(qz + rr[r] * zr + b / 2 * 16));
+                    a[PERM16(r * NK + i)] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, a[PERM16(r * NK + i)]);
+                }
+            }
+        }
+        if (b < nbk)
+            SDPA_UNROLL for (int i = 0; i < NK; i++) {
+                const unsigned char *kb = kr[i] + b * bb;
+                const __m256i k8 = qd_quants32(kt, kb);
+                const __m256 dk = qd_f16x8(kb);
+                const __m256i ak = _mm256_sign_epi8(k8, k8);
+                SDPA_UNROLL for (int r = 0; r < RP; r++) {
+                    const __m256i q8 = _mm256_loadu_si256((const __m256i *)(const void *)(w->qq + rr[r] * d + b * SDPA_QK));
+                    const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(ak, _mm256_sign_epi8(q8, k8)), _mm256_set1_epi16(1));
+                    const __m256 t = _mm256_mul_ps(_mm256_cvtepi32_ps(p), _mm256_mul_ps(dk, _mm256_loadu_ps(qz + rr[r] * zr + b / 2 * 16)));
+                    a[PERM16(r * NK + i)] = _mm512_add_ps(a[PERM16(r * NK + i)], _mm512_zextps256_ps512(t));
+                }
+            }
+        float out[16];
+        _mm512_storeu_ps(out, reduce16(a));
+        for (int r = 0; r < R; r++)
+            for (size_t i = 0; i < n; i++) S[(size_t)r * lds + j + i] = out[r * NK + (int)i];
+    }
+}
+
+/* acc[r][c0, c0 + 32) = al[r] acc + sum_j P[r][j] v_j over keys [0, n) (rows rv[j], every row
+   sees them): one block of a quantized V, two vectors per row. */
+SDPA_INLINE void qd_pv_block_z(int R, int vt, float *acc, size_t dv, const float *al,
+                               const float *P, size_t lds, const unsigned char *const *rv,
+                               size_t n, size_t c0)
+{
+    __m512 a[16];
+    SDPA_UNROLL for (int r = 0; r < R; r++) {
+        const __m512 s = _mm512_set1_ps(al[r]);
+        SDPA_UNROLL for (int h = 0; h < 2; h++)
+            a[2 * r + h] = _mm512_mul_ps(s, _mm512_loadu_ps(acc + (size_t)r * dv + c0 + 16 * (size_t)h));
+    }
+    const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)c0);
+    for (size_t j = 0; j < n; j++) {
+        const unsigned char *b = rv[j] + bo;
+        const __m512 dv16 = qd_f16x16(b), dv8 = _mm512_mul_ps(dv16, _mm512_set1_ps(8.0f));
+        const qd_src src = qd_prepare(vt, b);
+        const __m512 x0 = qd_x16(vt, &src, 0, dv16, dv8), x1 = qd_x16(vt, &src, 1, dv16, dv8);
+        SDPA_UNROLL for (int r = 0; r < R; r++) {
+            const __m512 p = _mm512_set1_ps(P[(size_t)r * lds + j]);
+            a[2 * r] = _mm512_fmadd_ps(p, x0, a[2 * r]);
+            a[2 * r + 1] = _mm512_fmadd_ps(p, x1, a[2 * r + 1]);
+        }
+    }
+    SDPA_UNROLL for (int r = 0; r < R; r++)
+        SDPA_UNROLL for (int h = 0; h < 2; h++)
+            _mm512_storeu_ps(acc + (size_t)r * dv + c0 + 16 * (size_t)h, a[2 * r + h]);
+}
+#endif
+
 /* Keys [j0, j0 + nb) for all R rows, tiles of NK = 8 / R keys (R * NK <= 8: one reduction). */
-SDPA_INLINE void qd_scores_r(int R, int kt, const sdpa_rows *w, const uint8_t *qu, size_t j0,
-                             size_t nb, float *S, size_t lds)
+SDPA_INLINE void qd_scores_r(int R, int kt, const sdpa_rows *w, const uint8_t *qu, const float *qz,
+                             size_t j0, size_t nb, float *S, size_t lds)
 {
     const int NK = R == 1 ? 8 : R == 2 ? 4 : R <= 4 ? 2 : 1;
+#ifdef __AVX512F__
+    if (sdpa_dtype_quantized(kt)) {
+        if (w->qq)
+            qd_scores_fast_z(R, kt, w, qu, qz, j0, nb, S, lds);
+        else
+            qd_scores_z(R, kt, w, j0, nb, S, lds);
+        return;
+    }
+#else
+    (void)qz;
+#endif
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
     const size_t krow = w->d;
     float out[8];
@@ -325,6 +499,10 @@ SDPA_INLINE void qd_values_r(int R, int vt, const sdpa_rows *w, float *acc, cons
         }
         const float *al = g == 0 ? alpha : ones;
         if (sdpa_dtype_quantized(vt)) {
+#ifdef __AVX512F__
+            for (size_t c = 0; c < dv; c += 32) qd_pv_block_z(R, vt, acc, dv, al, P + g, lds, rv, ng, c);
+            continue;
+#endif
             if (R <= 2)
                 for (size_t c = 0; c < dv; c += 32) qd_pv_panel_q(R, 4, 0, vt, acc, dv, al, P + g, lds, rv, ng, c);
             else if (R <= 4)
@@ -384,6 +562,8 @@ static inline void qd_dequant(int type, const void *src, float *dst, size_t n)
 
 typedef struct qd_ctx {
     const uint8_t *qu; /* fast scores with VNNI: the rows' quants plus 128, [rows][d] */
+    const float   *qz; /* fast scores, 512-bit: each row's block scales by pairs of blocks,
+                          each scale over 8 lanes, [rows][(d / 32 + 1) / 2 * 16] */
 } qd_ctx;
 
 static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t *lds, float **alpha)
@@ -393,13 +573,25 @@ static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t
     *S = w->ws;
     *alpha = *S + w->rows * *lds;
     c->qu = NULL;
+    c->qz = NULL;
+    /* scratch past S and alpha (QD_WS_FLOATS) */
+    uint8_t *qu = (uint8_t *)(void *)(*alpha + sdpa_round16(w->rows));
+    float *qz = *alpha + sdpa_round16(w->rows) + sdpa_round16(w->rows * w->d / 4 + 1);
 #if SDPA_QD_VNNI
-    if (w->qq) { /* scratch past S and alpha (sdpa_decode_ws_<isa>: QD_QU_FLOATS) */
-        uint8_t *qu = (uint8_t *)(void *)(*alpha + sdpa_round16(w->rows));
+    if (w->qq) {
         for (size_t e = 0; e < w->rows * w->d; e++) qu[e] = (uint8_t)(w->qq[e] + 128);
         c->qu = qu;
     }
+#else
+    (void)qu;
 #endif
+    if (w->qq) {
+        const size_t nbk = w->d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
+        for (size_t r = 0; r < w->rows; r++)
+            for (size_t b = 0; b < nbk; b++)
+                for (size_t e = 0; e < 8; e++) qz[r * zr + b / 2 * 16 + b % 2 * 8 + e] = w->qd[r * nbk + b];
+        c->qz = qz;
+    }
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
     for (size_t j = w->kv_begin; j < w->kv_begin + QD_PF && j < kend; j++) {
         qd_request(w->k, (int)w->k_type, w->k_stride, j, w->d);
@@ -415,14 +607,14 @@ static inline void loop_scores(qd_ctx *c, const sdpa_rows *w, size_t r0, size_t 
     /* all rows (the tiles are shaped by the row count), the storage type a constant */
 #define QD_SCORES(KT)                                                                              \
     switch (w->rows) {                                                                         \
-    case 1: qd_scores_r(1, KT, w, c->qu, j0, nb, S, lds); break;                               \
-    case 2: qd_scores_r(2, KT, w, c->qu, j0, nb, S, lds); break;                               \
-    case 3: qd_scores_r(3, KT, w, c->qu, j0, nb, S, lds); break;                               \
-    case 4: qd_scores_r(4, KT, w, c->qu, j0, nb, S, lds); break;                               \
-    case 5: qd_scores_r(5, KT, w, c->qu, j0, nb, S, lds); break;                               \
-    case 6: qd_scores_r(6, KT, w, c->qu, j0, nb, S, lds); break;                               \
-    case 7: qd_scores_r(7, KT, w, c->qu, j0, nb, S, lds); break;                               \
-    default: qd_scores_r(8, KT, w, c->qu, j0, nb, S, lds); break;                              \
+    case 1: qd_scores_r(1, KT, w, c->qu, c->qz, j0, nb, S, lds); break;                               \
+    case 2: qd_scores_r(2, KT, w, c->qu, c->qz, j0, nb, S, lds); break;                               \
+    case 3: qd_scores_r(3, KT, w, c->qu, c->qz, j0, nb, S, lds); break;                               \
+    case 4: qd_scores_r(4, KT, w, c->qu, c->qz, j0, nb, S, lds); break;                               \
+    case 5: qd_scores_r(5, KT, w, c->qu, c->qz, j0, nb, S, lds); break;                               \
+    case 6: qd_scores_r(6, KT, w, c->qu, c->qz, j0, nb, S, lds); break;                               \
+    case 7: qd_scores_r(7, KT, w, c->qu, c->qz, j0, nb, S, lds); break;                               \
+    default: qd_scores_r(8, KT, w, c->qu, c->qz, j0, nb, S, lds); break;                              \
     }
     if (w->k_type == SDPA_Q8_0) {
         QD_SCORES(SDPA_Q8_0)
