@@ -36,7 +36,10 @@ sdpa_status sdpa_quantize_q8_0(const float *x, size_t n, void *dst)
     for (size_t b = 0; b < n; b += SDPA_QK, y += SDPA_Q8_0_BYTES) {
         float amax = 0.0f;
         for (size_t i = 0; i < SDPA_QK; i++) amax = fmaxf(amax, fabsf(x[b + i]));
-        const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = amax / 127.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
+        /* 1 / d overflows only where d (a subnormal below 2^-128) is stored as an f16 0: quants
+           0 then, where x * inf would leave the int8 conversion undefined */
+        const float id = isfinite(inv) ? inv : 0.0f;
         const uint16_t h = sdpa_f32_to_f16(d);
         y[0] = (unsigned char)(h & 0xff), y[1] = (unsigned char)(h >> 8);
         for (size_t i = 0; i < SDPA_QK; i++) y[2 + i] = (unsigned char)(int8_t)roundf(x[b + i] * id);
@@ -58,7 +61,8 @@ sdpa_status sdpa_quantize_q4_0(const float *x, size_t n, void *dst)
         float amax = 0.0f, m = 0.0f;
         for (size_t i = 0; i < SDPA_QK; i++)
             if (amax < fabsf(x[b + i])) amax = fabsf(x[b + i]), m = x[b + i];
-        const float d = m / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+        const float d = m / -8.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
+        const float id = isfinite(inv) ? inv : 0.0f; /* as for q8_0: an f16 0 scale, nibbles 8 */
         const uint16_t h = sdpa_f32_to_f16(d);
         y[0] = (unsigned char)(h & 0xff), y[1] = (unsigned char)(h >> 8);
         for (size_t i = 0; i < SDPA_QK / 2; i++) {
