@@ -730,8 +730,9 @@ static void run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, si
 }
 
 /* Fast scores (q8_scores): a scaled query row quantized per 32-block, d = max |x| / 127 (f32)
-   and q = round(x / d), so |d q - x| <= d / 2; a block with a non-finite element gets d = NaN,
-   which makes every score of the row NaN, as a NaN query would. */
+   and q = x (1 / d) rounded to nearest even, so |d q - x| <= d / 2 plus float rounding; a block
+   with a non-finite element gets d = NaN, which makes every score of the row NaN, as a NaN
+   query would (a block whose 1 / d overflows, below 2^-128 of FLT_MAX, gets quants 0). */
 static void quantize_row(const float *x, size_t n, int8_t *q, float *qd)
 {
     for (size_t b = 0; b < n; b += SDPA_QK, x += SDPA_QK, q += SDPA_QK) {
@@ -744,9 +745,16 @@ static void quantize_row(const float *x, size_t n, int8_t *q, float *qd)
         }
         const float d = amax / 127.0f;
         qd[b / SDPA_QK] = finite ? d : NAN;
+        if (!finite || d == 0.0f || !isfinite(1.0f / d)) {
+            memset(q, 0, SDPA_QK);
+            continue;
+        }
+        /* t = x (1/d), |t| <= 127 (1 + 2^-22), rounded to nearest even by adding and taking
+           away 1.5 2^23: plain float arithmetic that vectorises, no libm call */
+        const float id = 1.0f / d;
         for (size_t i = 0; i < SDPA_QK; i++) {
-            const float t = finite && d > 0.0f ? roundf(x[i] / d) : 0.0f;
-            q[i] = (int8_t)(t > 127.0f ? 127.0f : t < -127.0f ? -127.0f : t);
+            const float t = x[i] * id, r = (t + 0x1.8p23f) - 0x1.8p23f;
+            q[i] = (int8_t)(r > 127.0f ? 127.0f : r < -127.0f ? -127.0f : r);
         }
     }
 }

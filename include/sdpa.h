@@ -213,21 +213,23 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
     size_t               page_size, max_pages, n_pages;
     /* --- quantized K (SDPA_Q8_0 / SDPA_Q4_0). 0: exact, the default: every stored value
        enters the arithmetic as its exact f32 value d q, and the numerics are those of f16 K/V.
-       1: fast Q.K, as ggml computes it: each scaled query row is quantized per 32-block to
-       int8 (d_q = max |x| / 127, kept in f32; q = round(x / d_q)) and every score is
-       sum over blocks of (d_q d_k) times the exact int32 dot product of the quants, through
-       the CPU's int8 dot products (VNNI, sdot) where it has them. The bound this adds to a
-       score s = sum_c x_c k_c of one row: |s_fast - s| <= sum_b (max_{c in b} |x_c| / 254)
-       sum_{c in b} |k_c|, plus float rounding; softmax turns a bound D on every score of a row
-       into |o_fast - o| <= (e^(2 D) - 1) max |v| on its output. A non-finite query element
-       makes its row NaN. P.V stays f32. Refused (SDPA_ERR_UNSUPPORTED) unless K is q8_0 or
-       q4_0; a value other than 0 or 1 is SDPA_ERR_INVALID_ARGUMENT. */
+       1: fast Q.K, as ggml computes it: each scaled query row x is quantized per 32-block to
+       int8, d_q = max |x| / 127 (kept in f32) and q = x (1 / d_q) rounded to nearest even,
+       and every score is the sum over blocks of (d_q d_k) times the exact int32 dot
+       product of the quants, through the CPU's int8 dot products (VNNI, sdot) where it has
+       them. The bound this adds to a score s = sum_c x_c k_c of one row:
+       |s_fast - s| <= sum_b (max_{c in b} |x_c| / 254) sum_{c in b} |k_c|, plus float
+       rounding; softmax turns a bound D on every score of a row into
+       |o_fast - o| <= (e^(2 D) - 1) max |v| on its output. A non-finite query element makes
+       its row NaN. P.V stays f32. Refused (SDPA_ERR_UNSUPPORTED) unless K is q8_0 or q4_0; a
+       value other than 0 or 1 is SDPA_ERR_INVALID_ARGUMENT. */
     int                  q8_scores;
 } sdpa_params;
 
 /* Runs attention for every (batch, head, query) of p on the active implementation.
    q: f32 [batch][q_heads][q_len][head_dim]; k: [batch][kv_heads][kv_len][head_dim] and
-   v: [batch][kv_heads][kv_len][v_dim] in f32, f16, bf16, q8_0 or q4_0; o: f32 [batch][q_heads][q_len][v_dim].
+   v: [batch][kv_heads][kv_len][v_dim] in f32, f16, bf16, q8_0 or q4_0;
+   o: f32 [batch][q_heads][q_len][v_dim].
    q_heads must be a multiple of kv_heads (GQA/MQA: query head h reads KV head h / (q_heads /
    kv_heads)). Rows that see no key (causal with q_len > kv_len, a window, a mask) are written
    as zeros. With the ragged or paged fields the views are addressed as described there: each

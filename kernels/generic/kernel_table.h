@@ -109,8 +109,7 @@ typedef struct sdpa_rows {
        unit of at most sdpa_kernels.quant_rows rows): row r's query quantized per 32-block,
        quants at qq + r * d and block scales at qd + r * d / 32, and the score of key j is
        sum_b (qd[b] d_k[b]) dot_b(qq, k quants) with the block dot products exact in int32
-       (q itself stays for the kernel's own use, its values are unspecified). A NaN qd makes
-       the score NaN. */
+       (q still holds the scaled rows). A NaN qd makes the score NaN. */
     const int8_t *qq;
     const float  *qd;
 } sdpa_rows;
