@@ -410,9 +410,8 @@ SDPA_INLINE void qd_scores_r(int R, int kt, const sdpa_rows *w, const uint8_t *q
 }
 
 /* acc[r][c0, c0 + 8 NC) = al[r] acc + sum_j P[r][j] v_j over keys [0, n) of rows rv[j] (all R
-   rows see them), NC 8-column vectors: in a quantized V elements [8 T0, 8 (T0 + NC)) of one
-   block (T0 = c0 % 32 / 8, a constant), or of an element-type V from c0. */
-SDPA_INLINE void qd_pv_panel(int R, int NC, int T0, int vt, float *acc, size_t dv, const float *al,
+   rows see them), NC 8-column vectors of an element-type V (f32, f16, bf16; cut at dv). */
+SDPA_INLINE void qd_pv_panel(int R, int NC, int vt, float *acc, size_t dv, const float *al,
                              const float *P, size_t lds, const unsigned char *const *rv, size_t n,
                              size_t c0)
 {
@@ -424,19 +423,10 @@ SDPA_INLINE void qd_pv_panel(int R, int NC, int T0, int vt, float *acc, size_t d
             a[r * NC + t] = _mm256_mul_ps(s, qd_load_float(SDPA_F32, acc + (size_t)r * dv, c0 + 8 * (size_t)t,
                                                            left - 8 * (size_t)t < 8 ? left - 8 * (size_t)t : 8));
     }
-    const int quant = sdpa_dtype_quantized(vt);
-    const size_t bo = quant ? (size_t)sdpa_off_bytes(vt, (ptrdiff_t)(c0 / SDPA_QK * SDPA_QK)) : 0;
     for (size_t j = 0; j < n; j++) {
         __m256 x[4];
-        if (quant) {
-            const unsigned char *b = rv[j] + bo;
-            const __m256 dv8 = qd_f16x8(b), dv88 = _mm256_mul_ps(dv8, _mm256_set1_ps(8.0f));
-            const qd_src src = qd_prepare(vt, b);
-            SDPA_UNROLL for (int t = 0; t < NC; t++) x[t] = qd_x8(vt, &src, T0 + t, dv8, dv88);
-        } else {
-            SDPA_UNROLL for (int t = 0; t < NC; t++)
-                x[t] = qd_load_float(vt, rv[j], c0 + 8 * (size_t)t, left - 8 * (size_t)t < 8 ? left - 8 * (size_t)t : 8);
-        }
+        SDPA_UNROLL for (int t = 0; t < NC; t++)
+            x[t] = qd_load_float(vt, rv[j], c0 + 8 * (size_t)t, left - 8 * (size_t)t < 8 ? left - 8 * (size_t)t : 8);
         SDPA_UNROLL for (int r = 0; r < R; r++) {
             const __m256 p = _mm256_broadcast_ss(P + (size_t)r * lds + j);
             SDPA_UNROLL for (int t = 0; t < NC; t++) a[r * NC + t] = _mm256_fmadd_ps(p, x[t], a[r * NC + t]);
@@ -519,24 +509,12 @@ SDPA_INLINE void qd_values_r(int R, int vt, const sdpa_rows *w, float *acc, cons
                 }
             continue;
         }
-        /* a block's 32 columns per pass with at most 2 rows, 16 with 4, 8 beyond: the
-           accumulators stay in registers */
+        /* an element-type V beside a quantized K: 16 columns per pass with at most 4 rows, 8
+           beyond, so that the accumulators stay in registers */
         size_t c = 0;
-        if (R <= 2)
-            for (; c + 32 <= dv; c += 32) qd_pv_panel(R, 4, 0, vt, acc, dv, al, P + g, lds, rv, ng, c);
         if (R <= 4)
-            for (; c + 16 <= dv; c += 16) {
-                if (c % 32 == 0)
-                    qd_pv_panel(R, 2, 0, vt, acc, dv, al, P + g, lds, rv, ng, c);
-                else
-                    qd_pv_panel(R, 2, 2, vt, acc, dv, al, P + g, lds, rv, ng, c);
-            }
-        for (; c < dv; c += 8) switch (c % 32 / 8) {
-            case 0: qd_pv_panel(R, 1, 0, vt, acc, dv, al, P + g, lds, rv, ng, c); break;
-            case 1: qd_pv_panel(R, 1, 1, vt, acc, dv, al, P + g, lds, rv, ng, c); break;
-            case 2: qd_pv_panel(R, 1, 2, vt, acc, dv, al, P + g, lds, rv, ng, c); break;
-            default: qd_pv_panel(R, 1, 3, vt, acc, dv, al, P + g, lds, rv, ng, c); break;
-            }
+            for (; c + 16 <= dv; c += 16) qd_pv_panel(R, 2, vt, acc, dv, al, P + g, lds, rv, ng, c);
+        for (; c < dv; c += 8) qd_pv_panel(R, 1, vt, acc, dv, al, P + g, lds, rv, ng, c);
     }
 }
 
