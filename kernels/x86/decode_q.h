@@ -213,6 +213,28 @@ SDPA_INLINE void qd_score_tile_i8(int R, int NK, int kt, const int8_t *qq, const
     _mm256_storeu_ps(out, qd_reduce8(a));
 }
 
+/* The rows of a score tile's keys j0 + j + i, i < NK (a tail tile of n < NK keys repeats its
+   last, in bounds), and the rows QD_PF keys ahead of its real ones requested (none at or past
+   the keys any row sees). */
+SDPA_INLINE void qd_tile_keys(int NK, int kt, const sdpa_rows *w, size_t j0, size_t j, size_t n,
+                              const unsigned char **kr)
+{
+    const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
+    SDPA_UNROLL for (int i = 0; i < NK; i++)
+        kr[i] = qd_row(w->k, kt, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
+    for (size_t i = 0; i < n; i++)
+        if (j0 + j + i + QD_PF < kend) qd_request(w->k, kt, w->k_stride, j0 + j + i + QD_PF, w->d);
+}
+
+/* A tile's scores, out[r NK + i] for row r and key i, to S[r][j + i] for the R real rows and n
+   real keys. */
+SDPA_INLINE void qd_tile_store(int R, int NK, const float *out, size_t n, float *S, size_t lds,
+                               size_t j)
+{
+    for (int r = 0; r < R; r++)
+        for (size_t i = 0; i < n; i++) S[(size_t)r * lds + j + i] = out[r * NK + (int)i];
+}
+
 #ifdef __AVX512F__
 /* --- 512-bit forms (the avx512 files): a block is two vectors ----------------------------- */
 
@@ -241,16 +263,12 @@ SDPA_INLINE void qd_scores_z(int R, int kt, const sdpa_rows *w, size_t j0, size_
 {
     const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
     const size_t d = w->d, bb = sdpa_block_bytes(kt);
-    const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
     const float *qr[8];
     for (int r = 0; r < 8; r++) qr[r] = w->q + (size_t)(r < R ? r : R - 1) * d;
     for (size_t j = 0; j < nb; j += (size_t)NK) {
         const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
         const unsigned char *kr[16];
-        SDPA_UNROLL for (int i = 0; i < NK; i++)
-            kr[i] = qd_row(w->k, kt, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
-        for (size_t i = 0; i < n; i++)
-            if (j0 + j + i + QD_PF < kend) qd_request(w->k, kt, w->k_stride, j0 + j + i + QD_PF, d);
+        qd_tile_keys(NK, kt, w, j0, j, n, kr);
         __m512 a[16];
         SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
         for (size_t b = 0; b < d / SDPA_QK; b++) {
@@ -268,8 +286,7 @@ SDPA_INLINE void qd_scores_z(int R, int kt, const sdpa_rows *w, size_t j0, size_
         }
         float out[16];
         _mm512_storeu_ps(out, reduce16(a));
-        for (int r = 0; r < R; r++)
-            for (size_t i = 0; i < n; i++) S[(size_t)r * lds + j + i] = out[r * NK + (int)i];
+        qd_tile_store(R, NK, out, n, S, lds, j);
     }
 }
 
@@ -283,17 +300,13 @@ SDPA_INLINE void qd_scores_fast_z(int R, int kt, const sdpa_rows *w, const uint8
 {
     const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
     const size_t d = w->d, bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
-    const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
     size_t rr[8];
     for (int r = 0; r < 8; r++) rr[r] = (size_t)(r < R ? r : R - 1);
     (void)qu;
     for (size_t j = 0; j < nb; j += (size_t)NK) {
         const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
         const unsigned char *kr[16];
-        SDPA_UNROLL for (int i = 0; i < NK; i++)
-            kr[i] = qd_row(w->k, kt, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
-        for (size_t i = 0; i < n; i++)
-            if (j0 + j + i + QD_PF < kend) qd_request(w->k, kt, w->k_stride, j0 + j + i + QD_PF, d);
+        qd_tile_keys(NK, kt, w, j0, j, n, kr);
         __m512 a[16];
         SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
         size_t b = 0;
@@ -339,8 +352,7 @@ SDPA_INLINE void qd_scores_fast_z(int R, int kt, const sdpa_rows *w, const uint8
             }
         float out[16];
         _mm512_storeu_ps(out, reduce16(a));
-        for (int r = 0; r < R; r++)
-            for (size_t i = 0; i < n; i++) S[(size_t)r * lds + j + i] = out[r * NK + (int)i];
+        qd_tile_store(R, NK, out, n, S, lds, j);
     }
 }
 
@@ -390,22 +402,16 @@ SDPA_INLINE void qd_scores_r(int R, int kt, const sdpa_rows *w, const uint8_t *q
 #else
     (void)qz;
 #endif
-    const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
-    const size_t krow = w->d;
     float out[8];
     for (size_t j = 0; j < nb; j += (size_t)NK) {
         const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
         const unsigned char *kr[8];
-        SDPA_UNROLL for (int i = 0; i < NK; i++)
-            kr[i] = qd_row(w->k, kt, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
-        for (size_t i = 0; i < n; i++)
-            if (j0 + j + i + QD_PF < kend) qd_request(w->k, kt, w->k_stride, j0 + j + i + QD_PF, krow);
+        qd_tile_keys(NK, kt, w, j0, j, n, kr);
         if (w->qq)
             qd_score_tile_i8(R, NK, kt, w->qq, qu, w->qd, w->d, kr, out);
         else
             qd_score_tile(R, NK, kt, w->q, w->d, kr, out);
-        for (int r = 0; r < R; r++)
-            for (size_t i = 0; i < n; i++) S[(size_t)r * lds + j + i] = out[r * NK + (int)i];
+        qd_tile_store(R, NK, out, n, S, lds, j);
     }
 }
 
