@@ -102,6 +102,23 @@ static inline sdpa_tensor tview_tensor(const tview *t)
     return x;
 }
 
+/* n_heads standard ALiBi slopes (max_bias 8), allocated: the variant tests' slopes. */
+static inline float *tl_alibi_slopes(size_t n_heads)
+{
+    float *s = tl_xmalloc(n_heads * sizeof(float));
+    sdpa_alibi_slopes(n_heads, 8.0f, s);
+    return s;
+}
+
+/* n_heads sink logits, allocated: every third head from the second has none (-inf), the others
+   a value in [-1, 3). */
+static inline float *tl_sinks(tl_rng *r, size_t n_heads)
+{
+    float *s = tl_xmalloc(n_heads * sizeof(float));
+    for (size_t h = 0; h < n_heads; h++) s[h] = h % 3 == 1 ? -INFINITY : tl_uniform(r, -1.0f, 3.0f);
+    return s;
+}
+
 /* x as an element of type t holds it (f16 and bf16 round to nearest even). */
 static inline float tl_stored(sdpa_dtype t, float x)
 {

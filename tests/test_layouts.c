@@ -231,16 +231,8 @@ static void lprob_init(lprob *pr, const lcase *c, uint64_t seed)
         pr->tm = (sdpa_tensor){pr->mbuf, F16, (ptrdiff_t)(Hq * Lq * Lk), (ptrdiff_t)(Lq * Lk), (ptrdiff_t)Lk};
         p->mask = &pr->tm;
     }
-    if (c->alibi) {
-        pr->slopes = tl_xmalloc(Hq * sizeof(float));
-        sdpa_alibi_slopes(Hq, 8.0f, pr->slopes);
-        p->alibi_slopes = pr->slopes;
-    }
-    if (c->sinks) {
-        pr->sinks = tl_xmalloc(Hq * sizeof(float));
-        for (size_t h = 0; h < Hq; h++) pr->sinks[h] = h % 3 == 1 ? -INFINITY : tl_uniform(&r, -1.0f, 3.0f);
-        p->sinks = pr->sinks;
-    }
+    if (c->alibi) p->alibi_slopes = pr->slopes = tl_alibi_slopes(Hq);
+    if (c->sinks) p->sinks = pr->sinks = tl_sinks(&r, Hq);
     static const char *const qn[] = {"q each", "q padded", "q packed"};
     static const char *const kn[] = {"kv each", "kv padded", "kv packed", "kv paged"};
     int w = snprintf(pr->what, sizeof pr->what, "%s [B=%zu hq=%zu hkv=%zu d=%zu %s %s", c->name, B, Hq, Hk, D,

@@ -410,16 +410,8 @@ static void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
         pr->tm = (sdpa_tensor){pr->mk, F32, (ptrdiff_t)(Hq * Lq * Lk), (ptrdiff_t)(Lq * Lk), (ptrdiff_t)Lk};
         p->mask = &pr->tm;
     }
-    if (c->alibi) {
-        pr->slopes = tl_xmalloc(Hq * sizeof(float));
-        sdpa_alibi_slopes(Hq, 8.0f, pr->slopes);
-        p->alibi_slopes = pr->slopes;
-    }
-    if (c->sinks) {
-        pr->sinks = tl_xmalloc(Hq * sizeof(float));
-        for (size_t h = 0; h < Hq; h++) pr->sinks[h] = h % 3 == 1 ? -INFINITY : tl_uniform(&r, -1.0f, 3.0f);
-        p->sinks = pr->sinks;
-    }
+    if (c->alibi) p->alibi_slopes = pr->slopes = tl_alibi_slopes(Hq);
+    if (c->sinks) p->sinks = pr->sinks = tl_sinks(&r, Hq);
     static const char *const qn[] = {"q each", "q padded", "q packed"};
     static const char *const kn[] = {"kv dense", "kv strided", "kv reversed", "kv padded", "kv packed", "kv paged"};
     int w = snprintf(pr->what, sizeof pr->what, "%s [B=%zu hq=%zu hkv=%zu d=%zu dv=%zu lq=%zu lk=%zu %s %s", c->name,
