@@ -375,6 +375,12 @@ typedef struct plan {
 
 static size_t round16(size_t n) { return (n + 15) / 16 * 16; }
 
+/* Fast scores' slot (q8_scores) for R rows of head dim D, in floats: the int8 quants, R*D bytes
+   rounded up to 16 floats, then the R*D/32 block scales. Both the size and the scales' offset
+   come from here, so that the scales always lie inside the slot. */
+static size_t qq_scales_off(size_t R, size_t D) { return round16(R * D / 4); }
+static size_t qq_floats(size_t R, size_t D) { return qq_scales_off(R, D) + round16(R * D / SDPA_QK); }
+
 /* Sequence b's query and key counts: packed, padded or the call's own. */
 static size_t seq_lq(const sdpa_params *p, size_t b)
 {
@@ -845,7 +851,7 @@ static void run_item(void *arg, size_t t, size_t thread)
     float *qd = NULL;
     if (p->q8_scores && c0 < c1) {
         qq = (int8_t *)(void *)(ws + pl->qq_off);
-        qd = ws + pl->qq_off + round16(R * D / 4);
+        qd = ws + pl->qq_off + qq_scales_off(R, D);
         for (size_t r = 0; r < R; r++) quantize_row(qp + r * D, D, qq + r * D, qd + r * (D / SDPA_QK));
         if (R > pl->k->quant_rows) {
             /* a kernel that stages K takes the quantized rows as f32 values: the same scores
@@ -1063,7 +1069,7 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
         !add_sz(pl->stage_off, round16(stage), &pl->kws_off) ||
         !add_sz(pl->kws_off, round16(kws), &pl->mul_off) ||
         !add_sz(pl->mul_off, round16(pl->R), &pl->qq_off) ||
-        !add_sz(pl->qq_off, p->q8_scores ? round16(pl->R * pl->D / 4 + pl->R * pl->D / SDPA_QK) : 0,
+        !add_sz(pl->qq_off, p->q8_scores ? qq_floats(pl->R, pl->D) : 0,
                 &pl->ws_stride) ||
         !mul_sz(pl->ws_stride, threads, &ws_floats) ||
         !mul_sz(n_parts, pl->R * (pl->Dv + 2), &pf) ||
