@@ -179,6 +179,40 @@ static sdpa_status validate_layouts(checker *c, const sdpa_params *p, size_t *q_
     return SDPA_OK;
 }
 
+/* An output (o or lse, extent e from out) must not overlap any array the call reads besides
+   the views: the index arrays, the slopes and sinks, the mask and the workspace; written over,
+   a page number or a length checked above could change under the call. Index arrays are
+   validated already, so their sizes fit. */
+static sdpa_status check_reads(checker *c, const sdpa_params *p, const char *name,
+                               const void *out, extent e)
+{
+    /* byte counts saturate: an array that long could not be read anyway */
+#define SAT_BYTES(n, size) ((n) > (size_t)PTRDIFF_MAX / (size) ? (size_t)PTRDIFF_MAX : (n) * (size))
+    size_t entries = SIZE_MAX;
+    if (p->block_table && !mul_sz(p->batch, p->max_pages, &entries)) entries = SIZE_MAX;
+    const struct {
+        const char *name;
+        const void *ptr;
+        size_t      bytes;
+    } arr[] = {
+        {"block_table", p->block_table, SAT_BYTES(entries, sizeof(int32_t))},
+        {"q_lens", p->q_lens, SAT_BYTES(p->batch, sizeof(size_t))},
+        {"kv_lens", p->kv_lens, SAT_BYTES(p->batch, sizeof(size_t))},
+        {"cu_q", p->cu_q, SAT_BYTES(p->batch, sizeof(size_t)) + sizeof(size_t)},
+        {"cu_kv", p->cu_kv, SAT_BYTES(p->batch, sizeof(size_t)) + sizeof(size_t)},
+        {"sinks", p->sinks, SAT_BYTES(p->q_heads, sizeof(float))},
+        {"alibi_slopes", p->alibi_slopes, SAT_BYTES(p->q_heads, sizeof(float))},
+    };
+#undef SAT_BYTES
+    for (size_t i = 0; i < sizeof arr / sizeof arr[0]; i++) {
+        if (!arr[i].ptr || arr[i].bytes == 0) continue;
+        if (overlaps(out, e, arr[i].ptr, (extent){0, (ptrdiff_t)arr[i].bytes}))
+            return fail(c, SDPA_ERR_INVALID_ARGUMENT, "%s overlaps %s, which the call reads", name,
+                        arr[i].name);
+    }
+    return SDPA_OK;
+}
+
 static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor *q,
                             const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o)
 {
@@ -240,6 +274,7 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
         !mul_sz(rows, dv, &t) || !mul_sz(rows, p->head_dim, &t) ||
         !mul_sz(p->batch, p->kv_heads, &t) || !mul_sz(t, p->kv_len, &t) ||
         !mul_sz(t, p->head_dim > dv ? p->head_dim : dv, &t) || !add_sz(p->kv_len, p->q_len, &t) ||
+        t > (size_t)PTRDIFF_MAX / 2 || /* positions and window edges are signed sums of these */
         !add_sz(p->head_dim, 2, &t) || !mul_sz(t, sizeof(float) * 1024, &t) ||
         !add_sz(dv, 2, &t) || !mul_sz(t, sizeof(float) * 1024, &t))
         return fail(c, SDPA_ERR_OVERFLOW, "sizes overflow (batch %zu, heads %zu/%zu, lengths %zu/%zu,"
@@ -273,6 +308,10 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
             overlaps(p->lse, el, k->data, ek) || overlaps(p->lse, el, v->data, ev))
             return fail(c, SDPA_ERR_INVALID_ARGUMENT, "lse overlaps o or an input");
     }
+    if ((s = check_reads(c, p, "o", o->data, eo)) != SDPA_OK) return s;
+    if (p->lse && (s = check_reads(c, p, "lse", p->lse,
+                                   (extent){0, (ptrdiff_t)(rows * sizeof(float))})) != SDPA_OK)
+        return s;
     if (p->softcap != 0.0f && !(p->softcap > 0.0f && isfinite(p->softcap)))
         return fail(c, SDPA_ERR_INVALID_ARGUMENT,
                     "softcap is %g: it must be 0 (off) or finite and positive", (double)p->softcap);
@@ -987,7 +1026,9 @@ static sdpa_status make_plan(const sdpa_impl *impl, const sdpa_params *p, const 
     pl->Dv = p->v_dim ? p->v_dim : p->head_dim;
     pl->scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)p->head_dim);
     pl->causal = p->causal;
-    pl->window = p->window;
+    /* a window at least as wide as every sequence (|i' - j| < q_len + kv_len always) is none:
+       that also keeps the window edges, i' +- w, far from overflow */
+    pl->window = p->window < pl->Lq + pl->Lk ? p->window : 0;
     pl->mods = p->softcap > 0.0f || p->alibi_slopes || p->mask;
     pl->p = p;
     pl->q = q, pl->kt = k, pl->vt = v, pl->o = o, pl->lse = p->lse;

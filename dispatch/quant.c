@@ -62,9 +62,15 @@ sdpa_status sdpa_quantize_q4_0(const float *x, size_t n, void *dst)
         for (size_t i = 0; i < SDPA_QK; i++)
             if (amax < fabsf(x[b + i])) amax = fabsf(x[b + i]), m = x[b + i];
         const float d = m / -8.0f, inv = d != 0.0f ? 1.0f / d : 0.0f;
-        const float id = isfinite(inv) ? inv : 0.0f; /* as for q8_0: an f16 0 scale, nibbles 8 */
         const uint16_t h = sdpa_f32_to_f16(d);
         y[0] = (unsigned char)(h & 0xff), y[1] = (unsigned char)(h >> 8);
+        if (!isfinite(inv)) {
+            /* d (a subnormal below 2^-128) is stored as an f16 0; ggml's x / d is then inf or
+               NaN, which x86's float-to-int conversion makes 0x80000000: every nibble 0 */
+            memset(y + 2, 0, SDPA_QK / 2);
+            continue;
+        }
+        const float id = inv;
         for (size_t i = 0; i < SDPA_QK / 2; i++) {
             const int lo = (int)(int8_t)(x[b + i] * id + 8.5f);
             const int hi = (int)(int8_t)(x[b + SDPA_QK / 2 + i] * id + 8.5f);

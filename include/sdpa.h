@@ -127,10 +127,14 @@ size_t sdpa_dtype_bytes(sdpa_dtype t, size_t n);
    give the bytes of ggml's reference quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref):
    q8_0: per block amax = max |x|, d = amax / 127, q = round(x / d) (half away from zero);
    q4_0: per block m = the first element of largest magnitude (signed), d = m / -8,
-   n = min(15, trunc(x / d + 8.5)); d stored as f16, rounded to nearest even. Refused
+   n = min(15, trunc(x / d + 8.5)); d stored as f16, rounded to nearest even. A block whose
+   1 / d overflows float (its largest |x| is subnormal) stores d as an f16 0 and every quant
+   (nibble) as 0, the bytes ggml's reference quantizers give on x86. Refused
    (SDPA_ERR_INVALID_ARGUMENT, nothing written): a NULL pointer, n not a multiple of 32, a
    non-finite input, or a block whose scale overflows f16. The dequantizers write x = d q
-   exactly (a non-finite stored scale gives non-finite values); NULL or a bad n is refused. */
+   exactly (a non-finite stored scale gives non-finite values); NULL or a bad n is refused.
+   n = 0 is an empty conversion: SDPA_OK, nothing read or written (the pointers must still be
+   non-NULL). */
 sdpa_status sdpa_quantize_q8_0(const float *x, size_t n, void *dst);
 sdpa_status sdpa_quantize_q4_0(const float *x, size_t n, void *dst);
 sdpa_status sdpa_dequantize_q8_0(const void *src, size_t n, float *y);
@@ -170,7 +174,8 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
        (bottom-right alignment, as `causal` uses). Keys a row does not see are never read for
        it and never affect it. */
     /* 0: off. w >= 1: query i sees key j only if |i' - j| < w; with causal, the w most recent
-       positions i' - w < j <= i'. */
+       positions i' - w < j <= i'. Any w of at least q_len + kv_len (SIZE_MAX included) is no
+       window: every row sees what it would see without one. */
     size_t               window;
     /* NULL: off. An additive mask, a view [batch][q_heads][q_len][kv_len] of f32, f16 or bf16
        (token_stride: between query rows; the kv_len elements of a row contiguous). A stride of
@@ -236,7 +241,9 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
    sequence has its own lengths, and only its rows are written.
    Deterministic: the same inputs give the same bits for any thread count.
    On any error nothing is written to o (or lse) and a status says why; sdpa_validate gives
-   the detailed message. */
+   the detailed message. o and lse must not overlap anything the call reads: q, k, v, the mask,
+   the index arrays (block_table, q_lens, kv_lens, cu_q, cu_kv), sinks, alibi_slopes, the
+   workspace (SDPA_ERR_INVALID_ARGUMENT otherwise). */
 /* Special values: the same on every implementation, whether the keys are split into chunks
    or not, for any thread count. A row attends the keys it sees: all, or those that causal
    (j <= i'), the window (|i' - j| < w) and the mask (an entry other than -inf) leave it; a key
