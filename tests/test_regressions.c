@@ -85,19 +85,20 @@ static void run_q8case(const sdpa_impl *impl, const q8case *c, tl_rng *rng)
                     double xm = 0, ks = 0;
                     for (size_t cc = b * 32; cc < b * 32 + 32; cc++) {
                         acc += (double)x[cc] * scale * kr[cc] * KSCALE;
-                        xm = fmax(xm, fabs(x[cc] * scale));
+                        if (fabs(x[cc] * scale) > xm) xm = fabs(x[cc] * scale);
                         ks += fabs(kr[cc] * KSCALE);
                     }
                     bound += xm / 254.0 * ks;
                 }
                 s[j] = acc;
-                mx = fmax(mx, acc);
-                E = fmax(E, bound);
+                if (acc > mx) mx = acc;
+                if (bound > E) E = bound;
             }
             double l = 0;
             for (size_t j = 0; j < Lk; j++) l += (s[j] = exp(s[j] - mx));
             for (size_t j = 0; j < Lk; j++)
-                for (size_t cc = 0; cc < D; cc++) vmax = fmax(vmax, fabs(v[(hk * Lk + j) * D + cc]));
+                for (size_t cc = 0; cc < D; cc++)
+                    if (fabs(v[(hk * Lk + j) * D + cc]) > vmax) vmax = fabs(v[(hk * Lk + j) * D + cc]);
             const double tol = (exp(2 * E) - 1) * vmax * 1.01 + 1e-4 * vmax;
             for (size_t cc = 0; cc < D && !tl_give_up(); cc++) {
                 double ref = 0;
