@@ -124,6 +124,23 @@ static inline int tl_finish(void)
    cannot run is reported as skipped. Adding an implementation to the registry adds no test code. */
 typedef void (*tl_impl_fn)(const sdpa_impl *impl);
 
+/* SDPA_TEST_IMPLS=name,name (unset: every one) limits the registry loops to those
+   implementations, the others reported as skipped: for emulated runs, where another CPU model's
+   run already covers the same code (NEON under every SVE length, say). */
+static inline bool tl_selected(const char *name)
+{
+    const char *sel = getenv("SDPA_TEST_IMPLS");
+    if (!sel || !*sel) return true;
+    const size_t n = strlen(name);
+    for (const char *p = sel; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return true;
+        p += len + (e != NULL);
+    }
+    return false;
+}
+
 static inline void tl_for_each_impl(const char *test, tl_impl_fn fn)
 {
     size_t n = sdpa_impl_count();
@@ -134,6 +151,10 @@ static inline void tl_for_each_impl(const char *test, tl_impl_fn fn)
             snprintf(why, sizeof why, "%s needs %s, which this CPU or OS lacks", sdpa_impl_name(impl),
                      sdpa_impl_requires(impl));
             tl_skip(test, sdpa_impl_name(impl), why);
+            continue;
+        }
+        if (!tl_selected(sdpa_impl_name(impl))) {
+            tl_skip(test, sdpa_impl_name(impl), "not in SDPA_TEST_IMPLS");
             continue;
         }
         tl_start(test, sdpa_impl_name(impl));

@@ -74,16 +74,16 @@ fi
 # ---------------------------------------------------------------------------------------------
 # One test run per emulated CPU
 # ---------------------------------------------------------------------------------------------
-# tag, QEMU_CPU, implementation that must be active, SVE vector bytes the report must show, and
-# the exp test's sampling stride: qemu's SVE emulation gets much slower per element as vectors
-# widen, so the wide runs sample more sparsely to stay near a minute each.
-# (qemu's SVE gets slower as vectors widen: the wide ones sample the heaviest test loops too,
-#  SDPA_TEST_SAMPLE, last column)
+# tag, QEMU_CPU, implementation that must be active, SVE vector bytes the report must show, the
+# exp test's sampling stride, SDPA_TEST_SAMPLE (the heaviest test loops every Nth case), and the
+# implementations the registry loops run (SDPA_TEST_IMPLS): scalar and NEON on the Cortex-A72
+# only, since their code is the same on every CPU model, and SVE at each vector length. qemu's
+# SVE gets slower per element as vectors widen, so the wide runs sample more sparsely.
 runs=(
-  "cortex-a72 cortex-a72 neon - 37 1"
-  "sve128 max,sve-default-vector-length=16 sve 16 37 1"
-  "sve512 max,sve-default-vector-length=64 sve 64 401 6"
-  "sve2048 max,sve-default-vector-length=256 sve 256 1601 24"
+  "cortex-a72 cortex-a72 neon - 37 1 scalar,neon"
+  "sve128 max,sve-default-vector-length=16 sve 16 37 1 sve"
+  "sve512 max,sve-default-vector-length=64 sve 64 401 6 sve"
+  "sve2048 max,sve-default-vector-length=256 sve 256 1601 24 sve"
 )
 export ASAN_OPTIONS=detect_leaks=0
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
@@ -97,8 +97,9 @@ record_check() { # name ok(0/1)
 }
 
 for run in "${runs[@]}"; do
-  read -r tag qcpu want_impl want_vb stride sample <<<"$run"
+  read -r tag qcpu want_impl want_vb stride sample impls <<<"$run"
   export QEMU_CPU=$qcpu SDPA_EXP_STRIDE=${SDPA_EXP_STRIDE_OVERRIDE:-$stride} SDPA_TEST_SAMPLE=$sample
+  export SDPA_TEST_IMPLS=$impls
   # the fuzz driver's generated inputs (tests/fuzz): a few minutes' worth under emulation
   export SDPA_FUZZ_EXECS=$(( ${SDPA_FUZZ_EXECS_AARCH64:-300} / sample ))
   echo "=== aarch64 $tag (QEMU_CPU=$qcpu)"
@@ -124,7 +125,7 @@ for run in "${runs[@]}"; do
   echo "aarch64 $tag: $(( $(date +%s) - t0 )) s"
   logs+=("$json")
 done
-unset QEMU_CPU SDPA_TEST_SAMPLE SDPA_FUZZ_EXECS
+unset QEMU_CPU SDPA_TEST_SAMPLE SDPA_FUZZ_EXECS SDPA_TEST_IMPLS
 
 printf '%s\n' "${checks[@]}" >"$build/meson-logs/testlog-aarch64-cpuinfo.json"
 logs+=("$build/meson-logs/testlog-aarch64-cpuinfo.json")

@@ -3,7 +3,9 @@
 # against it: a Makefile with pkg-config, a CMake project with find_package(sdpa), and a meson
 # project with libsdpa as a subproject (dependency('sdpa')); each runs a decode and checks it
 #
-# usage: tools/test-consumers.sh [OUTDIR]
+# usage: tools/test-consumers.sh [OUTDIR [BUILDDIR]]
+#   With BUILDDIR (a configured, built tree of this source), installs that build into the
+#   prefix (meson install --destdir) instead of configuring and building one of its own.
 #   Writes OUTDIR/testlog-consumers.json (meson's test-log format, one record per check) for
 #   tools/testsummary.py. Exit status 0 iff every check passed. Needs meson, ninja, make, cmake,
 #   pkg-config and a C compiler (tools/deps.sh installs them).
@@ -11,6 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
 out=${1:-$top/build-logs}
+from=${2:-}
 mkdir -p "$out"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -27,12 +30,26 @@ check() { # name command...
 }
 
 prefix=$work/prefix
-install_lib() {
-  meson setup "$work/build" --prefix="$prefix" -Dtests=false -Dbench=disabled &&
-    ninja -C "$work/build" install
-}
+if [ -n "$from" ]; then
+  # the build's own prefix, moved under $work/dest: the CMake package is relocatable, and
+  # pkg-config is pointed at the moved tree through PKG_CONFIG_SYSROOT_DIR
+  from=$(cd "$from" && pwd)
+  build_prefix=$(cd "$from" && meson introspect --buildoptions | python3 -c 'import json, sys
+print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))')
+  prefix=$work/dest$build_prefix
+  install_lib() { meson install -C "$from" --no-rebuild --destdir "$work/dest"; }
+  sysroot=$work/dest
+  optdir=$from
+else
+  install_lib() {
+    meson setup "$work/build" --prefix="$prefix" -Dtests=false -Dbench=disabled &&
+      ninja -C "$work/build" install
+  }
+  sysroot=
+  optdir=$work/build
+fi
 check install install_lib
-libdir=$(cd "$work/build" && meson introspect --buildoptions | python3 -c 'import json, sys
+libdir=$(cd "$optdir" && meson introspect --buildoptions | python3 -c 'import json, sys
 print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "libdir"))')
 
 # each consumer in a directory of its own, with the one decode.c they share
@@ -41,7 +58,8 @@ for c in make cmake meson; do
 done
 
 pkgconfig_consumer() {
-  PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig make -C "$work/make" && "$work/make/decode"
+  PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig PKG_CONFIG_SYSROOT_DIR=$sysroot make -C "$work/make" &&
+    "$work/make/decode"
 }
 check pkg-config pkgconfig_consumer
 

@@ -1,91 +1,145 @@
 #!/usr/bin/env bash
-# test.sh -- the whole test suite: native build, consumers of the installed library, the same under ASan+UBSan, the concurrency tests under TSan, and aarch64 under qemu; prints "N passed, N failed"
-# usage: tools/test.sh            (SDPA_SKIP_AARCH64=1 leaves out the emulated aarch64 part)
+# test.sh -- the test suite: native, consumers, ASan+UBSan, TSan, aarch64 under qemu; prints each stage's wall time and "N passed, N failed, N skipped"
+# usage: tools/test.sh           the whole suite (CI): every class below
+#        tools/test.sh --quick   the inner loop: the native build and suite (exp/tanh sweeps
+#                                sampled) and ASan+UBSan over the scalar reference and the driver
+#   SDPA_SKIP_AARCH64=1 leaves out the emulated aarch64 stage.
+#
+# Stages of the whole suite, in order:
+#   native    release build, every test on every implementation this CPU runs; the exp and
+#             tanh sweeps exhaustive (the only place they are)
+#   consumers the native build installed into a temporary prefix, then consumed by pkg-config,
+#             CMake and a meson subproject
+#   asan      ASan+UBSan build of everything; the sweeps and heaviest loops sampled
+#   tsan      the 'threads' suite under gcc's ThreadSanitizer
+#   aarch64   cross build, the suite under qemu on NEON and SVE 128/512/2048 (sampled)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
+quick=0
+case "${1:-}" in
+  --quick) quick=1 ;;
+  "") ;;
+  *) echo "usage: tools/test.sh [--quick]"; echo "0 passed, 1 failed"; exit 2 ;;
+esac
 tools/deps.sh || { echo "0 passed, 1 failed"; exit 1; }
 logs=$top/build-logs
 rm -rf "$logs" && mkdir -p "$logs"
 status=0
+stage_names=()
+stage_secs=()
+t_all=$(date +%s)
+jobs=$(nproc)
+
+stage_begin() { stage_t0=$(date +%s); echo "=== $1"; }
+stage_end() { stage_names+=("$1"); stage_secs+=($(( $(date +%s) - stage_t0 ))); }
 
 configure() { # name builddir [meson setup args...]
   local name=$1 dir=$2; shift 2
-  echo "=== $name: configure and build"
-  if ! { [ -d "$dir" ] && meson setup --reconfigure "$dir" "$@" >"$logs/$name-setup.log" 2>&1 || meson setup --wipe "$dir" "$@" >"$logs/$name-setup.log" 2>&1 || meson setup "$dir" "$@" >"$logs/$name-setup.log" 2>&1; }; then
+  if ! { [ -d "$dir" ] && meson setup --reconfigure "$dir" "$@" >"$logs/$name-setup.log" 2>&1 ||
+         meson setup --wipe "$dir" "$@" >"$logs/$name-setup.log" 2>&1 ||
+         meson setup "$dir" "$@" >"$logs/$name-setup.log" 2>&1; }; then
     cat "$logs/$name-setup.log"; echo "$name: configure failed"; status=1; return 1
   fi
 }
 
-run_suite() { # name builddir [meson setup args...]
-  local name=$1 dir=$2; shift 2
-  configure "$name" "$dir" "$@" || return
-  if ! ninja -C "$dir" >"$logs/$name-build.log" 2>&1; then
-    tail -50 "$logs/$name-build.log"; echo "$name: build failed"; status=1; return
-  fi
-  echo "=== $name: test"
-  meson test -C "$dir" --print-errorlogs --num-processes "$(nproc)" || status=1
-  cp "$dir/meson-logs/testlog.json" "$logs/testlog-$name.json" 2>/dev/null || status=1
+# the slowest translation units of a build, from its .ninja_log (seconds, wall)
+slowest_tus() { # builddir
+  [ -f "$1/.ninja_log" ] || return 0
+  awk -F'\t' 'NR > 1 && $4 ~ /\.o$/ { printf "%.1f %s\n", ($2 - $1) / 1000, $4 }' "$1/.ninja_log" |
+    sort -rn | head -3 | sed 's/^/  slowest: /'
 }
 
-run_suite native build-test -Dbuildtype=release -Db_ndebug=false -Dbench=enabled
+build() { # name builddir [ninja targets...]
+  local name=$1 dir=$2; shift 2
+  if ! ninja -C "$dir" -j "$jobs" "$@" >"$logs/$name-build.log" 2>&1; then
+    tail -50 "$logs/$name-build.log"; echo "$name: build failed"; status=1; return 1
+  fi
+  slowest_tus "$dir"
+}
 
-# The fused-attention and API suites once more with each implementation forced through SDPA_ISA
-# (every test also asserts that sdpa_forward runs the active one); unsupported ones are skipped.
-if [ -x build-test/tools/sdpa-cpuinfo ]; then
-  for isa in $(build-test/tools/sdpa-cpuinfo --json | python3 -c 'import json, sys
-for i in json.load(sys.stdin)["implementations"]:
-    if i["supported"]: print(i["name"])'); do
-    echo "=== native, SDPA_ISA=$isa: forward and api suites"
-    SDPA_ISA=$isa meson test -C build-test --no-rebuild --print-errorlogs --num-processes "$(nproc)" \
-      --suite forward --suite api --logbase "testlog-isa-$isa" >"$logs/isa-$isa.log" 2>&1 || { cat "$logs/isa-$isa.log"; status=1; }
-    grep -E "^(Ok|Fail|Skipped):" "$logs/isa-$isa.log" | tr -s ' ' | paste -sd' '
-    cp "build-test/meson-logs/testlog-isa-$isa.json" "$logs/" || status=1
-  done
+run_tests() { # name builddir [meson test args...]
+  local name=$1 dir=$2; shift 2
+  rm -f "$dir/meson-logs/testlog-$name.json"
+  meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes "$jobs" --logbase "testlog-$name" \
+    "$@" || status=1
+  cp "$dir/meson-logs/testlog-$name.json" "$logs/" 2>/dev/null || { echo "$name: no test log"; status=1; }
+}
+
+export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1
+
+# --- native ----------------------------------------------------------------------------------
+stage_begin native
+if configure native build-test -Dbuildtype=release -Db_ndebug=false -Dbench=enabled &&
+   build native build-test; then
+  if [ $quick = 1 ]; then
+    # the sweeps sampled: every 7th float for exp, every 29th for tanh
+    SDPA_EXP_STRIDE=7 run_tests native build-test
+  else
+    run_tests native build-test
+  fi
 fi
-# The installed library as three consumers build it: pkg-config, CMake and a meson subproject.
-echo "=== consumers: install, then pkg-config, CMake and meson-subproject builds"
-tools/test-consumers.sh "$logs" || status=1
+stage_end native
 
-UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1 \
-  run_suite asan build-asan -Dbuildtype=debugoptimized -Db_sanitize=address,undefined \
-  -Db_lundef=false -Dbench=disabled
+if [ $quick = 1 ]; then
+  # --- quick sanitizer pass: the scalar reference and the driver (validation, planning,
+  # paging, staging, merging) under ASan+UBSan, the heaviest loops sampled ------------------
+  stage_begin "asan (scalar)"
+  if configure asan-scalar build-asan-scalar -Dbuildtype=debugoptimized \
+       -Db_sanitize=address,undefined -Db_lundef=false -Dbench=disabled -Dsimd=false &&
+     build asan-scalar build-asan-scalar; then
+    SDPA_TEST_SAMPLE=4 SDPA_EXP_STRIDE=37 run_tests asan-scalar build-asan-scalar --no-suite slow
+  fi
+  stage_end "asan (scalar)"
+else
+  # --- consumers ----------------------------------------------------------------------------
+  stage_begin consumers
+  tools/test-consumers.sh "$logs" build-test || status=1
+  stage_end consumers
 
-# The concurrency tests (suite 'threads') once more, in a gcc ThreadSanitizer build of only what
-# they need: a race report stops the test (halt_on_error) and fails it. TSan slows them down
-# many times, so their heaviest loops run every 4th case (SDPA_TEST_SAMPLE). tools/tsan-run.sh
-# reruns a test with ASLR off when the TSan runtime cannot start under this kernel's layout.
-run_tsan() {
-  local dir=build-tsan start targets
-  start=$(date +%s)
-  CC=gcc configure tsan "$dir" -Db_sanitize=thread -Dbuildtype=debugoptimized -Dbench=disabled || return
-  targets=$(meson introspect "$dir" --tests | python3 -c 'import json, os, sys
+  # --- ASan+UBSan ---------------------------------------------------------------------------
+  # The exhaustive exp and tanh sweeps ran natively; here they sample every 37th float (exp)
+  # and every 149th (tanh), and the heaviest forward loops every 2nd case.
+  stage_begin asan
+  if configure asan build-asan -Dbuildtype=debugoptimized -Db_sanitize=address,undefined \
+       -Db_lundef=false -Dbench=disabled && build asan build-asan; then
+    SDPA_EXP_STRIDE=37 SDPA_TEST_SAMPLE=2 run_tests asan build-asan
+  fi
+  stage_end asan
+
+  # --- TSan: the concurrency tests (suite 'threads') in a gcc ThreadSanitizer build of only
+  # what they need; a race report stops the test (halt_on_error) and fails it. TSan slows them
+  # many times, so their heaviest loops run every 4th case. tools/tsan-run.sh reruns a test
+  # with ASLR off when the TSan runtime cannot start under this kernel's layout.
+  stage_begin tsan
+  if CC=gcc configure tsan build-tsan -Db_sanitize=thread -Dbuildtype=debugoptimized -Dbench=disabled; then
+    targets=$(meson introspect build-tsan --tests | python3 -c 'import json, os, sys
 d = os.path.realpath(sys.argv[1])
 for t in json.load(sys.stdin):
     if any(s.split(":")[-1] == "threads" for s in t["suite"]):
-        print(os.path.relpath(os.path.realpath(t["cmd"][0]), d))' "$dir")
-  if [ -z "$targets" ]; then echo "tsan: no test in suite threads"; status=1; return; fi
-  # shellcheck disable=SC2086 # one target per word
-  if ! ninja -C "$dir" $targets >"$logs/tsan-build.log" 2>&1; then
-    tail -50 "$logs/tsan-build.log"; echo "tsan: build failed"; status=1; return
+        print(os.path.relpath(os.path.realpath(t["cmd"][0]), d))' build-tsan)
+    if [ -z "$targets" ]; then
+      echo "tsan: no test in suite threads"; status=1
+    # shellcheck disable=SC2086 # one target per word
+    elif build tsan build-tsan $targets; then
+      TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 SDPA_TEST_SAMPLE=4 \
+        run_tests tsan build-tsan --suite threads --wrapper "$(printf %q "$top/tools/tsan-run.sh")"
+    fi
   fi
-  echo "=== tsan: test (suite threads)"
-  # meson names the log after the wrapper: testlog-tsan-run.sh.json
-  rm -f "$dir/meson-logs/testlog-tsan-run.sh.json"
-  TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 SDPA_TEST_SAMPLE=4 \
-    meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes "$(nproc)" --suite threads \
-    --wrapper "$(printf %q "$top/tools/tsan-run.sh")" || status=1
-  cp "$dir/meson-logs/testlog-tsan-run.sh.json" "$logs/testlog-tsan.json" 2>/dev/null || status=1
-  echo "tsan part took $(( $(date +%s) - start )) s"
-}
-run_tsan
+  stage_end tsan
 
-if [ "$(uname -m)" = x86_64 ] && [ "${SDPA_SKIP_AARCH64:-0}" != 1 ] && [ -x tools/test-aarch64.sh ]; then
-  echo "=== aarch64 under qemu"
-  start=$(date +%s)
-  tools/test-aarch64.sh "$logs" || status=1
-  echo "aarch64 part took $(( $(date +%s) - start )) s"
+  # --- aarch64 under qemu -------------------------------------------------------------------
+  if [ "$(uname -m)" = x86_64 ] && [ "${SDPA_SKIP_AARCH64:-0}" != 1 ]; then
+    stage_begin aarch64
+    tools/test-aarch64.sh "$logs" || status=1
+    stage_end aarch64
+  fi
 fi
 
+echo "=== wall time per stage"
+for i in "${!stage_names[@]}"; do
+  printf '  %-14s %5d s\n' "${stage_names[$i]}" "${stage_secs[$i]}"
+done
+printf '  %-14s %5d s\n' total $(( $(date +%s) - t_all ))
 # a step that failed before producing a test log counts as one failure; the summary line is last
 python3 tools/testsummary.py --extra-failed "$status" "$logs"/testlog-*.json
