@@ -1,4 +1,4 @@
-/* cache.c -- cache sizes from sysconf and sysfs when cpu_features has none, and the fallback chain */
+/* cache.c -- cache sizes from cpu_features, sysconf and sysfs, and the fallback chain over them */
 #define _POSIX_C_SOURCE 200809L
 #include "cache.h"
 
@@ -8,6 +8,32 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+
+#include <cpu_features/cpu_features_macros.h>
+#if defined(CPU_FEATURES_ARCH_X86)
+#include <cpu_features/cpuinfo_x86.h>
+#endif
+
+void sdpa_cache_from_cpu_features(size_t sizes[SDPA_CACHE_LEVELS])
+{
+    memset(sizes, 0, SDPA_CACHE_LEVELS * sizeof *sizes);
+#if defined(CPU_FEATURES_ARCH_X86)
+    /* cpu_features walks the CPUID cache leaves it knows: on CPUs, or under hypervisors, that
+       lack them it finds nothing, and the next source is asked */
+    const CacheInfo ci = GetX86CacheInfo();
+    for (int i = 0; i < ci.size && i < CPU_FEATURES_MAX_CACHE_LEVEL; i++) {
+        const CacheLevelInfo *lv = &ci.levels[i];
+        if (lv->cache_size <= 0) continue;
+        const bool data = lv->cache_type == CPU_FEATURE_CACHE_DATA;
+        const bool unified = lv->cache_type == CPU_FEATURE_CACHE_UNIFIED;
+        int at = -1;
+        if (lv->level == 1 && data) at = SDPA_CACHE_L1D;
+        if (lv->level == 2 && (data || unified)) at = SDPA_CACHE_L2;
+        if (lv->level == 3 && (data || unified)) at = SDPA_CACHE_L3;
+        if (at >= 0 && sizes[at] == 0) sizes[at] = (size_t)lv->cache_size;
+    }
+#endif
+}
 
 size_t sdpa_cache_parse_size(const char *s)
 {

@@ -27,7 +27,7 @@ typedef struct sdpa_caches {
 
 /* Each source writes sizes[L1D..L3] with 0 for what it does not know, never prints, aborts or
    allocates, and is cheap enough to run once at load. */
-void sdpa_cache_from_cpu_features(size_t sizes[SDPA_CACHE_LEVELS]); /* cpu.c; zeros off x86 */
+void sdpa_cache_from_cpu_features(size_t sizes[SDPA_CACHE_LEVELS]); /* zeros off x86 */
 void sdpa_cache_from_sysconf(size_t sizes[SDPA_CACHE_LEVELS]);
 /* dir holds index0, index1, ... each with level, type and size files (Linux's
    /sys/devices/system/cpu/cpu0/cache); instruction caches are skipped. False when dir has none. */

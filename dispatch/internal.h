@@ -56,7 +56,7 @@ const sdpa_cpu *sdpa_cpu_facts(void);
 /* The L2 size in force, used to size blocks (api.c). */
 size_t sdpa_cached_l2_bytes(void);
 
-/* The planner's parameters (forward.c plans with them, sdpa_planner_tunables reports them):
+/* The planner's parameters (driver/plan.c plans with them, sdpa_planner_tunables reports them):
    X(constant, reported name, value, what it is). Fixed values, so that the same problem always
    takes the same path whatever the thread count. */
 #define SDPA_PLANNER_PARAMS(X)                                                                  \
@@ -77,21 +77,8 @@ size_t sdpa_cached_l2_bytes(void);
 enum { SDPA_PLANNER_PARAMS(SDPA_PLANNER_ENUM) };
 #undef SDPA_PLANNER_ENUM
 
-/* Keys per block for head dims d and dv, from the L2 size in force (forward.c). */
+/* Keys per block for head dims d and dv, from the L2 size in force (tuning.c). */
 size_t sdpa_plan_block(size_t d, size_t dv);
-
-/* The merge of partial attentions (merge.c), one row at a time, shared by sdpa_merge and the
-   split-K merge of sdpa_forward. Part i of row r has log-weight m[i][r], sum l[i][r] (l NULL:
-   1, or 0 for m = -inf, as an lse gives) and values a[i] + ra (dv floats); a part with sum 0
-   saw nothing and is never read. Parts are taken in index order.
-   sdpa_merge_weights: M = the largest m of a part that saw something, L = sum l e^(m - M);
-   L = 0 (M = -inf) when none did, L = NaN when a part has a NaN m or l.
-   sdpa_merge_values: out[c] = g * sum e^(m - M) a[c]; out may be one of the parts' rows. */
-void sdpa_merge_weights(size_t n, const float *const *m, const float *const *l, size_t r, float *M,
-                        float *L);
-void sdpa_merge_values(size_t n, const float *const *m, const float *const *l,
-                       const float *const *a, size_t r, size_t ra, size_t dv, float M, float g,
-                       float *out);
 
 /* An sdpa_tuning as a list of its non-zero fields, as sdpa_impl_tunables reports it, and the
    number of fields the list knows (tuning.c; a test holds it to the struct's size). */

@@ -1,4 +1,6 @@
-/* tuning.c -- introspection: cache sizes in force, planner and per-implementation parameters, peak classes */
+/* tuning.c -- the planner's block size; introspection: caches, planner and impl tunables, peaks */
+#include <stdint.h>
+
 #include "internal.h"
 
 /* Every field of sdpa_tuning (kernel_table.h), one line each, in the struct's order: a new
@@ -53,6 +55,16 @@ size_t sdpa_tuning_list(const sdpa_tuning *t, sdpa_tunable *out, size_t cap)
 size_t sdpa_impl_tunables(const sdpa_impl *impl, sdpa_tunable *out, size_t cap)
 {
     return impl ? sdpa_tuning_list(&impl->k->tuning, out, cap) : 0;
+}
+
+size_t sdpa_plan_block(size_t D, size_t Dv)
+{
+    /* a block of K and V (f32) plus its score tile should sit in about half of L2 */
+    if (D > SIZE_MAX / 16 || Dv > SIZE_MAX / 16) return BLOCK_MIN; /* only from introspection */
+    const size_t l2 = sdpa_cached_l2_bytes();
+    size_t b = l2 / 2 / (sizeof(float) * (D + Dv + ROWS_TARGET));
+    b = b / 16 * 16;
+    return b < BLOCK_MIN ? BLOCK_MIN : b > BLOCK_MAX ? BLOCK_MAX : b;
 }
 
 size_t sdpa_planner_tunables(size_t head_dim, sdpa_tunable *out, size_t cap)
