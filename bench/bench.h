@@ -19,7 +19,7 @@ extern "C" {
 #define BENCH_MAX_ISAS 4
 typedef struct bench_machine {
     size_t      n_isa;
-    const char *isa[BENCH_MAX_ISAS];                        /* "scalar", "avx2", "avx512", "neon" */
+    const char *isa[BENCH_MAX_ISAS];                        /* peak classes (sdpa_impl_peak_class) */
     double      fma_flops[BENCH_MAX_ISAS][BENCH_MAX_THREADS + 1]; /* FLOP/s, [isa][threads] */
     const char *read_isa;                                    /* the loads the read test used */
     int         read_streams;                                /* 1 or 2: the faster read kernel */

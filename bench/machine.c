@@ -180,25 +180,25 @@ int bench_measure_machine(bench_machine *m, bench_pool *const *pools, size_t rea
 
     fmas[add_isa(m, "scalar")] = bench_fma_scalar;
 #if defined(__aarch64__)
-    fmas[add_isa(m, "neon")] = bench_fma_neon;
+    fmas[add_isa(m, BENCH_HAVE_NEON)] = bench_fma_neon;
 #endif
 #if defined(__x86_64__) || defined(__i386__)
     /* cpu_features clears AVX/AVX-512 when the OS does not save their registers (XCR0) */
     const X86Features f = GetX86Info().features;
 #ifdef BENCH_HAVE_AVX2
     if (f.avx2 && f.fma3) {
-        fmas[add_isa(m, "avx2")] = bench_fma_avx2;
+        fmas[add_isa(m, BENCH_HAVE_AVX2)] = bench_fma_avx2;
         widest = bench_read_avx2;
         widest2 = bench_read2_avx2;
-        m->read_isa = "avx2";
+        m->read_isa = BENCH_HAVE_AVX2;
     }
 #endif
 #ifdef BENCH_HAVE_AVX512
     if (f.avx512f) {
-        fmas[add_isa(m, "avx512")] = bench_fma_avx512;
+        fmas[add_isa(m, BENCH_HAVE_AVX512)] = bench_fma_avx512;
         widest = bench_read_avx512;
         widest2 = bench_read2_avx512;
-        m->read_isa = "avx512";
+        m->read_isa = BENCH_HAVE_AVX512;
     }
 #endif
     (void)f;

@@ -76,7 +76,7 @@ const char *bench_read_base_name(void)
 #if defined(__SSE2__)
     return "sse2";
 #elif defined(__aarch64__)
-    return "neon";
+    return BENCH_HAVE_NEON;
 #else
     return "scalar";
 #endif

@@ -720,14 +720,25 @@ QuantData *quant_data_for(const QuantCase &c, Tensors *base)
     return r.o && (!c.fast || r.o_exact) ? &r : nullptr;
 }
 
-// Whether an implementation's fast scores take int8 dot products of VNNI (vpdpbusd): the
-// avx512-vnni implementation (avx512 and avx2 use pmaddubsw).
-bool has_vnni(const char *impl) { return std::strcmp(impl, "avx512-vnni") == 0; }
+// Whether the implementation named impl requires the CPU feature key (its registry row says).
+bool requires_feature(const char *impl, const char *key)
+{
+    const char *k;
+    for (size_t i = 0; (k = sdpa_impl_requires_key(sdpa_impl_find(impl), i)) != nullptr; i++)
+        if (std::strcmp(k, key) == 0) return true;
+    return false;
+}
+
+// Whether an implementation's fast scores take int8 dot products of VNNI (vpdpbusd): one that
+// requires AVX-512 VNNI (the others use pmaddubsw).
+bool has_vnni(const char *impl) { return requires_feature(impl, "avx512vnni"); }
 
 // The speed-up over f16 of an exact row, 1 thread; 0: none.
 double quant_target(const QuantCase &c, const char *impl)
 {
-    const bool a512 = std::strncmp(impl, "avx512", 6) == 0, a2 = std::strcmp(impl, "avx2") == 0;
+    // the targets are for the AVX-512 implementations and the AVX2+FMA one
+    const bool a512 = requires_feature(impl, "avx512f"),
+               a2 = !a512 && requires_feature(impl, "fma");
     if (c.fast || c.fmt == SDPA_F16 || !(a512 || a2)) return 0;
     if (!c.decode) return 0.85;
     if (c.fmt == SDPA_Q8_0) return a512 ? 1.6 : 1.3;
@@ -1137,8 +1148,9 @@ void print_layout_summary(FILE *f)
                     "calls of one run. GB/s: K/V bytes read once per call; %%: of the read bandwidth "
                     "measured between calls (mix: of its roofline).\n\n");
     std::fprintf(f, "| impl | threads | row | GB/s | %% | ratio | against | target |\n|---|---:|---|---:|---:|---:|---|---|\n");
-    for (const char *impl : {"avx512", "avx2", "neon", "sve"})
+    for (size_t i = 0; i < sdpa_impl_count(); i++)
         for (size_t t = 1; t <= BENCH_MAX_THREADS; t++) {
+            const char *impl = sdpa_impl_name(sdpa_impl_at(i)); // rows only where it was run
             const std::string base = std::string(impl) + "/";
             const std::string ts = "/" + std::to_string(t);
             double ub = 0, up = 0, pb = 0, pp = 0;
@@ -1189,7 +1201,7 @@ void register_pattern(const Shape &s, int order, size_t pf)
             st.SkipWithError("out of memory for the test tensors");
             return;
         }
-        Probe probe{"avx512", 1, true};
+        Probe probe{BENCH_HAVE_AVX512, 1, true};
         BestCall call;
         const size_t rows = s.batch * s.kv_heads * s.kv_len;
         float sink = 0;
@@ -1511,7 +1523,7 @@ int main(int argc, char **argv)
     for (const Shape &s : prefill_shapes()) register_blas(s);
 #endif
 #ifdef BENCH_HAVE_AVX512
-    const sdpa_impl *a512 = sdpa_impl_find("avx512");
+    const sdpa_impl *a512 = sdpa_impl_find(BENCH_HAVE_AVX512); // its peak class is its name
     if (a512 && sdpa_impl_supported(a512))
         for (int order = 0; order < 2; order++)
             for (size_t pf : {size_t(0), size_t(32)}) register_pattern(decode_shapes()[0], order, pf);

@@ -12,25 +12,28 @@
    mutable thing; the CPU facts are read once, under pthread_once, and never change after. */
 static pthread_once_t sdpa_once = PTHREAD_ONCE_INIT;
 static sdpa_cpu cpu_facts;
+static char requires_text[SDPA_REGISTRY_MAX][SDPA_REQUIRES_TEXT_MAX]; /* each row's, from its keys */
 static _Atomic(const struct sdpa_impl *) sdpa_active_impl;
 static atomic_int sdpa_active_reason;
 
 static const struct sdpa_impl *best_supported(void)
 {
     for (size_t i = 0; i < sdpa_registry_len; i++)
-        if (sdpa_registry[i].runs_on(&cpu_facts)) return &sdpa_registry[i];
+        if (sdpa_impl_runs_on(&sdpa_registry[i], &cpu_facts)) return &sdpa_registry[i];
     return &sdpa_registry[sdpa_registry_len - 1]; /* scalar runs anywhere */
 }
 
 static void sdpa_init(void)
 {
     sdpa_cpu_detect(&cpu_facts);
+    for (size_t i = 0; i < sdpa_registry_len; i++)
+        sdpa_impl_requires_text(&sdpa_registry[i], requires_text[i], sizeof requires_text[i]);
     const struct sdpa_impl *pick = best_supported();
     sdpa_selection reason = SDPA_SELECTED_AUTO;
     const char *env = getenv("SDPA_ISA");
     if (env && *env && strcmp(env, "auto") != 0) {
         const sdpa_impl *want = sdpa_impl_find(env);
-        if (want && want->runs_on(&cpu_facts)) {
+        if (want && sdpa_impl_runs_on(want, &cpu_facts)) {
             pick = want;
             reason = SDPA_SELECTED_ENV;
         } else {
@@ -72,12 +75,30 @@ const sdpa_impl *sdpa_impl_at(size_t i) { return i < sdpa_registry_len ? &sdpa_r
 
 const char *sdpa_impl_name(const sdpa_impl *impl) { return impl ? impl->name : ""; }
 
-const char *sdpa_impl_requires(const sdpa_impl *impl) { return impl ? impl->requires : ""; }
+const char *sdpa_impl_requires(const sdpa_impl *impl)
+{
+    sdpa_ensure();
+    return impl ? requires_text[impl - sdpa_registry] : "";
+}
+
+const char *sdpa_impl_requires_key(const sdpa_impl *impl, size_t i)
+{
+    if (!impl) return NULL;
+    for (size_t n = 0; impl->requires[n]; n++)
+        if (n == i) return impl->requires[n];
+    return NULL;
+}
+
+size_t sdpa_feature_count(void) { return sdpa_feature_table_len(); }
+
+const char *sdpa_feature_key(size_t i) { return sdpa_feature_table_key(i); }
+
+bool sdpa_feature_present(size_t i) { return sdpa_feature_table_has(i, sdpa_cpu_facts()); }
 
 bool sdpa_impl_supported(const sdpa_impl *impl)
 {
     sdpa_ensure();
-    return impl && impl->runs_on(&cpu_facts);
+    return impl && sdpa_impl_runs_on(impl, &cpu_facts);
 }
 
 const sdpa_impl *sdpa_impl_find(const char *name)
@@ -104,7 +125,7 @@ sdpa_status sdpa_select(const char *name)
     }
     const sdpa_impl *want = sdpa_impl_find(name);
     if (!want) return SDPA_ERR_UNKNOWN_IMPL;
-    if (!want->runs_on(&cpu_facts)) return SDPA_ERR_UNSUPPORTED;
+    if (!sdpa_impl_runs_on(want, &cpu_facts)) return SDPA_ERR_UNSUPPORTED;
     atomic_store(&sdpa_active_reason, (int)SDPA_SELECTED_FORCED);
     atomic_store(&sdpa_active_impl, want);
     return SDPA_OK;

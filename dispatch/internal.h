@@ -10,8 +10,30 @@
 #include <cpu_features/cpuinfo_x86.h>
 #elif defined(CPU_FEATURES_ARCH_AARCH64)
 #include <sys/auxv.h>
+/* Linux arm64 ELF hwcap bits (arch/arm64/include/uapi/asm/hwcap.h), for older C libraries */
+#ifndef HWCAP_FPHP
+#define HWCAP_FPHP (1UL << 9)
+#endif
+#ifndef HWCAP_ASIMDHP
+#define HWCAP_ASIMDHP (1UL << 10)
+#endif
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1UL << 20)
+#endif
 #ifndef HWCAP_SVE
-#define HWCAP_SVE (1UL << 22) /* Linux arm64 ELF hwcap bit, arch/arm64/include/uapi/asm/hwcap.h */
+#define HWCAP_SVE (1UL << 22)
+#endif
+#ifndef HWCAP2_SVE2
+#define HWCAP2_SVE2 (1UL << 1)
+#endif
+#ifndef HWCAP2_SVEBF16
+#define HWCAP2_SVEBF16 (1UL << 12)
+#endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1UL << 13)
+#endif
+#ifndef HWCAP2_BF16
+#define HWCAP2_BF16 (1UL << 14)
 #endif
 #endif
 
@@ -20,7 +42,7 @@
 #include "sdpa.h"
 
 /* What dispatch knows about the running CPU (compiled with baseline flags only): the whole
-   feature set, so that a registry predicate can test any feature without a change here. */
+   feature set, so that a new feature key in registry.c needs no change here. */
 typedef struct sdpa_cpu {
 #if defined(CPU_FEATURES_ARCH_X86)
     /* cpu_features' bits, AVX and AVX-512 already cleared when the OS does not save their
@@ -38,14 +60,28 @@ typedef struct sdpa_cpu {
    selection, not for a hot path. Never prints, aborts or exits. */
 void sdpa_cpu_detect(sdpa_cpu *c);
 
-/* One registry line: everything dispatch and the reports know of an implementation. */
+/* One registry row: the only description of an implementation (registry.c). Everything else
+   dispatch and the reports say of it is derived from the row: whether it runs here, its
+   requirement text, the report's feature keys, tunables and peak class. */
 struct sdpa_impl {
-    const char         *name;
-    const char         *requires;
-    bool              (*runs_on)(const sdpa_cpu *c);
-    const sdpa_kernels *k;
-    const char         *peak_class; /* sdpa_impl_peak_class: "scalar", "avx2", "avx512", "neon" */
+    const char         *name;       /* what SDPA_ISA and sdpa_select take */
+    const char *const  *requires;   /* feature keys of registry.c's table, NULL-terminated */
+    const sdpa_kernels *k;          /* its kernels and the tuning they were compiled with */
+    const char         *peak_class; /* sdpa_impl_peak_class: the bench's FMA peak it is judged by */
 };
+
+/* Rows at most, and requirement text bytes at most (api.c keeps each row's text). */
+#define SDPA_REGISTRY_MAX 16
+#define SDPA_REQUIRES_TEXT_MAX 160
+
+/* Whether every feature impl requires is present on c (an unknown key never is). */
+bool sdpa_impl_runs_on(const struct sdpa_impl *impl, const sdpa_cpu *c);
+/* impl's requirement in words, as sdpa_impl_requires returns it, into buf. */
+void sdpa_impl_requires_text(const struct sdpa_impl *impl, char *buf, size_t len);
+/* The feature table requirements are written in: its length, key i, and whether c has it. */
+size_t      sdpa_feature_table_len(void);
+const char *sdpa_feature_table_key(size_t i);
+bool        sdpa_feature_table_has(size_t i, const sdpa_cpu *c);
 
 /* The registry, best first (registry.c). */
 extern const struct sdpa_impl sdpa_registry[];

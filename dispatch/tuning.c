@@ -1,6 +1,7 @@
 /* tuning.c -- the planner's block size; introspection: caches, planner and impl tunables, peaks */
 #include <stdint.h>
 
+#include "../driver/driver.h" /* the staging of paged units the kernels do not page */
 #include "internal.h"
 
 /* Every field of sdpa_tuning (kernel_table.h), one line each, in the struct's order: a new
@@ -73,6 +74,13 @@ size_t sdpa_planner_tunables(size_t head_dim, sdpa_tunable *out, size_t cap)
 #define PUT_PARAM(c, name, value, about) n = put(out, cap, n, name, (size_t)(c), about);
     SDPA_PLANNER_PARAMS(PUT_PARAM)
 #undef PUT_PARAM
+    n = put(out, cap, n, "page_pf_keys", PAGE_PF_KEYS,
+            "keys of the next page run requested before a run of paged units starts");
+    n = put(out, cap, n, "stage_max_page", STAGE_MAX_PAGE,
+            "keys per page below which pages a kernel does not page itself are gathered densely");
+    n = put(out, cap, n, "stage_keys", STAGE_KEYS, "keys per gathered (or dequantized) copy");
+    n = put(out, cap, n, "stage_pf_keys", STAGE_PF_KEYS,
+            "keys requested ahead of the gather (the pages are scattered)");
     if (head_dim)
         n = put(out, cap, n, "block", sdpa_plan_block(head_dim, head_dim),
                 "keys per block for this head_dim: f32 K and V rows and a score tile of "

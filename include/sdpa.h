@@ -43,9 +43,20 @@ typedef struct sdpa_impl sdpa_impl;
 
 size_t           sdpa_impl_count(void);
 const sdpa_impl *sdpa_impl_at(size_t i);                 /* NULL when i >= sdpa_impl_count() */
-const char      *sdpa_impl_name(const sdpa_impl *impl);  /* "scalar", "avx2", ...; "" for NULL */
-/* The CPU features the implementation needs, e.g. "AVX2+FMA+F16C". */
+const char      *sdpa_impl_name(const sdpa_impl *impl);  /* "scalar", ...; "" for NULL */
+/* The CPU features the implementation needs, in words ("nothing (portable C)" for the scalar
+   reference), derived from its feature keys; "" for NULL. */
 const char      *sdpa_impl_requires(const sdpa_impl *impl);
+/* Its i-th required feature, as a key of sdpa_feature_key; NULL past the last (at once for an
+   implementation that runs anywhere) and for a NULL impl. */
+const char      *sdpa_impl_requires_key(const sdpa_impl *impl, size_t i);
+/* The CPU features requirements are written in on this architecture, in a fixed order:
+   their count, the i-th key (NULL when i >= count), and whether this CPU has it with the OS
+   saving its state (false when i >= count). An implementation is supported when every feature
+   it requires is present. */
+size_t           sdpa_feature_count(void);
+const char      *sdpa_feature_key(size_t i);
+bool             sdpa_feature_present(size_t i);
 bool             sdpa_impl_supported(const sdpa_impl *impl); /* runnable on this CPU and OS */
 const sdpa_impl *sdpa_impl_find(const char *name);       /* NULL when no such implementation */
 
@@ -347,14 +358,14 @@ typedef struct sdpa_tunable {
 size_t sdpa_impl_tunables(const sdpa_impl *impl, sdpa_tunable *out, size_t cap);
 
 /* The planner's parameters in force (work-item rows, split-K chunking, key-block bounds, the
-   streaming threshold), then, when head_dim > 0, "block": the keys per block it derives from
+   streaming threshold, the staging of paged units), then, when head_dim > 0, "block": the keys per block it derives from
    the L2 size for that head_dim (and v_dim = head_dim). Writes the first min(count, cap) to out
    (nothing when out is NULL) and returns count. */
 size_t sdpa_planner_tunables(size_t head_dim, sdpa_tunable *out, size_t cap);
 
-/* The FMA peak an implementation's speed is judged against, as the benchmark measures it:
-   "scalar", "avx2", "avx512" or "neon" (an implementation without a peak kernel of its own is
-   judged against the nearest, e.g. sve against neon). "" for NULL. */
+/* The FMA peak an implementation's speed is judged against, as the benchmark measures it: the
+   name of a benchmark peak kernel, "scalar" for the reference (an implementation without a
+   peak kernel of its own names the nearest one's). "" for NULL. */
 const char *sdpa_impl_peak_class(const sdpa_impl *impl);
 
 #ifdef __cplusplus

@@ -40,6 +40,20 @@ static void test_registry(void)
             CHECK(sdpa_impl_supported(impl), "scalar is not supported: it must run anywhere");
             CHECK(i == n - 1, "scalar is entry %zu, not the last (the registry lists best first)", i);
         }
+        /* the requirement is feature keys of the feature table, and support is exactly their
+           presence */
+        bool all_present = true;
+        const char *key;
+        for (size_t r = 0; (key = sdpa_impl_requires_key(impl, r)) != NULL; r++) {
+            size_t f = 0;
+            while (f < sdpa_feature_count() && strcmp(sdpa_feature_key(f), key) != 0) f++;
+            CHECK(f < sdpa_feature_count(), "%s: requires \"%s\", not a feature key", name, key);
+            all_present &= f < sdpa_feature_count() && sdpa_feature_present(f);
+        }
+        CHECK(sdpa_impl_supported(impl) == all_present,
+              "%s: supported is %d, but its required features present is %d", name,
+              sdpa_impl_supported(impl), all_present);
+        CHECK(sdpa_impl_requires(impl)[0], "%s: empty requirement text", name);
         printf("# %zu: %-10s requires %-30s %s\n", i, name, sdpa_impl_requires(impl),
                sdpa_impl_supported(impl) ? "supported" : "NOT supported here");
     }
@@ -48,6 +62,9 @@ static void test_registry(void)
           "sdpa_impl_find of an unknown name is not NULL");
     CHECK(strcmp(sdpa_impl_name(NULL), "") == 0, "sdpa_impl_name(NULL) is not \"\"");
     CHECK(!sdpa_impl_supported(NULL), "sdpa_impl_supported(NULL) is true");
+    CHECK(sdpa_impl_requires_key(NULL, 0) == NULL, "sdpa_impl_requires_key(NULL, 0) is not NULL");
+    CHECK(sdpa_feature_key(sdpa_feature_count()) == NULL && !sdpa_feature_present(sdpa_feature_count()),
+          "a feature past the table's end");
     const sdpa_impl *a = sdpa_active();
     CHECK(a && in_registry(a) && sdpa_impl_supported(a), "sdpa_active() is not a supported registry entry");
     printf("# active: %s (%s)\n", sdpa_impl_name(a), sdpa_selection_str(sdpa_selection_reason()));

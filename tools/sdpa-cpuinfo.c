@@ -11,9 +11,10 @@
  * --json prints the same as one JSON object; --short one line of the essentials, for an
  * engine to print at start-up.
  *
- * Features come from cpu_features. Fields that an older cpu_features lacks (the build probes
- * them, see tools/meson.build) are read here from CPUID directly on x86, or reported as unknown
- * (null in JSON) elsewhere.
+ * The features libsdpa writes its implementations' requirements in, and the implementations
+ * themselves, come from libsdpa (sdpa_feature_*, sdpa_impl_*): this report names none of them.
+ * The other x86 features come from cpu_features; those an older cpu_features lacks (the build
+ * probes them, see tools/meson.build) are read here from CPUID directly.
  */
 #define _GNU_SOURCE
 #include <sched.h>
@@ -311,34 +312,23 @@ static const char *sysfs_choice(const char *path, char *buf, size_t len)
     return buf;
 }
 
-/* The CPU features an implementation needs, as the feature keys of this report; NULL for an
-   implementation this report does not know (its requires_text still says). */
-static const char *const *requires_keys(const char *impl)
-{
-    static const char *const avx512[] = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "fma", "f16c", NULL};
-    static const char *const avx512_vnni[] = {"avx512f", "avx512bw", "avx512dq", "avx512vl", "avx512vnni", "fma", "f16c", NULL};
-    static const char *const avx2[] = {"avx2", "fma", "f16c", NULL};
-    static const char *const neon[] = {"asimd", NULL};
-    static const char *const sve[] = {"sve", NULL};
-    static const char *const none[] = {NULL};
-    if (strcmp(impl, "avx512") == 0) return avx512;
-    if (strcmp(impl, "avx512-vnni") == 0) return avx512_vnni;
-    if (strcmp(impl, "avx2") == 0) return avx2;
-    if (strcmp(impl, "neon") == 0) return neon;
-    if (strcmp(impl, "sve") == 0) return sve;
-    if (strcmp(impl, "scalar") == 0) return none;
-    return NULL;
-}
-
-/* keys joined by spaces into buf ("" for none) */
-static const char *join_keys(const char *const *k, char *buf, size_t len)
+/* impl's required feature keys joined by spaces into buf ("" for none) */
+static const char *join_keys(const sdpa_impl *impl, char *buf, size_t len)
 {
     buf[0] = '\0';
-    for (; k && *k; k++) {
+    const char *k;
+    for (size_t i = 0; (k = sdpa_impl_requires_key(impl, i)) != NULL; i++) {
         if (buf[0]) strncat(buf, " ", len - strlen(buf) - 1);
-        strncat(buf, *k, len - strlen(buf) - 1);
+        strncat(buf, k, len - strlen(buf) - 1);
     }
     return buf;
+}
+
+/* The features libsdpa writes its requirements in, as it sees them on this CPU and OS. */
+static void report_library_features(out *o)
+{
+    for (size_t i = 0; i < sdpa_feature_count(); i++)
+        out_flag(o, sdpa_feature_key(i), sdpa_feature_present(i));
 }
 
 /* Processors the OS offers, and those this process may run on (its affinity mask). */
@@ -466,7 +456,7 @@ static void report_cpu(out *o)
     cpuid7(1, l71);
     const bool os_avx = (xcr0 & (XCR0_SSE | XCR0_AVX)) == (XCR0_SSE | XCR0_AVX);
     const bool os_avx512 = os_avx && (xcr0 & XCR0_AVX512) == XCR0_AVX512;
-    (void)os_avx512; /* unused when cpu_features knows every field below */
+    (void)os_avx512, (void)f; /* unused when cpu_features knows (or lacks) every field below */
 
     out_open(o, "cpu", false);
 #ifdef __x86_64__
@@ -484,16 +474,7 @@ static void report_cpu(out *o)
     /* cpu_features already clears AVX and AVX-512 when XCR0 shows the OS does not save that
        state; the CPUID fallbacks below apply the same rule themselves. */
     out_open(o, "features", false);
-    out_flag(o, "sse4_2", !!f->sse4_2);
-    out_flag(o, "avx", !!f->avx);
-    out_flag(o, "avx2", !!f->avx2);
-    out_flag(o, "fma", !!f->fma3);
-    out_flag(o, "f16c", !!f->f16c);
-    out_flag(o, "avx512f", !!f->avx512f);
-    out_flag(o, "avx512bw", !!f->avx512bw);
-    out_flag(o, "avx512dq", !!f->avx512dq);
-    out_flag(o, "avx512vl", !!f->avx512vl);
-    out_flag(o, "avx512vnni", !!f->avx512vnni);
+    report_library_features(o);
 #ifdef SDPA_CPUF_HAS_AVX512_BF16
     out_flag(o, "avx512_bf16", !!f->avx512_bf16);
 #else
@@ -635,35 +616,7 @@ static void report_cpu(out *o)
     out_close(o);
 
     out_open(o, "features", false);
-    out_flag(o, "asimd", !!f->asimd);
-    out_flag(o, "fphp", !!f->fphp);
-    out_flag(o, "asimdhp", !!f->asimdhp);
-#ifdef SDPA_CPUF_HAS_ASIMDDP
-    out_flag(o, "asimddp", !!f->asimddp);
-#else
-    out_flag(o, "asimddp", -1);
-#endif
-#ifdef SDPA_CPUF_HAS_BF16
-    out_flag(o, "bf16", !!f->bf16);
-#else
-    out_flag(o, "bf16", -1);
-#endif
-#ifdef SDPA_CPUF_HAS_I8MM
-    out_flag(o, "i8mm", !!f->i8mm);
-#else
-    out_flag(o, "i8mm", -1);
-#endif
-    out_flag(o, "sve", !!f->sve);
-#ifdef SDPA_CPUF_HAS_SVE2
-    out_flag(o, "sve2", !!f->sve2);
-#else
-    out_flag(o, "sve2", -1);
-#endif
-#ifdef SDPA_CPUF_HAS_SVEBF16
-    out_flag(o, "svebf16", !!f->svebf16);
-#else
-    out_flag(o, "svebf16", -1);
-#endif
+    report_library_features(o);
     if (f->sve)
         out_bytes(o, "sve_vector_bytes", sve_vector_bytes());
     else
@@ -752,24 +705,22 @@ static void report_impls(out *o)
         const bool ok = sdpa_impl_supported(impl);
         out_open(o, NULL, false);
         out_str(o, "name", sdpa_impl_name(impl));
-        /* JSON: the feature keys of this report, a list; text: the same, space-separated */
-        const char *const *keys = requires_keys(sdpa_impl_name(impl));
+        /* JSON: the feature keys of the features section, a list; text: the same,
+           space-separated */
         if (o->json) {
             out_key(o, "requires");
-            if (!keys) {
-                fputs("null", stdout);
-            } else {
-                putchar('[');
-                for (size_t k = 0; keys[k]; k++) {
-                    if (k) putchar(',');
-                    json_string(keys[k]);
-                }
-                putchar(']');
+            putchar('[');
+            const char *k;
+            for (size_t r = 0; (k = sdpa_impl_requires_key(impl, r)) != NULL; r++) {
+                if (r) putchar(',');
+                json_string(k);
             }
+            putchar(']');
         } else {
             char buf[160];
-            out_str(o, "requires", keys ? (keys[0] ? join_keys(keys, buf, sizeof buf) : "nothing")
-                                        : NULL);
+            out_str(o, "requires", sdpa_impl_requires_key(impl, 0)
+                                       ? join_keys(impl, buf, sizeof buf)
+                                       : "nothing");
         }
         out_str(o, "requires_text", sdpa_impl_requires(impl));
         out_flag(o, "supported", ok);
@@ -822,12 +773,11 @@ static void report_short(void)
         "cpu";
 #endif
     cpu_brand(brand, sizeof brand);
-    const char *const *keys = requires_keys(sdpa_impl_name(a));
     char l1[16], l2[16], l3[16];
     printf("libsdpa %s | %s%s%s | %s (%s)%s%s | L1d %s L2 %s L3 %s | %ld cores | THP %s\n",
            sdpa_version(), arch, brand[0] ? " " : "", brand, sdpa_impl_name(a),
            sdpa_selection_reason() == SDPA_SELECTED_AUTO ? "auto" : "forced",
-           keys && keys[0] ? ": " : "", join_keys(keys, feat, sizeof feat),
+           sdpa_impl_requires_key(a, 0) ? ": " : "", join_keys(a, feat, sizeof feat),
            short_size(ci.l1d_bytes, l1, sizeof l1), short_size(ci.l2_bytes, l2, sizeof l2),
            short_size(ci.l3_bytes, l3, sizeof l3), cores_usable() > 0 ? cores_usable() : cores_online(),
            sysfs_choice("/sys/kernel/mm/transparent_hugepage/enabled", thp, sizeof thp)

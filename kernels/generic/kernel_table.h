@@ -166,8 +166,29 @@ typedef struct sdpa_kernels {
 } sdpa_kernels;
 
 /* Every implementation exports one of these, named sdpa_kernels_<isa> (kernel_def.h defines
-   it); each is declared beside its line in dispatch/registry.c, the reference also here, for
-   the driver's own use. */
+   it); each is declared beside its row in dispatch/registry.c, the reference also here, for
+   the driver's own use.
+
+   Adding an ISA touches three places and no other; take a hypothetical neon-dotprod (NEON with
+   the armv8.2 SDOT/UDOT int8 dot products) as the example:
+   1. Its kernel folder: kernels/arm/neon_dotprod/ (or files beside the NEON ones), defining
+      sdpa_kernels_neon_dotprod through kernel_def.h from functions named <op>_neon_dotprod,
+      with its tuning macros so that sdpa_tuning reports what it was compiled with.
+   2. Its meson lines: one more row in kernels/arm/meson.build, its name ("neon-dotprod"), its
+      sources and its own flags (-march=armv8.2-a+dotprod), never applied to anything else; the
+      name becomes SDPA_HAVE_NEON_DOTPROD in sdpa_config.h.
+   3. Its registry row in dispatch/registry.c, under SDPA_HAVE_NEON_DOTPROD and above the row it
+      beats (rows are best first): the name SDPA_ISA and sdpa_select take, its requirement as
+      feature keys, its kernel table and the peak class it is judged against. An
+      implementation derived from another is its parent's row with the fields that differ
+      overridden; with the NEON row's fields as a macro NEON_ROW (as AVX512_ROW is there):
+          {NEON_ROW, .name = "neon-dotprod", .requires = KEYS("asimd", "asimddp"),
+           .k = &sdpa_kernels_neon_dotprod},
+      keeping the peak class "neon". asimddp is already a key of the feature table there; a
+      feature that is not yet is one more line of it: its key, how the CPU and OS report it
+      (a cpu_features bit, a hwcap bit), and its name in the requirement text.
+   Selection, sdpa_impl_requires, the capability report (tools/sdpa-cpuinfo), the benchmark and
+   the tests all read the row: none of them names an implementation. */
 extern const sdpa_kernels sdpa_kernels_scalar;
 
 #endif /* SDPA_KERNEL_TABLE_H */
