@@ -14,6 +14,10 @@
    register. */
 #define SDPA_INLINE static inline __attribute__((always_inline))
 #define SDPA_UNROLL _Pragma("GCC unroll 16")
+/* One specialisation of a kernel (a storage type, a row count) as a function of its own, called
+   once per block or run of tiles: expanded in place at every call site, the specialisations
+   would make functions whose compile time grows faster than their size. */
+#define SDPA_NOINLINE static __attribute__((noinline))
 
 /* n rounded up to a multiple of 16 floats (64 bytes: scratch sub-buffers start on a line). */
 static inline size_t sdpa_round16(size_t n) { return (n + 15) & ~(size_t)15; }

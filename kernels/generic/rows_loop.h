@@ -53,6 +53,21 @@
 #define SDPA_LOOP_CAT2(a, b) a##b
 #define SDPA_LOOP_CAT(a, b) SDPA_LOOP_CAT2(a, b)
 
+/* The score and value hooks, each compiled once per path and called once per block (or
+   page piece): inlined into the loop's four call sites (two paths, paged or not) they would
+   multiply the kernels' specialisations, and a call per block costs nothing measurable. */
+SDPA_NOINLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _scores)(
+    SDPA_LOOP_CTX *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb, float *S, size_t lds)
+{
+    loop_scores(c, w, r0, j0, nb, S, lds);
+}
+SDPA_NOINLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _values)(
+    SDPA_LOOP_CTX *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb, const float *alpha,
+    const float *S, size_t lds)
+{
+    loop_values(c, w, r0, j0, nb, alpha, S, lds);
+}
+
 /* The loop, once for the plain path (var = 0: exactly the kernels' own steps) and once for the
    variant path (var = 1: window starts, modifiers, hidden-key handling), from one body. */
 SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const int var)
@@ -107,10 +122,10 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
                 const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um, var);
                 const size_t e = j0 + o + n; /* the piece's end: the rows ahead past it */
                 sdpa_page_ahead(w, 0, sdpa_max(e, j0 + o + SDPA_LOOP_AHEAD), e + SDPA_LOOP_AHEAD);
-                loop_scores(&c, &u, r0, lj, n, S + o, lds);
+                SDPA_LOOP_CAT(SDPA_LOOP_FN, _scores)(&c, &u, r0, lj, n, S + o, lds);
             }
         else
-            loop_scores(&c, w, r0, j0, nb, S, lds);
+            SDPA_LOOP_CAT(SDPA_LOOP_FN, _scores)(&c, w, r0, j0, nb, S, lds);
         for (size_t r = 0; r < r0; r++) alpha[r] = 1.0f; /* a row that sees nothing keeps its state */
         bool hidden = false; /* a key of the block hidden from a row by its first or the mask */
         for (size_t r = r0; r < R; r++) {
@@ -136,7 +151,7 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
                 sdpa_page_ahead(w, 1, sdpa_max(e, j0 + o + SDPA_LOOP_AHEAD), e + SDPA_LOOP_AHEAD);
                 const float *a = o ? w->pages->ones : alpha;
                 if (finite)
-                    loop_values(&c, &u, r0, lj, n, a, S + o, lds);
+                    SDPA_LOOP_CAT(SDPA_LOOP_FN, _values)(&c, &u, r0, lj, n, a, S + o, lds);
                 else
                     for (size_t r = r0; r < R; r++)
                         sdpa_pv_row_exact(&u, r, lj, sdpa_visible(&u, r, lj, n), a[r],
@@ -150,7 +165,7 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
                 sdpa_pv_row_exact(w, r, j0, sdpa_visible(w, r, j0, nb), alpha[r], S + r * lds, 1);
             continue;
         }
-        loop_values(&c, w, r0, j0, nb, alpha, S, lds);
+        SDPA_LOOP_CAT(SDPA_LOOP_FN, _values)(&c, w, r0, j0, nb, alpha, S, lds);
     }
 }
 

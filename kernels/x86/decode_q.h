@@ -584,30 +584,54 @@ static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t
     return B;
 }
 
+/* One function per shape (the storage type of K: q8_0, q4_0 or an element type; the row count),
+   called once per block, for loop_scores and loop_values. */
+typedef void qd_scores_fn(const sdpa_rows *w, const uint8_t *qu, const float *qz, size_t j0,
+                          size_t nb, float *S, size_t lds);
+typedef void qd_values_fn(const sdpa_rows *w, float *acc, const float *al, const float *P,
+                          size_t lds, size_t j0, size_t n, size_t kend);
+#define QD_SCORES_FN(N, KT, R)                                                                     \
+    SDPA_NOINLINE void qd_scores_##N##_##R(const sdpa_rows *w, const uint8_t *qu, const float *qz, \
+                                           size_t j0, size_t nb, float *S, size_t lds)         \
+    {                                                                                          \
+        qd_scores_r(R, KT, w, qu, qz, j0, nb, S, lds);                                         \
+    }
+#define QD_VALUES_FN(N, VT, R)                                                                     \
+    SDPA_NOINLINE void qd_values_##N##_##R(const sdpa_rows *w, float *acc, const float *al,    \
+                                           const float *P, size_t lds, size_t j0, size_t n,    \
+                                           size_t kend)                                        \
+    {                                                                                          \
+        qd_values_r(R, VT, w, acc, al, P, lds, j0, n, kend);                                   \
+    }
+#define QD_FNS(F, N, T)                                                                            \
+    F(N, T, 1) F(N, T, 2) F(N, T, 3) F(N, T, 4) F(N, T, 5) F(N, T, 6) F(N, T, 7) F(N, T, 8)
+QD_FNS(QD_SCORES_FN, q8, SDPA_Q8_0)
+QD_FNS(QD_SCORES_FN, q4, SDPA_Q4_0)
+QD_FNS(QD_SCORES_FN, el, (int)w->k_type)
+QD_FNS(QD_VALUES_FN, q8, SDPA_Q8_0)
+QD_FNS(QD_VALUES_FN, q4, SDPA_Q4_0)
+QD_FNS(QD_VALUES_FN, el, (int)w->v_type)
+#define QD_ROW(F, N) {F##_##N##_1, F##_##N##_2, F##_##N##_3, F##_##N##_4,                          \
+                      F##_##N##_5, F##_##N##_6, F##_##N##_7, F##_##N##_8}
+/* [q8_0, q4_0, an element type][rows - 1] */
+static qd_scores_fn *const qd_scores_fns[3][8] = {
+    QD_ROW(qd_scores, q8), QD_ROW(qd_scores, q4), QD_ROW(qd_scores, el)};
+static qd_values_fn *const qd_values_fns[3][8] = {
+    QD_ROW(qd_values, q8), QD_ROW(qd_values, q4), QD_ROW(qd_values, el)};
+#undef QD_ROW
+#undef QD_FNS
+#undef QD_VALUES_FN
+#undef QD_SCORES_FN
+
+/* The row of a table for a storage type, and the column for R >= 1 rows (more as 8). */
+static inline size_t qd_type_ix(sdpa_dtype t) { return t == SDPA_Q8_0 ? 0 : t == SDPA_Q4_0 ? 1 : 2; }
+static inline size_t qd_rows_ix(size_t R) { return (R < 8 ? R : 8) - 1; }
+
 static inline void loop_scores(qd_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
                                float *S, size_t lds)
 {
-    (void)r0;
-    /* all rows (the tiles are shaped by the row count), the storage type a constant */
-#define QD_SCORES(KT)                                                                              \
-    switch (w->rows) {                                                                         \
-    case 1: qd_scores_r(1, KT, w, c->qu, c->qz, j0, nb, S, lds); break;                               \
-    case 2: qd_scores_r(2, KT, w, c->qu, c->qz, j0, nb, S, lds); break;                               \
-    case 3: qd_scores_r(3, KT, w, c->qu, c->qz, j0, nb, S, lds); break;                               \
-    case 4: qd_scores_r(4, KT, w, c->qu, c->qz, j0, nb, S, lds); break;                               \
-    case 5: qd_scores_r(5, KT, w, c->qu, c->qz, j0, nb, S, lds); break;                               \
-    case 6: qd_scores_r(6, KT, w, c->qu, c->qz, j0, nb, S, lds); break;                               \
-    case 7: qd_scores_r(7, KT, w, c->qu, c->qz, j0, nb, S, lds); break;                               \
-    default: qd_scores_r(8, KT, w, c->qu, c->qz, j0, nb, S, lds); break;                              \
-    }
-    if (w->k_type == SDPA_Q8_0) {
-        QD_SCORES(SDPA_Q8_0)
-    } else if (w->k_type == SDPA_Q4_0) {
-        QD_SCORES(SDPA_Q4_0)
-    } else {
-        QD_SCORES((int)w->k_type)
-    }
-#undef QD_SCORES
+    (void)r0; /* all rows: the tiles are shaped by the row count */
+    qd_scores_fns[qd_type_ix(w->k_type)][qd_rows_ix(w->rows)](w, c->qu, c->qz, j0, nb, S, lds);
 }
 
 static inline float loop_softmax(qd_ctx *c, size_t r, float *s, size_t nv, size_t nb, float *m,
@@ -627,33 +651,12 @@ static inline void loop_values(qd_ctx *c, const sdpa_rows *w, size_t r0, size_t 
     float *acc = w->acc + r0 * dv;
     S += r0 * lds;
     alpha += r0;
+    qd_values_fn *const *fns = qd_values_fns[qd_type_ix(w->v_type)];
     /* rows [a, R) over block keys [ka, kb) (SDPA_PV_TILES) */
 #define QD_VALUES_RUN(a, ka, kb)                                                                   \
-    do {                                                                                       \
-        const float *al_ = (ka) ? ones : alpha + (a);                                          \
-        float *ac_ = acc + (a) * dv;                                                           \
-        const float *p_ = S + (a) * lds + (ka);                                                \
-        switch (R - (a)) {                                                                     \
-        case 1: qd_values_r(1, VT_, w, ac_, al_, p_, lds, j0 + (ka), (kb) - (ka), kend); break;     \
-        case 2: qd_values_r(2, VT_, w, ac_, al_, p_, lds, j0 + (ka), (kb) - (ka), kend); break;     \
-        case 3: qd_values_r(3, VT_, w, ac_, al_, p_, lds, j0 + (ka), (kb) - (ka), kend); break;     \
-        case 4: qd_values_r(4, VT_, w, ac_, al_, p_, lds, j0 + (ka), (kb) - (ka), kend); break;     \
-        case 5: qd_values_r(5, VT_, w, ac_, al_, p_, lds, j0 + (ka), (kb) - (ka), kend); break;     \
-        case 6: qd_values_r(6, VT_, w, ac_, al_, p_, lds, j0 + (ka), (kb) - (ka), kend); break;     \
-        case 7: qd_values_r(7, VT_, w, ac_, al_, p_, lds, j0 + (ka), (kb) - (ka), kend); break;     \
-        default: qd_values_r(8, VT_, w, ac_, al_, p_, lds, j0 + (ka), (kb) - (ka), kend); break;    \
-        }                                                                                      \
-    } while (0)
-    if (w->v_type == SDPA_Q8_0) {
-        const int VT_ = SDPA_Q8_0;
-        SDPA_PV_TILES(w, w->kv_limit + r0, 0, R, j0, nb, QD_VALUES_RUN);
-    } else if (w->v_type == SDPA_Q4_0) {
-        const int VT_ = SDPA_Q4_0;
-        SDPA_PV_TILES(w, w->kv_limit + r0, 0, R, j0, nb, QD_VALUES_RUN);
-    } else {
-        const int VT_ = (int)w->v_type;
-        SDPA_PV_TILES(w, w->kv_limit + r0, 0, R, j0, nb, QD_VALUES_RUN);
-    }
+    fns[qd_rows_ix(R - (a))](w, acc + (a) * dv, (ka) ? ones : alpha + (a), S + (a) * lds + (ka),  \
+                             lds, j0 + (ka), (kb) - (ka), kend)
+    SDPA_PV_TILES(w, w->kv_limit + r0, 0, R, j0, nb, QD_VALUES_RUN);
 #undef QD_VALUES_RUN
 }
 

@@ -146,23 +146,48 @@ SDPA_INLINE void score_decode_t(sdpa_dtype t, size_t R, const float *q, size_t d
     }
 }
 
+/* One function per shape: each storage type by row count, and the one-row streaming scheme
+   (other = 1, one row only); called once per block. */
+typedef void score_decode_fn(const sdpa_rows *w, const float *q, size_t j0, size_t nb, float *S,
+                             size_t lds);
+#define SCORE_DECODE_FN(T, R, O)                                                               \
+    SDPA_NOINLINE void score_decode_##T##_##R##_##O(const sdpa_rows *w, const float *q, size_t j0, \
+                                                    size_t nb, float *S, size_t lds)           \
+    {                                                                                          \
+        score_decode_t(SDPA_##T, R, q, w->d, w->k, w->k_stride, j0, nb, S, lds, w, O);         \
+    }
+#define SCORE_DECODE_FNS(T)                                                                    \
+    SCORE_DECODE_FN(T, 1, 1) SCORE_DECODE_FN(T, 1, 0) SCORE_DECODE_FN(T, 2, 0)                 \
+    SCORE_DECODE_FN(T, 3, 0) SCORE_DECODE_FN(T, 4, 0) SCORE_DECODE_FN(T, 5, 0)                 \
+    SCORE_DECODE_FN(T, 6, 0) SCORE_DECODE_FN(T, 7, 0) SCORE_DECODE_FN(T, 8, 0)
+SCORE_DECODE_FNS(F32)
+SCORE_DECODE_FNS(F16)
+SCORE_DECODE_FNS(BF16)
+#define SCORE_DECODE_ROW(T)                                                                    \
+    {score_decode_##T##_1_1, score_decode_##T##_1_0, score_decode_##T##_2_0,                   \
+     score_decode_##T##_3_0, score_decode_##T##_4_0, score_decode_##T##_5_0,                  \
+     score_decode_##T##_6_0, score_decode_##T##_7_0, score_decode_##T##_8_0}
+/* [F32, F16, BF16][0: one streaming row, else the rows] */
+static score_decode_fn *const score_decode_fns[3][DECODE_MAX_ROWS + 1] = {
+    SCORE_DECODE_ROW(F32), SCORE_DECODE_ROW(F16), SCORE_DECODE_ROW(BF16)};
+#undef SCORE_DECODE_ROW
+#undef SCORE_DECODE_FNS
+#undef SCORE_DECODE_FN
+
+/* The row of a [type] table for a K or V storage type: F32, F16, BF16 (anything else as F32). */
+static inline size_t decode_type_ix(sdpa_dtype t) { return t == SDPA_F16 ? 1 : t == SDPA_BF16 ? 2 : 0; }
+/* The column of a [rows] table for R rows (more as DECODE_MAX_ROWS); s: the streaming scheme. */
+static inline size_t decode_rows_ix(size_t R, int s)
+{
+    return R == 1 && s ? 0 : sdpa_min(R, DECODE_MAX_ROWS);
+}
+
 static void score_decode_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, float *S,
                               size_t lds)
 {
-    const size_t R = w->rows - r0, d = w->d;
-    const float *q = w->q + r0 * d;
-    S += r0 * lds;
-#define SCORE_DECODE_T(T)                                                                      \
-    if (stream_one_row(w))                                                                     \
-        score_decode_t(T, R, q, d, w->k, w->k_stride, j0, nb, S, lds, w, 1);                   \
-    else                                                                                       \
-        score_decode_t(T, R, q, d, w->k, w->k_stride, j0, nb, S, lds, w, 0);
-    switch (w->k_type) {
-    case SDPA_F16: SCORE_DECODE_T(SDPA_F16) break;
-    case SDPA_BF16: SCORE_DECODE_T(SDPA_BF16) break;
-    default: SCORE_DECODE_T(SDPA_F32) break;
-    }
-#undef SCORE_DECODE_T
+    const size_t R = w->rows - r0;
+    score_decode_fns[decode_type_ix(w->k_type)][decode_rows_ix(R, stream_one_row(w))](
+        w, w->q + r0 * w->d, j0, nb, S + r0 * lds, lds);
 }
 
 /* acc[r][c0..c0+8nv) = alpha_r acc + sum_j P[r][j] v_j for r < mr; cnt < 8 * nv means a tail
@@ -271,6 +296,34 @@ SDPA_INLINE void pv_decode_t(sdpa_dtype t, size_t R, float *acc, size_t dv, cons
     }
 }
 
+typedef void pv_decode_fn(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,
+                          const void *v, ptrdiff_t vs, size_t j0, size_t nb, const pv_prefetch *pf);
+#define PV_DECODE_FN(T, R, O)                                                                  \
+    SDPA_NOINLINE void pv_decode_##T##_##R##_##O(float *acc, size_t dv, const float *alpha,    \
+                                                 const float *P, size_t lds, const void *v,    \
+                                                 ptrdiff_t vs, size_t j0, size_t nb,           \
+                                                 const pv_prefetch *pf)                        \
+    {                                                                                          \
+        pv_decode_t(SDPA_##T, R, acc, dv, alpha, P, lds, v, vs, j0, nb, *pf, O);               \
+    }
+#define PV_DECODE_FNS(T)                                                                       \
+    PV_DECODE_FN(T, 1, 1) PV_DECODE_FN(T, 1, 0) PV_DECODE_FN(T, 2, 0) PV_DECODE_FN(T, 3, 0)    \
+    PV_DECODE_FN(T, 4, 0) PV_DECODE_FN(T, 5, 0) PV_DECODE_FN(T, 6, 0) PV_DECODE_FN(T, 7, 0)    \
+    PV_DECODE_FN(T, 8, 0)
+PV_DECODE_FNS(F32)
+PV_DECODE_FNS(F16)
+PV_DECODE_FNS(BF16)
+#define PV_DECODE_ROW(T)                                                                       \
+    {pv_decode_##T##_1_1, pv_decode_##T##_1_0, pv_decode_##T##_2_0, pv_decode_##T##_3_0,       \
+     pv_decode_##T##_4_0, pv_decode_##T##_5_0, pv_decode_##T##_6_0, pv_decode_##T##_7_0,       \
+     pv_decode_##T##_8_0}
+/* [F32, F16, BF16][0: one streaming row, else the rows] */
+static pv_decode_fn *const pv_decode_fns[3][DECODE_MAX_ROWS + 1] = {
+    PV_DECODE_ROW(F32), PV_DECODE_ROW(F16), PV_DECODE_ROW(BF16)};
+#undef PV_DECODE_ROW
+#undef PV_DECODE_FNS
+#undef PV_DECODE_FN
+
 static void pv_decode_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, const float *alpha,
                            const float *S, size_t lds)
 {
@@ -283,23 +336,15 @@ static void pv_decode_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, 
                             (const char *)w->k, w->k_stride * (ptrdiff_t)ke,
                             w->d * ke, nb};
     static const float ones[DECODE_MAX_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1};
+    pv_decode_fn *const *fns = pv_decode_fns[decode_type_ix(w->v_type)];
+    const int s = stream_one_row(w);
     /* rows [a, R) over keys [ka, kb) (SDPA_PV_TILES) */
-#define PV_DECODE_T(T, a, ka, kb)                                                              \
-    if (stream_one_row(w))                                                                     \
-        pv_decode_t(T, R - (a), acc + (a) * dv, dv, (ka) ? ones : alpha + (a), S + (a) * lds + (ka),  \
-                    lds, w->v, w->v_stride, j0 + (ka), (kb) - (ka), pf, 1);                    \
-    else                                                                                       \
-        pv_decode_t(T, R - (a), acc + (a) * dv, dv, (ka) ? ones : alpha + (a), S + (a) * lds + (ka),  \
-                    lds, w->v, w->v_stride, j0 + (ka), (kb) - (ka), pf, 0);
 #define PV_DECODE_RUN(a, ka, kb)                                                               \
-    switch (w->v_type) {                                                                       \
-    case SDPA_F16: PV_DECODE_T(SDPA_F16, a, ka, kb) break;                                     \
-    case SDPA_BF16: PV_DECODE_T(SDPA_BF16, a, ka, kb) break;                                   \
-    default: PV_DECODE_T(SDPA_F32, a, ka, kb) break;                                           \
-    }
+    fns[decode_rows_ix(R - (a), s)](acc + (a) * dv, dv, (ka) ? ones : alpha + (a),             \
+                                    S + (a) * lds + (ka), lds, w->v, w->v_stride, j0 + (ka),    \
+                                    (kb) - (ka), &pf);
     SDPA_PV_TILES(w, w->kv_limit + r0, 0, R, j0, nb, PV_DECODE_RUN);
 #undef PV_DECODE_RUN
-#undef PV_DECODE_T
 }
 
 /* --- the hooks of the generic loop (rows_loop.h) -------------------------------------------- */

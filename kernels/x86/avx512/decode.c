@@ -227,27 +227,41 @@ SDPA_INLINE void score_decode_block(int RP, int kt, const float *const *qr, size
     pfs->s[1] = pf.s[1];
 }
 
-#define SCORE_DECODE_KT(RP)                                                                    \
-    if (kt == SDPA_F32)                                                                     \
-        score_decode_block(RP, SDPA_F32, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);                      \
-    else if (kt == SDPA_F16)                                                                \
-        score_decode_block(RP, SDPA_F16, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);                      \
-    else                                                                                    \
-        score_decode_block(RP, SDPA_BF16, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);
+/* One function per shape (storage type by padded row count), called once per block. */
+typedef void score_decode_fn(const float *const *qr, size_t R, size_t d, const void *k,
+                             ptrdiff_t ks, size_t j0, size_t nk, float *S, size_t lds,
+                             decode_pf *pf, const float *qp);
+#define SCORE_DECODE_FN(T, RP)                                                                 \
+    SDPA_NOINLINE void score_decode_##T##_##RP(const float *const *qr, size_t R, size_t d,     \
+                                               const void *k, ptrdiff_t ks, size_t j0,         \
+                                               size_t nk, float *S, size_t lds, decode_pf *pf, \
+                                               const float *qp)                                \
+    {                                                                                          \
+        score_decode_block(RP, SDPA_##T, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);             \
+    }
+#define SCORE_DECODE_FNS(T)                                                                    \
+    SCORE_DECODE_FN(T, 1) SCORE_DECODE_FN(T, 2) SCORE_DECODE_FN(T, 4) SCORE_DECODE_FN(T, 8)
+SCORE_DECODE_FNS(F32)
+SCORE_DECODE_FNS(F16)
+SCORE_DECODE_FNS(BF16)
+#define SCORE_DECODE_ROW(T)                                                                    \
+    {score_decode_##T##_1, score_decode_##T##_2, score_decode_##T##_4, score_decode_##T##_8}
+/* [F32, F16, BF16][RP 1, 2, 4, 8] */
+static score_decode_fn *const score_decode_fns[3][4] = {
+    SCORE_DECODE_ROW(F32), SCORE_DECODE_ROW(F16), SCORE_DECODE_ROW(BF16)};
+#undef SCORE_DECODE_ROW
+#undef SCORE_DECODE_FNS
+#undef SCORE_DECODE_FN
+
+/* The row of a [type] table: F32, F16, anything else as BF16. */
+static inline size_t decode_type_ix(int t) { return t == SDPA_F32 ? 0 : t == SDPA_F16 ? 1 : 2; }
 
 static void score_avx512_decode(const float *const *qr, size_t R, size_t d, const void *k,
                                 int kt, ptrdiff_t ks, size_t j0, size_t nk, float *S, size_t lds,
                                 decode_pf *pf, const float *qp)
 {
-    if (R == 1) {
-        SCORE_DECODE_KT(1)
-    } else if (R == 2) {
-        SCORE_DECODE_KT(2)
-    } else if (R <= 4) {
-        SCORE_DECODE_KT(4)
-    } else {
-        SCORE_DECODE_KT(8)
-    }
+    const size_t rp = R == 1 ? 0 : R == 2 ? 1 : R <= 4 ? 2 : 3;
+    score_decode_fns[decode_type_ix(kt)][rp](qr, R, d, k, ks, j0, nk, S, lds, pf, qp);
 }
 
 /* NV vectors of a V row from element off (masks mk), converted. */
@@ -347,44 +361,56 @@ SDPA_INLINE void pv_decode_tile(int R, int NV, int full, float *acc, size_t dv, 
    staying in L1 while every column chunk passes over them; alpha is applied by the first. NV
    (column vectors per pass) keeps R * NV accumulators at 8..24: at least 8 independent FMA
    chains to cover the FMA latency, few enough to stay in registers. */
-#define PV_DECODE_VT(R, NV, FULL)                                                              \
-    if (vt == SDPA_F32)                                                                     \
-        pv_decode_tile(R, NV, FULL, acc, dv, c0, al, S, v, SDPA_F32, vs, j0, ja, jb, nk, pf);   \
-    else if (vt == SDPA_F16)                                                                \
-        pv_decode_tile(R, NV, FULL, acc, dv, c0, al, S, v, SDPA_F16, vs, j0, ja, jb, nk, pf);   \
-    else                                                                                    \
-        pv_decode_tile(R, NV, FULL, acc, dv, c0, al, S, v, SDPA_BF16, vs, j0, ja, jb, nk, pf);
-#define PV_DECODE_CASE(R, NV)                                                                  \
-    case R:                                                                                 \
-        decode_pf_rate(pf, 1, (dv + 16 * NV - 1) / (16 * NV));                                 \
-        for (size_t ja = 0; ja < nk[R - 1]; ja += DECODE_PV_GROUP) {                                 \
-            const float *al = ja == 0 ? alpha : NULL;                                       \
-            const size_t jb = sdpa_min(ja + DECODE_PV_GROUP, nk[R - 1]);                              \
-            for (size_t c0 = 0; c0 < dv; c0 += 16 * NV) {                                    \
-                if (c0 + 16 * NV <= dv) {                                                   \
-                    PV_DECODE_VT(R, NV, 1)                                                     \
-                } else {                                                                    \
-                    PV_DECODE_VT(R, NV, 0)                                                     \
-                }                                                                           \
-            }                                                                               \
-        }                                                                                   \
-        break;
+SDPA_INLINE void pv_decode_r(int R, int NV, int vt, float *acc, size_t dv, const float *alpha,
+                             const float *S, const void *v, ptrdiff_t vs, size_t j0,
+                             const size_t *nk, decode_pf *pf)
+{
+    const size_t cw = 16 * (size_t)NV; /* columns per pass */
+    decode_pf_rate(pf, 1, (dv + cw - 1) / cw);
+    for (size_t ja = 0; ja < nk[R - 1]; ja += DECODE_PV_GROUP) {
+        const float *al = ja == 0 ? alpha : NULL;
+        const size_t jb = sdpa_min(ja + DECODE_PV_GROUP, nk[R - 1]);
+        for (size_t c0 = 0; c0 < dv; c0 += cw) {
+            if (c0 + cw <= dv)
+                pv_decode_tile(R, NV, 1, acc, dv, c0, al, S, v, vt, vs, j0, ja, jb, nk, pf);
+            else
+                pv_decode_tile(R, NV, 0, acc, dv, c0, al, S, v, vt, vs, j0, ja, jb, nk, pf);
+        }
+    }
+}
+
+/* One function per shape (storage type by row count), called once per block. */
+typedef void pv_decode_fn(float *acc, size_t dv, const float *alpha, const float *S,
+                          const void *v, ptrdiff_t vs, size_t j0, const size_t *nk, decode_pf *pf);
+#define PV_DECODE_FN(T, R, NV)                                                                 \
+    SDPA_NOINLINE void pv_decode_##T##_##R(float *acc, size_t dv, const float *alpha,          \
+                                           const float *S, const void *v, ptrdiff_t vs,        \
+                                           size_t j0, const size_t *nk, decode_pf *pf)         \
+    {                                                                                          \
+        pv_decode_r(R, NV, SDPA_##T, acc, dv, alpha, S, v, vs, j0, nk, pf);                    \
+    }
+#define PV_DECODE_FNS(T)                                                                       \
+    PV_DECODE_FN(T, 1, 8) PV_DECODE_FN(T, 2, 8) PV_DECODE_FN(T, 3, 4) PV_DECODE_FN(T, 4, 4)    \
+    PV_DECODE_FN(T, 5, 4) PV_DECODE_FN(T, 6, 4) PV_DECODE_FN(T, 7, 2) PV_DECODE_FN(T, 8, 2)
+PV_DECODE_FNS(F32)
+PV_DECODE_FNS(F16)
+PV_DECODE_FNS(BF16)
+#define PV_DECODE_ROW(T)                                                                       \
+    {pv_decode_##T##_1, pv_decode_##T##_2, pv_decode_##T##_3, pv_decode_##T##_4,               \
+     pv_decode_##T##_5, pv_decode_##T##_6, pv_decode_##T##_7, pv_decode_##T##_8}
+/* [F32, F16, BF16][rows - 1] */
+static pv_decode_fn *const pv_decode_fns[3][DECODE_MAX_ROWS] = {
+    PV_DECODE_ROW(F32), PV_DECODE_ROW(F16), PV_DECODE_ROW(BF16)};
+#undef PV_DECODE_ROW
+#undef PV_DECODE_FNS
+#undef PV_DECODE_FN
 
 static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha, const float *S,
                    const void *v, int vt, ptrdiff_t vs, size_t j0,
                    const size_t *nk, decode_pf *pf)
 {
-    switch (R) {
-        PV_DECODE_CASE(1, 8)
-        PV_DECODE_CASE(2, 8)
-        PV_DECODE_CASE(3, 4)
-        PV_DECODE_CASE(4, 4)
-        PV_DECODE_CASE(5, 4)
-        PV_DECODE_CASE(6, 4)
-        PV_DECODE_CASE(7, 2)
-        PV_DECODE_CASE(8, 2)
-    default: break;
-    }
+    if (R >= 1 && R <= DECODE_MAX_ROWS)
+        pv_decode_fns[decode_type_ix(vt)][R - 1](acc, dv, alpha, S, v, vs, j0, nk, pf);
 }
 
 /* --- the hooks of the generic loop (rows_loop.h) -------------------------------------------- */
