@@ -146,6 +146,20 @@ double median_of(std::vector<double> v)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+bool timed_forward(benchmark::State &st, const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,
+                   const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o, double *seconds)
+{
+    const auto t0 = std::chrono::steady_clock::now();
+    const sdpa_status r = sdpa_impl_forward(impl, p, q, k, v, o);
+    *seconds = seconds_since(t0);
+    if (r != SDPA_OK) {
+        st.SkipWithError(sdpa_status_str(r));
+        return false;
+    }
+    benchmark::ClobberMemory();
+    return true;
+}
+
 bool requires_feature(const sdpa_impl *impl, const char *key)
 {
     const char *k;

@@ -160,16 +160,10 @@ void register_quant(const sdpa_impl *impl, const QuantCase &c, size_t threads)
                 for (size_t w = 0; w < nc; w++) {
                     const size_t i = pass ? nc - 1 - w : w;
                     if (c.decode) evict_caches();
-                    const auto t0 = std::chrono::steady_clock::now();
-                    const sdpa_status r = sdpa_impl_forward(impl, &calls[i].p, &q, calls[i].k,
-                                                            calls[i].v, &calls[i].o);
-                    t[i] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-                    if (r != SDPA_OK) {
-                        st.SkipWithError(sdpa_status_str(r));
+                    if (!timed_forward(st, impl, &calls[i].p, &q, calls[i].k, calls[i].v, &calls[i].o, &t[i])) {
                         failed = true;
                         break;
                     }
-                    benchmark::ClobberMemory();
                 }
                 if (failed) break;
                 for (size_t i = 0; i < nc; i++) {

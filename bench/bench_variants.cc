@@ -210,18 +210,13 @@ void register_variant(const sdpa_impl *impl, const VariantCase &c)
                     const int which = w ^ pair;
                     if (c.decode) evict_caches();
                     const double c0 = thread_cpu_seconds();
-                    const auto t0 = std::chrono::steady_clock::now();
-                    const sdpa_status r =
-                        which ? sdpa_impl_forward(impl, &pv, &xv[0], &xv[1], &xv[2], &xv[3])
-                              : sdpa_impl_forward(impl, &pp, &xp[0], &xp[1], &xp[2], &xp[3]);
-                    t[which] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+                    const sdpa_tensor *x = which ? xv : xp;
+                    const bool ok = timed_forward(st, impl, which ? &pv : &pp, &x[0], &x[1], &x[2], &x[3], &t[which]);
                     tc[which] = thread_cpu_seconds() - c0;
-                    if (r != SDPA_OK) {
-                        st.SkipWithError(sdpa_status_str(r));
+                    if (!ok) {
                         failed = true;
                         break;
                     }
-                    benchmark::ClobberMemory();
                 }
                 if (failed) break;
                 iteration_time += t[0] + t[1];

@@ -50,6 +50,10 @@ void   evict_caches();
 double thread_cpu_seconds();
 double median_of(std::vector<double> v);
 double seconds_since(std::chrono::steady_clock::time_point t0);
+// One call of impl, its wall time in *seconds; on a failed status the row is skipped with it
+// (false), else the memory is clobbered so that the call is not optimised away (true).
+bool timed_forward(benchmark::State &st, const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,
+                   const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o, double *seconds);
 // Whether impl's registry row requires the CPU feature key (sdpa_feature_key).
 bool requires_feature(const sdpa_impl *impl, const char *key);
 // The portable reference implementation: it requires no CPU feature.
