@@ -168,14 +168,53 @@ static inline float tview_out(const tview *t, size_t b, size_t h, size_t n, size
 }
 
 /* ------------------------------------------------------------------------------------------ */
-/* The float64 oracle: softmax(q k^T scale, masked) v per row, straightforward double code.     */
+/* The float64 oracle: every per-feature test's reference (test_forward, test_variants,        */
+/* test_layouts, test_quant, ...). It reads a problem as logical data, the values as stored    */
+/* (f16/bf16/block formats converted exactly), dense [b][head][token][dim], and follows the    */
+/* contract of sdpa.h in double: for row (b, h, i < lq_b), i' = i + lk_b - lq_b,               */
+/*   row i sees key j < lk_b  iff  (not causal or j <= i') and (window 0 or |i' - j| < window) */
+/*                                 and the mask entry is not -inf                              */
+/*   s_ij = softcap(scale q.k) - slope_h |i' - j| + mask_ij,    softcap(x) = c tanh(x / c)     */
+/*   o_i = sum_j e^(s_ij - M) v_j / (sum_j e^(s_ij - M) + e^(sink_h - M)), lse_i = M + log(...) */
+/* over the keys the row sees only (it never reads another key, so NaN and inf in hidden keys  */
+/* cannot reach it). A row that sees nothing gives zeros and lse = sink_h or -inf; a row with  */
+/* a NaN or +inf score is ATTN_ROW_NAN. Alongside the answers it gathers the sums each test's  */
+/* tolerance is made of; the tests apply their own bounds to them. A new modifier or storage   */
+/* type is an edit here (and in the problem builders), never in each test.                     */
 /* ------------------------------------------------------------------------------------------ */
+enum { ATTN_ROW_KEYS = 0, ATTN_ROW_NOTHING, ATTN_ROW_NAN };
+
+typedef struct attn_problem {
+    size_t        B, Hq, Hk, Lq, Lk, D, Dv; /* rows (b * Hq + h) * Lq + i; Lq, Lk the longest */
+    const size_t *lq, *lk;                  /* per sequence; NULL: Lq (Lk) each */
+    const float  *q, *k, *v;                /* dense [B][Hq][Lq][D], [B][Hk][Lk][D], [B][Hk][Lk][Dv] */
+    double        scale;
+    bool          causal;
+    size_t        window;
+    double        softcap;
+    const float  *slopes, *sinks;           /* [Hq] or NULL */
+    const float  *mask;                     /* NULL, or element b*mbs + h*mhs + i*mis + j */
+    size_t        mbs, mhs, mis;            /* 0 broadcasts */
+    double        tanh_ulp;                 /* the implementation's softcap error, for ds */
+    bool          q8_model;                 /* also the float64 model of q8 scores (D % 32 == 0) */
+} attn_problem;
+
 typedef struct attn_ref {
-    double *o;    /* [B][Hq][Tq][Dv] */
-    double *wabs; /* sum_j w_j |v_jc|, the scale each output element's error is measured in */
-    double *lse;  /* [B][Hq][Tq] */
-    double *tol;  /* per row: the relative tolerance E_row (see attn_row_tol) */
-    size_t *seen; /* keys each row sees */
+    double        *o;     /* [rows][Dv] the output */
+    double        *wabs;  /* sum_j w_j |v_jc| / l, the scale each output element's error is measured in */
+    double        *m1;    /* sum_j w_j ds_j |v_jc| / l, ds_j without the softcap's own error */
+    double        *flush; /* n e^-87 max_j |v_jc| / l: the weights SIMD kernels may flush (sdpa.h) */
+    double        *lse;   /* [rows] */
+    double        *tol;   /* per row: E_row = attn_row_tol(n, d, A) */
+    double        *ds;    /* per row: max_j ds_j, with the softcap's error (2 tanh_ulp + 2) u c */
+    double        *s1;    /* per row: sum_j w_j ds_j / l (+ the sink weight's rounding) */
+    double        *wk;    /* per row: sum_j w_j / l over the keys (the sink's share left out) */
+    double        *vmax;  /* per row: max |v| over the keys seen */
+    size_t        *seen;  /* per row: keys seen */
+    unsigned char *kind;  /* per row: ATTN_ROW_* */
+    /* q8_model: x = scale q quantized per 32-block (d_b = max |x_c| / 127, q = round, +-127),  */
+    /* score sum_c d_b q_c k_c; dq: sdpa.h's bound on the score error, tm: T_row (ties)          */
+    double        *om, *lsem, *dq, *tm;
 } attn_ref;
 
 /* Keys a query row sees: all, or with causality (bottom-right aligned) j <= i + kv_len - q_len. */
@@ -200,66 +239,175 @@ static inline double attn_row_tol(size_t n, size_t d, double A)
     return 1e-5 * sqrt(1.0 + (double)n / 256.0) + 8.0 * TL_U * sqrt((double)d) * A;
 }
 
-static inline void attn_oracle(const sdpa_params *p, const tview *q, const tview *k, const tview *v, attn_ref *r)
+static inline void attn_ref_free(attn_ref *r)
 {
-    const size_t B = p->batch, Hq = p->q_heads, Hk = p->kv_heads, Tq = p->q_len, Tk = p->kv_len;
-    const size_t D = p->head_dim, Dv = p->v_dim ? p->v_dim : p->head_dim;
-    const double scale = p->scale != 0.0f ? (double)p->scale : 1.0 / sqrt((double)D);
-    const size_t rows = B * Hq * Tq;
-    r->o = tl_xmalloc(rows * Dv * sizeof(double));
-    r->wabs = tl_xmalloc(rows * Dv * sizeof(double));
-    r->lse = tl_xmalloc(rows * sizeof(double));
-    r->tol = tl_xmalloc(rows * sizeof(double));
-    r->seen = tl_xmalloc(rows * sizeof(size_t));
-    double *s = tl_xmalloc((Tk ? Tk : 1) * sizeof(double));
+    free(r->o), free(r->wabs), free(r->m1), free(r->flush), free(r->lse), free(r->tol), free(r->ds);
+    free(r->s1), free(r->wk), free(r->vmax), free(r->seen), free(r->kind);
+    free(r->om), free(r->lsem), free(r->dq), free(r->tm);
+    memset(r, 0, sizeof *r);
+}
+
+static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
+{
+    enum { QB = 32 };
+    const size_t B = P->B, Hq = P->Hq, G = P->Hq / P->Hk, Lq = P->Lq, Lk = P->Lk, D = P->D, Dv = P->Dv;
+    const size_t rows = B * Hq * Lq, nb = D / QB;
+    const double scale = P->scale, cap = P->softcap, u = TL_U;
+    memset(r, 0, sizeof *r);
+    r->o = tl_xmalloc(rows * Dv * sizeof(double)), r->wabs = tl_xmalloc(rows * Dv * sizeof(double));
+    r->m1 = tl_xmalloc(rows * Dv * sizeof(double)), r->flush = tl_xmalloc(rows * Dv * sizeof(double));
+    r->lse = tl_xmalloc(rows * sizeof(double)), r->tol = tl_xmalloc(rows * sizeof(double));
+    r->ds = tl_xmalloc(rows * sizeof(double)), r->s1 = tl_xmalloc(rows * sizeof(double));
+    r->wk = tl_xmalloc(rows * sizeof(double)), r->vmax = tl_xmalloc(rows * sizeof(double));
+    r->seen = tl_xmalloc(rows * sizeof(size_t)), r->kind = tl_xmalloc(rows);
+    for (size_t e = 0; e < rows * Dv; e++) r->o[e] = r->wabs[e] = r->m1[e] = r->flush[e] = 0.0;
+    for (size_t e = 0; e < rows; e++) {
+        r->lse[e] = -INFINITY, r->tol[e] = r->ds[e] = r->s1[e] = r->wk[e] = r->vmax[e] = 0.0;
+        r->seen[e] = 0, r->kind[e] = ATTN_ROW_NOTHING;
+    }
+    if (P->q8_model) {
+        r->om = tl_xmalloc(rows * Dv * sizeof(double)), r->lsem = tl_xmalloc(rows * sizeof(double));
+        r->dq = tl_xmalloc(rows * sizeof(double)), r->tm = tl_xmalloc(rows * sizeof(double));
+        for (size_t e = 0; e < rows * Dv; e++) r->om[e] = 0.0;
+        for (size_t e = 0; e < rows; e++) r->lsem[e] = -INFINITY, r->dq[e] = r->tm[e] = 0.0;
+    }
+    const size_t nk = Lk ? Lk : 1, nd = D ? D : 1, nbb = nb ? nb : 1;
+    double *s = tl_xmalloc(nk * sizeof(double)), *dsj = tl_xmalloc(nk * sizeof(double));
+    double *sm = tl_xmalloc(nk * sizeof(double)), *x = tl_xmalloc(nd * sizeof(double));
+    double *xq = tl_xmalloc(nd * sizeof(double)), *tie = tl_xmalloc(nd * sizeof(double));
+    double *bmax = tl_xmalloc(nbb * sizeof(double)), *vcol = tl_xmalloc((Dv ? Dv : 1) * sizeof(double));
+    size_t *idx = tl_xmalloc(nk * sizeof(size_t));
     for (size_t b = 0; b < B; b++)
         for (size_t h = 0; h < Hq; h++) {
-            const size_t hk = h / (Hq / Hk);
-            for (size_t i = 0; i < Tq; i++) {
-                const size_t row = (b * Hq + h) * Tq + i, lim = attn_limit(p, i);
-                const float *qr = q->vals + tview_dense(q, b, h, i, 0);
-                double mx = -INFINITY, A = 0;
-                for (size_t j = 0; j < lim; j++) {
-                    const float *kr = k->vals + tview_dense(k, b, hk, j, 0);
-                    double acc = 0, mag = 0;
-                    for (size_t c = 0; c < D; c++) {
-                        acc += (double)qr[c] * kr[c];
-                        mag += fabs((double)qr[c] * kr[c]);
+            const size_t hk = h / G, lqb = P->lq ? P->lq[b] : Lq, lkb = P->lk ? P->lk[b] : Lk;
+            const double slope = P->slopes ? (double)P->slopes[h] : 0.0;
+            const double sink = P->sinks ? (double)P->sinks[h] : -INFINITY;
+            for (size_t i = 0; i < lqb; i++) {
+                const size_t row = (b * Hq + h) * Lq + i;
+                const long long ip = (long long)i + (long long)lkb - (long long)lqb;
+                const float *qr = P->q + row * D;
+                if (P->q8_model)
+                    for (size_t bl = 0; bl < nb; bl++) {
+                        bmax[bl] = 0;
+                        for (size_t e = bl * QB; e < (bl + 1) * QB; e++) {
+                            x[e] = scale * qr[e];
+                            bmax[bl] = fmax(bmax[bl], fabs(x[e]));
+                        }
+                        /* the model's quantized row: xq = d q; tie[e] = d where q may be either integer */
+                        const double db = bmax[bl] / 127.0;
+                        for (size_t e = bl * QB; e < (bl + 1) * QB; e++) {
+                            const double t = db > 0 ? x[e] / db : 0.0, a = fabs(t), fl = floor(a);
+                            double qa = floor(a + 0.5);
+                            if (qa > 127) qa = 127;
+                            xq[e] = db * (t < 0 ? -qa : qa);
+                            tie[e] = fabs(a - fl - 0.5) < 0x1p-13 ? db : 0.0;
+                        }
                     }
-                    s[j] = acc * scale;
-                    if (s[j] > mx) mx = s[j];
-                    if (mag * fabs(scale) > A) A = mag * fabs(scale);
-                }
-                double l = 0;
-                for (size_t j = 0; j < lim; j++) {
-                    s[j] = exp(s[j] - mx);
-                    l += s[j];
-                }
-                r->seen[row] = lim;
-                r->tol[row] = attn_row_tol(lim, D, A);
-                r->lse[row] = lim ? mx + log(l) : -INFINITY;
-                for (size_t c = 0; c < Dv; c++) {
-                    double acc = 0, mag = 0;
-                    for (size_t j = 0; j < lim; j++) {
-                        const double vv = v->vals[tview_dense(v, b, hk, j, c)];
-                        acc += s[j] * vv;
-                        mag += s[j] * fabs(vv);
+                size_t n = 0;
+                bool nan_row = false;
+                double mx = -INFINITY, mxm = -INFINITY, A = 0, dsmax = 0, dq = 0, tmax = 0;
+                for (size_t j = 0; j < lkb; j++) {
+                    const long long jj = (long long)j;
+                    const double mv = P->mask ? P->mask[b * P->mbs + h * P->mhs + i * P->mis + j] : 0.0;
+                    if ((P->causal && jj > ip) || (P->window && llabs(ip - jj) >= (long long)P->window) ||
+                        mv == -INFINITY)
+                        continue; /* never read */
+                    const float *kr = P->k + ((b * P->Hk + hk) * Lk + j) * D;
+                    double acc = 0, mag = 0, accm = 0, dqj = 0, tj = 0;
+                    for (size_t e = 0; e < D; e++) {
+                        acc += (double)qr[e] * kr[e];
+                        mag += fabs((double)qr[e] * kr[e]);
                     }
-                    r->o[row * Dv + c] = lim ? acc / l : 0.0;
-                    r->wabs[row * Dv + c] = lim ? mag / l : 0.0;
+                    if (P->q8_model)
+                        for (size_t bl = 0; bl < nb; bl++) {
+                            double ka = 0;
+                            for (size_t e = bl * QB; e < (bl + 1) * QB; e++) {
+                                ka += fabs((double)kr[e]);
+                                accm += xq[e] * kr[e], tj += tie[e] * fabs((double)kr[e]);
+                            }
+                            dqj += bmax[bl] / 254.0 * ka;
+                        }
+                    double y = scale * acc, ym = accm;
+                    if (cap > 0) y = cap * tanh(y / cap), ym = cap * tanh(ym / cap);
+                    const double bias = -slope * (double)llabs(ip - jj);
+                    const double sc = y + bias + mv;
+                    if (isnan(sc) || sc == INFINITY) nan_row = true;
+                    s[n] = sc, sm[n] = ym + bias + mv;
+                    dsj[n] = 3.0 * u * (fabs(y) + fabs(bias) + fabs(mv));
+                    idx[n++] = j;
+                    if (sc > mx) mx = sc;
+                    if (sm[n - 1] > mxm) mxm = sm[n - 1];
+                    if (fabs(scale) * mag > A) A = fabs(scale) * mag;
+                    const double ds = dsj[n - 1] + (cap > 0 ? (2 * P->tanh_ulp + 2) * u * cap : 0.0);
+                    if (ds > dsmax) dsmax = ds;
+                    if (dqj > dq) dq = dqj;
+                    if (tj > tmax) tmax = tj;
+                }
+                r->seen[row] = n;
+                r->kind[row] = nan_row ? ATTN_ROW_NAN : n == 0 ? ATTN_ROW_NOTHING : ATTN_ROW_KEYS;
+                r->lse[row] = nan_row ? NAN : sink;
+                if (P->q8_model) r->lsem[row] = sink;
+                if (r->kind[row] != ATTN_ROW_KEYS) continue;
+                const double M = fmax(mx, sink), Mm = fmax(mxm, sink);
+                double wk = 0, lm = 0, s1 = 0, ws = 0, vmax = 0;
+                for (size_t t = 0; t < n; t++) {
+                    wk += (s[t] = exp(s[t] - M)); /* the weight */
+                    if (P->q8_model) lm += (sm[t] = exp(sm[t] - Mm));
+                }
+                double l = wk;
+                if (sink > -INFINITY) {
+                    ws = exp(sink - M);
+                    l += ws;
+                    lm += exp(sink - Mm);
+                }
+                for (size_t e = 0; e < Dv; e++) vcol[e] = 0.0;
+                for (size_t t = 0; t < n; t++) {
+                    const float *vr = P->v + ((b * P->Hk + hk) * Lk + idx[t]) * Dv;
+                    const double w = s[t], wd = w * dsj[t];
+                    s1 += wd;
+                    for (size_t e = 0; e < Dv; e++) {
+                        const double vv = vr[e], av = fabs(vv);
+                        r->o[row * Dv + e] += w * vv;
+                        r->wabs[row * Dv + e] += w * av;
+                        r->m1[row * Dv + e] += wd * av;
+                        if (P->q8_model) r->om[row * Dv + e] += sm[t] * vv;
+                        if (av > vcol[e]) vcol[e] = av;
+                    }
+                }
+                for (size_t e = 0; e < Dv; e++) {
+                    r->o[row * Dv + e] /= l;
+                    r->wabs[row * Dv + e] /= l;
+                    r->m1[row * Dv + e] /= l;
+                    r->flush[row * Dv + e] = (double)n * 0x1p-125 * vcol[e] / l;
+                    if (P->q8_model) r->om[row * Dv + e] /= lm;
+                    if (vcol[e] > vmax) vmax = vcol[e];
+                }
+                r->lse[row] = M + log(l);
+                r->tol[row] = attn_row_tol(n, D, A);
+                r->ds[row] = dsmax;
+                if (ws > 0) s1 += ws * u * fabs(sink - M); /* the rounding of the sink weight's exponent */
+                r->s1[row] = s1 / l;
+                r->wk[row] = wk / l;
+                r->vmax[row] = vmax;
+                if (P->q8_model) {
+                    r->lsem[row] = Mm + log(lm);
+                    r->dq[row] = dq + (double)(nb + 8) * u * (A + dq);
+                    r->tm[row] = tmax + (double)(nb + 8) * u * (A + dq);
                 }
             }
         }
-    free(s);
+    free(s), free(dsj), free(sm), free(x), free(xq), free(tie), free(bmax), free(vcol), free(idx);
 }
 
-static inline void attn_ref_free(attn_ref *r)
+/* The plain attention of p (causal or not, no other modifier) over dense views. */
+static inline void attn_oracle(const sdpa_params *p, const tview *q, const tview *k, const tview *v, attn_ref *r)
 {
-    free(r->o);
-    free(r->wabs);
-    free(r->lse);
-    free(r->tol);
-    free(r->seen);
+    const attn_problem P = {.B = p->batch, .Hq = p->q_heads, .Hk = p->kv_heads, .Lq = p->q_len, .Lk = p->kv_len,
+                            .D = p->head_dim, .Dv = p->v_dim ? p->v_dim : p->head_dim,
+                            .q = q->vals, .k = k->vals, .v = v->vals,
+                            .scale = p->scale != 0.0f ? (double)p->scale : 1.0 / sqrt((double)p->head_dim),
+                            .causal = p->causal};
+    attn_oracle64(&P, r);
 }
 
 /* The largest |error| / tolerance seen by attn_check since it was last reset: printed by the

@@ -1,13 +1,12 @@
 /* test_layouts.c -- ragged (padded, packed) and paged K/V, and sdpa_merge, on every implementation against a float64 oracle */
-#include "attn.h"
-#include "test_pools.h"
+#include "problem.h"
 
 /*
  * The serving layouts of sdpa_params (issue #15), checked on every implementation of the
- * registry against an oracle written here, in double, from the contract in sdpa.h. A problem
- * is a batch of sequences of their own lengths (lq_b queries, lk_b keys), held as logical data
- * [b][head][token][dim] (the values as stored: f16/bf16 K and V converted exactly); the call
- * sees them through one of the physical forms:
+ * registry against the float64 oracle (attn.h), from the contract in sdpa.h. A problem
+ * (problem.h, shared with test_quant.c) is a batch of sequences of their own lengths (lq_b
+ * queries, lk_b keys), held as logical data [b][head][token][dim] (the values as stored: f16/bf16
+ * K and V converted exactly); the call sees them through one of the physical forms:
  *
  *   queries  padded (q_lens, the view [B][Hq][q_len][D]) or packed (cu_q, token-major
  *            [tokens][Hq][D], batch_stride garbage: it must be unused), or neither (q_len each)
@@ -28,455 +27,77 @@
  * and sums that add them, and the softcap's own error, as test_variants.c derives them).
  */
 
-static bench_pool *g_pool[2]; /* 2 threads, and 3 threads in shuffled order */
-
-#define F32 SDPA_F32
-#define F16 SDPA_F16
-#define BF16 SDPA_BF16
-
-enum { Q_EACH = 0, Q_PADDED, Q_PACKED };
-enum { KV_EACH = 0, KV_PADDED, KV_PACKED, KV_PAGED };
-
-typedef struct lcase {
-    const char *name;
-    size_t      B, qh, kvh, d;
-    size_t      lq[16], lk[16]; /* per sequence (B <= 16) */
-    int         qf, kf;         /* Q_*, KV_* */
-    size_t      page;           /* KV_PAGED: keys per page */
-    sdpa_dtype  kt;             /* K and V */
-    bool        causal;
-    size_t      window;
-    float       softcap;
-    bool        alibi, mask, sinks;
-} lcase;
-
-static const char *dtn(sdpa_dtype t) { return t == F16 ? "f16" : t == BF16 ? "bf16" : "f32"; }
-
-/* ------------------------------------------------------------------------------------------ */
-/* A problem: logical data, the physical views of one form, and the parameters of the call.    */
-/* ------------------------------------------------------------------------------------------ */
-enum { MARGIN = 16 };
-
-typedef struct lprob {
-    const lcase *c;
-    size_t       Lq, Lk, Dv;     /* the call's q_len and kv_len (the longest), v_dim */
-    float       *q, *k, *v;      /* logical, dense [B][H][L][D], the values as stored */
-    float       *mk;             /* logical mask [B][Hq][Lq][Lk], as stored (f16) */
-    float       *slopes, *sinks;
-    /* physical */
-    float       *qbuf, *obuf, *lse; /* o and lse with MARGIN floats either side */
-    size_t       qn, on, lsen;      /* floats in qbuf, obuf (without margins), lse (rows) */
-    void        *kbuf, *vbuf;
-    uint16_t    *mbuf;
-    size_t       q_lens[16], kv_lens[16], cu_q[17], cu_kv[17];
-    int32_t     *table;
-    size_t       n_pages, max_pages;
-    sdpa_params  p;
-    sdpa_tensor  tq, tk, tv, to, tm;
-    char         what[300];
-} lprob;
-
-static size_t qrow_off(const lprob *pr, size_t b, size_t h, size_t i) /* element of q/o row */
-{
-    const lcase *c = pr->c;
-    if (c->qf == Q_PACKED) return ((pr->cu_q[b] + i) * c->qh + h) * c->d;
-    return ((b * c->qh + h) * pr->Lq + i) * c->d;
-}
-
-static void lprob_init(lprob *pr, const lcase *c, uint64_t seed)
-{
-    memset(pr, 0, sizeof *pr);
-    pr->c = c;
-    tl_rng r = {seed};
-    const size_t B = c->B, Hq = c->qh, Hk = c->kvh, D = c->d;
-    pr->Dv = D;
-    for (size_t b = 0; b < B; b++) {
-        if (c->lq[b] > pr->Lq) pr->Lq = c->lq[b];
-        if (c->lk[b] > pr->Lk) pr->Lk = c->lk[b];
-    }
-    if (pr->Lq == 0) pr->Lq = 1;
-    if (pr->Lk == 0) pr->Lk = 1;
-    const size_t Lq = pr->Lq, Lk = pr->Lk;
-    pr->q = tl_xmalloc(B * Hq * Lq * D * sizeof(float));
-    pr->k = tl_xmalloc(B * Hk * Lk * D * sizeof(float));
-    pr->v = tl_xmalloc(B * Hk * Lk * D * sizeof(float));
-    for (size_t e = 0; e < B * Hq * Lq * D; e++) pr->q[e] = tl_uniform(&r, -1.0f, 1.0f);
-    for (size_t e = 0; e < B * Hk * Lk * D; e++) {
-        pr->k[e] = tl_stored(c->kt, tl_uniform(&r, -1.0f, 1.0f));
-        pr->v[e] = tl_stored(c->kt, tl_uniform(&r, -1.0f, 1.0f));
-    }
-    /* the per-sequence length arrays of both forms */
-    for (size_t b = 0; b < B; b++) {
-        pr->q_lens[b] = c->lq[b], pr->kv_lens[b] = c->lk[b];
-        pr->cu_q[b + 1] = pr->cu_q[b] + c->lq[b];
-        pr->cu_kv[b + 1] = pr->cu_kv[b] + c->lk[b];
-    }
-    sdpa_params *p = &pr->p;
-    p->batch = B, p->q_heads = Hq, p->kv_heads = Hk, p->q_len = Lq, p->kv_len = Lk, p->head_dim = D;
-    p->causal = c->causal, p->window = c->window, p->softcap = c->softcap;
-
-    /* queries and outputs */
-    const size_t qtok = c->qf == Q_PACKED ? pr->cu_q[B] : B * Lq;
-    pr->qn = (qtok ? qtok : 1) * Hq * D;
-    pr->qbuf = tl_xmalloc(pr->qn * sizeof(float));
-    for (size_t e = 0; e < pr->qn; e++) pr->qbuf[e] = NAN; /* rows no sequence owns */
-    for (size_t b = 0; b < B; b++)
-        for (size_t h = 0; h < Hq; h++)
-            for (size_t i = 0; i < c->lq[b]; i++)
-                memcpy(pr->qbuf + qrow_off(pr, b, h, i), pr->q + ((b * Hq + h) * Lq + i) * D, D * sizeof(float));
-    pr->on = pr->qn;
-    pr->obuf = tl_xmalloc((pr->on + 2 * MARGIN) * sizeof(float));
-    tl_fill_sentinel(pr->obuf, pr->on + 2 * MARGIN);
-    pr->lsen = B * Hq * Lq;
-    pr->lse = tl_xmalloc((pr->lsen + 2 * MARGIN) * sizeof(float));
-    tl_fill_sentinel(pr->lse, pr->lsen + 2 * MARGIN);
-    p->lse = pr->lse + MARGIN;
-    if (c->qf == Q_PACKED) {
-        p->cu_q = pr->cu_q;
-        pr->tq = (sdpa_tensor){pr->qbuf, F32, 987654321, (ptrdiff_t)D, (ptrdiff_t)(Hq * D)};
-    } else {
-        if (c->qf == Q_PADDED) p->q_lens = pr->q_lens;
-        pr->tq = (sdpa_tensor){pr->qbuf, F32, (ptrdiff_t)(Hq * Lq * D), (ptrdiff_t)(Lq * D), (ptrdiff_t)D};
-    }
-    pr->to = pr->tq;
-    pr->to.data = pr->obuf + MARGIN;
-
-    /* keys and values */
-    const size_t es = sdpa_dtype_size(c->kt);
-    if (c->kf == KV_PAGED) {
-        const size_t ps = c->page;
-        size_t used = 0, mp = 1;
-        for (size_t b = 0; b < B; b++) {
-            const size_t n = (c->lk[b] + ps - 1) / ps;
-            used += n;
-            if (n > mp) mp = n;
-        }
-        pr->max_pages = mp + 1; /* a spare entry per sequence, out of range: never used */
-        pr->n_pages = used + 3; /* spare pages, NaN throughout */
-        pr->table = tl_xmalloc(B * pr->max_pages * sizeof(int32_t));
-        size_t *perm = tl_xmalloc(pr->n_pages * sizeof(size_t));
-        for (size_t e = 0; e < pr->n_pages; e++) perm[e] = e;
-        for (size_t e = pr->n_pages - 1; e > 0; e--) {
-            const size_t j = tl_below(&r, e + 1), t = perm[e];
-            perm[e] = perm[j], perm[j] = t;
-        }
-        const size_t elems = pr->n_pages * Hk * ps * D;
-        pr->kbuf = tl_xmalloc(elems * es), pr->vbuf = tl_xmalloc(elems * es);
-        tl_fill_nan(pr->kbuf, c->kt, elems), tl_fill_nan(pr->vbuf, c->kt, elems);
-        size_t next = 0;
-        for (size_t b = 0; b < B; b++)
-            for (size_t pg = 0; pg < pr->max_pages; pg++) {
-                int32_t *t = &pr->table[b * pr->max_pages + pg];
-                if (pg * ps >= c->lk[b]) {
-                    *t = pg % 2 ? -7 : (int32_t)(pr->n_pages + 5); /* unused: never checked */
-                    continue;
-                }
-                const size_t P = perm[next++];
-                *t = (int32_t)P;
-                for (size_t h = 0; h < Hk; h++)
-                    for (size_t j = pg * ps; j < c->lk[b] && j < (pg + 1) * ps; j++)
-                        for (size_t e = 0; e < D; e++) {
-                            const size_t at = ((P * Hk + h) * ps + (j - pg * ps)) * D + e;
-                            tl_put(pr->kbuf, c->kt, at, pr->k[((b * Hk + h) * Lk + j) * D + e]);
-                            tl_put(pr->vbuf, c->kt, at, pr->v[((b * Hk + h) * Lk + j) * D + e]);
-                        }
-            }
-        free(perm);
-        p->block_table = pr->table, p->page_size = ps, p->max_pages = pr->max_pages, p->n_pages = pr->n_pages;
-        p->kv_lens = pr->kv_lens;
-        pr->tk = (sdpa_tensor){pr->kbuf, c->kt, (ptrdiff_t)(Hk * ps * D), (ptrdiff_t)(ps * D), (ptrdiff_t)D};
-    } else if (c->kf == KV_PACKED) {
-        const size_t tok = pr->cu_kv[B] ? pr->cu_kv[B] : 1, elems = Hk * tok * D;
-        pr->kbuf = tl_xmalloc(elems * es), pr->vbuf = tl_xmalloc(elems * es);
-        tl_fill_nan(pr->kbuf, c->kt, elems), tl_fill_nan(pr->vbuf, c->kt, elems);
-        for (size_t b = 0; b < B; b++)
-            for (size_t h = 0; h < Hk; h++)
-                for (size_t j = 0; j < c->lk[b]; j++)
-                    for (size_t e = 0; e < D; e++) {
-                        const size_t at = (h * tok + pr->cu_kv[b] + j) * D + e;
-                        tl_put(pr->kbuf, c->kt, at, pr->k[((b * Hk + h) * Lk + j) * D + e]);
-                        tl_put(pr->vbuf, c->kt, at, pr->v[((b * Hk + h) * Lk + j) * D + e]);
-                    }
-        p->cu_kv = pr->cu_kv;
-        pr->tk = (sdpa_tensor){pr->kbuf, c->kt, -123456789, (ptrdiff_t)(tok * D), (ptrdiff_t)D};
-    } else {
-        const size_t elems = B * Hk * Lk * D;
-        pr->kbuf = tl_xmalloc(elems * es), pr->vbuf = tl_xmalloc(elems * es);
-        tl_fill_nan(pr->kbuf, c->kt, elems), tl_fill_nan(pr->vbuf, c->kt, elems);
-        for (size_t b = 0; b < B; b++)
-            for (size_t e = 0; e < Hk * Lk * D; e++) {
-                const size_t j = e / D % Lk, at = b * Hk * Lk * D + e;
-                if (j >= c->lk[b]) continue;
-                tl_put(pr->kbuf, c->kt, at, pr->k[at]);
-                tl_put(pr->vbuf, c->kt, at, pr->v[at]);
-            }
-        if (c->kf == KV_PADDED) p->kv_lens = pr->kv_lens;
-        pr->tk = (sdpa_tensor){pr->kbuf, c->kt, (ptrdiff_t)(Hk * Lk * D), (ptrdiff_t)(Lk * D), (ptrdiff_t)D};
-    }
-    pr->tv = pr->tk;
-    pr->tv.data = pr->vbuf;
-
-    if (c->mask) { /* f16, [B][Hq][Lq][Lk] by per-sequence index; NaN outside each sequence */
-        const size_t n = B * Hq * Lq * Lk;
-        pr->mk = tl_xmalloc(n * sizeof(float));
-        pr->mbuf = tl_xmalloc(n * sizeof(uint16_t));
-        for (size_t e = 0; e < n; e++) {
-            const size_t j = e % Lk, i = e / Lk % Lq, b = e / (Hq * Lq * Lk);
-            float x = tl_uniform(&r, 0.0f, 1.0f) < 0.15f ? -INFINITY : tl_uniform(&r, -2.0f, 2.0f);
-            if (i % 11 == 3) x = -INFINITY; /* a row that sees nothing */
-            if (i >= c->lq[b] || j >= c->lk[b]) x = NAN;
-            pr->mbuf[e] = sdpa_f32_to_f16(x);
-            pr->mk[e] = sdpa_f16_to_f32(pr->mbuf[e]);
-        }
-        pr->tm = (sdpa_tensor){pr->mbuf, F16, (ptrdiff_t)(Hq * Lq * Lk), (ptrdiff_t)(Lq * Lk), (ptrdiff_t)Lk};
-        p->mask = &pr->tm;
-    }
-    if (c->alibi) p->alibi_slopes = pr->slopes = tl_alibi_slopes(Hq);
-    if (c->sinks) p->sinks = pr->sinks = tl_sinks(&r, Hq);
-    static const char *const qn[] = {"q each", "q padded", "q packed"};
-    static const char *const kn[] = {"kv each", "kv padded", "kv packed", "kv paged"};
-    int w = snprintf(pr->what, sizeof pr->what, "%s [B=%zu hq=%zu hkv=%zu d=%zu %s %s", c->name, B, Hq, Hk, D,
-                     qn[c->qf], kn[c->kf]);
-#define MORE(...) (w += snprintf(pr->what + w, w < (int)sizeof pr->what ? sizeof pr->what - (size_t)w : 0, __VA_ARGS__))
-    if (c->kf == KV_PAGED) MORE(" page=%zu", c->page);
-    MORE(" %s%s", dtn(c->kt), c->causal ? " causal" : "");
-    if (c->window) MORE(" window=%zu", c->window);
-    if (c->softcap != 0) MORE(" softcap=%g", c->softcap);
-    if (c->alibi) MORE(" alibi");
-    if (c->mask) MORE(" mask");
-    if (c->sinks) MORE(" sinks");
-    MORE("]");
-#undef MORE
-}
-
-static void lprob_free(lprob *pr)
-{
-    free(pr->q), free(pr->k), free(pr->v), free(pr->mk), free(pr->slopes), free(pr->sinks);
-    free(pr->qbuf), free(pr->obuf), free(pr->lse), free(pr->kbuf), free(pr->vbuf), free(pr->mbuf);
-    free(pr->table);
-}
-
-static sdpa_status lprob_run(lprob *pr, const sdpa_impl *impl, bench_pool *pool)
-{
-    return tl_forward_on(impl, &pr->p, pool, &pr->tq, &pr->tk, &pr->tv, &pr->to);
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* The oracle and the check                                                                     */
-/* ------------------------------------------------------------------------------------------ */
-typedef struct lref {
-    double *o, *wabs, *lse, *tol, *ds; /* per element (o, wabs) or per row */
-    size_t *seen;
-} lref;
-
-static void lref_free(lref *r) { free(r->o), free(r->wabs), free(r->lse), free(r->tol), free(r->ds), free(r->seen); }
-
-static void oracle(const lprob *pr, const sdpa_impl *impl, lref *r)
-{
-    const lcase *c = pr->c;
-    const size_t B = c->B, Hq = c->qh, G = c->qh / c->kvh, Lq = pr->Lq, Lk = pr->Lk, D = c->d, rows = B * Hq * Lq;
-    const double scale = 1.0 / sqrt((double)D), u = TL_U, cap = c->softcap;
-    const double tanh_ulp = sdpa_impl_tanh_max_ulp(impl);
-    r->o = tl_xmalloc(rows * D * sizeof(double)), r->wabs = tl_xmalloc(rows * D * sizeof(double));
-    r->lse = tl_xmalloc(rows * sizeof(double)), r->tol = tl_xmalloc(rows * sizeof(double));
-    r->ds = tl_xmalloc(rows * sizeof(double)), r->seen = tl_xmalloc(rows * sizeof(size_t));
-    double *s = tl_xmalloc(Lk * sizeof(double));
-    bool *in = tl_xmalloc(Lk * sizeof(bool));
-    for (size_t b = 0; b < B; b++)
-        for (size_t h = 0; h < Hq; h++)
-            for (size_t i = 0; i < c->lq[b]; i++) {
-                const size_t row = (b * Hq + h) * Lq + i, hk = h / G;
-                const long long ip = (long long)i + (long long)c->lk[b] - (long long)c->lq[b];
-                const float *qr = pr->q + row * D;
-                double mx = pr->sinks ? pr->sinks[h] : -INFINITY, A = 0, dsmax = 0;
-                size_t n = 0;
-                for (size_t j = 0; j < c->lk[b]; j++) {
-                    const long long jj = (long long)j;
-                    const double mv = pr->mk ? pr->mk[row * Lk + j] : 0.0;
-                    in[j] = !(c->causal && jj > ip) && !(c->window && llabs(ip - jj) >= (long long)c->window) &&
-                            mv != -INFINITY;
-                    if (!in[j]) continue;
-                    n++;
-                    const float *kr = pr->k + ((b * c->kvh + hk) * Lk + j) * D;
-                    double acc = 0, mag = 0;
-                    for (size_t e = 0; e < D; e++) acc += (double)qr[e] * kr[e], mag += fabs((double)qr[e] * kr[e]);
-                    double x = acc * scale;
-                    if (cap > 0) x = cap * tanh(x / cap);
-                    const double bias = pr->slopes ? -(double)pr->slopes[h] * (double)llabs(ip - jj) : 0.0;
-                    x += bias + mv;
-                    s[j] = x;
-                    if (x > mx) mx = x;
-                    if (mag * scale > A) A = mag * scale;
-                    const double ds = 3 * u * (fabs(x - bias - mv) + fabs(bias) + fabs(mv)) +
-                                      (cap > 0 ? (2 * tanh_ulp + 2) * u * cap : 0.0);
-                    if (ds > dsmax) dsmax = ds;
-                }
-                double l = pr->sinks && pr->sinks[h] != -INFINITY ? exp(pr->sinks[h] - mx) : 0.0;
-                for (size_t j = 0; j < c->lk[b]; j++)
-                    if (in[j]) l += (s[j] = exp(s[j] - mx));
-                r->seen[row] = n;
-                r->tol[row] = attn_row_tol(n, D, A);
-                r->ds[row] = dsmax;
-                r->lse[row] = n ? mx + log(l) : pr->sinks ? pr->sinks[h] : -INFINITY;
-                for (size_t e = 0; e < D; e++) {
-                    double acc = 0, mag = 0;
-                    for (size_t j = 0; j < c->lk[b]; j++) {
-                        if (!in[j]) continue;
-                        const double vv = pr->v[((b * c->kvh + hk) * Lk + j) * D + e];
-                        acc += s[j] * vv, mag += s[j] * fabs(vv);
-                    }
-                    r->o[row * D + e] = n ? acc / l : 0.0;
-                    r->wabs[row * D + e] = n ? mag / l : 0.0;
-                }
-            }
-    free(s), free(in);
-}
-
-static double g_worst; /* the largest |error| / tolerance met, printed per implementation */
-
-/* o and lse against the oracle, and every element no sequence owns still a sentinel. */
-static void check(const lprob *pr, const lref *r)
-{
-    const lcase *c = pr->c;
-    const size_t Hq = c->qh, Lq = pr->Lq, D = c->d;
-    unsigned char *own = tl_xmalloc(pr->on);
-    memset(own, 0, pr->on);
-    const float *o = pr->obuf + MARGIN, *lse = pr->lse + MARGIN;
-    bool stop = false;
-    for (size_t b = 0; b < c->B && !stop; b++)
-        for (size_t h = 0; h < Hq && !stop; h++)
-            for (size_t i = 0; i < c->lq[b] && !stop; i++) {
-                const size_t row = (b * Hq + h) * Lq + i, at = qrow_off(pr, b, h, i);
-                for (size_t e = 0; e < D && !stop; e++) {
-                    own[at + e] = 1;
-                    const float got = o[at + e];
-                    const double ref = r->o[row * D + e];
-                    if (r->seen[row] == 0) {
-                        stop = !CHECK(got == 0.0f, "%s: b=%zu h=%zu i=%zu sees no key: o[%zu] = %g, want 0", pr->what,
-                                      b, h, i, e, got);
-                        continue;
-                    }
-                    const double tol = r->tol[row] * r->wabs[row * D + e] +
-                                       2 * r->ds[row] * (r->wabs[row * D + e] + fabs(ref)) + FLT_TRUE_MIN;
-                    if (fabs(got - ref) / tol > g_worst) g_worst = fabs(got - ref) / tol;
-                    stop = !CHECK(fabs(got - ref) <= tol,
-                                  "%s: b=%zu h=%zu i=%zu (sees %zu keys) o[%zu] = %.9g, float64 %.9g, |err| %.3g > %.3g",
-                                  pr->what, b, h, i, r->seen[row], e, got, ref, fabs(got - ref), tol);
-                }
-                const float gl = lse[row];
-                const double rl = r->lse[row];
-                if (!stop && r->seen[row] == 0)
-                    stop = !CHECK(gl == (float)rl, "%s: b=%zu h=%zu i=%zu sees no key: lse %g, want %g", pr->what, b, h,
-                                  i, gl, rl);
-                else if (!stop)
-                    stop = !CHECK(fabs(gl - rl) <= r->tol[row] * (1 + fabs(rl)) + 2 * r->ds[row],
-                                  "%s: b=%zu h=%zu i=%zu lse %.9g, float64 %.9g", pr->what, b, h, i, gl, rl);
-            }
-    size_t bad = 0;
-    for (size_t e = 0; e < pr->on + 2 * MARGIN; e++) {
-        const bool in = e >= MARGIN && e < MARGIN + pr->on && own[e - MARGIN];
-        if (!in && !tl_is_sentinel(pr->obuf[e])) bad++;
-    }
-    CHECK(bad == 0, "%s: %zu elements of o that no sequence's row owns were written", pr->what, bad);
-    bad = 0;
-    for (size_t e = 0; e < pr->lsen + 2 * MARGIN; e++) {
-        const size_t row = e - MARGIN;
-        bool in = e >= MARGIN && row < pr->lsen;
-        if (in) {
-            const size_t i = row % Lq, b = row / (Hq * Lq);
-            in = i < c->lq[b];
-        }
-        if (!in && !tl_is_sentinel(pr->lse[e])) bad++;
-    }
-    CHECK(bad == 0, "%s: %zu lse entries past the sequences' rows were written", pr->what, bad);
-    free(own);
-}
-
-/* Runs a case serially against the oracle, then on 2 and 3 threads for the same bits. */
-static void run_case(const sdpa_impl *impl, const lcase *c, uint64_t seed)
-{
-    lprob pr;
-    lprob_init(&pr, c, seed);
-    lref r;
-    oracle(&pr, impl, &r);
-    sdpa_status st = lprob_run(&pr, impl, NULL);
-    char msg[256] = "";
-    if (st != SDPA_OK) sdpa_validate(&pr.p, &pr.tq, &pr.tk, &pr.tv, &pr.to, msg, sizeof msg);
-    if (CHECK(st == SDPA_OK, "%s: status %s (%s)", pr.what, sdpa_status_str(st), msg)) {
-        check(&pr, &r);
-        float *o1 = tl_xmalloc((pr.on + 2 * MARGIN) * sizeof(float)), *l1 = tl_xmalloc((pr.lsen + 2 * MARGIN) * sizeof(float));
-        memcpy(o1, pr.obuf, (pr.on + 2 * MARGIN) * sizeof(float));
-        memcpy(l1, pr.lse, (pr.lsen + 2 * MARGIN) * sizeof(float));
-        for (size_t t = 0; t < 2 && !tl_sampled_out(t + 1); t++) {
-            tl_fill_sentinel(pr.obuf, pr.on + 2 * MARGIN);
-            tl_fill_sentinel(pr.lse, pr.lsen + 2 * MARGIN);
-            st = lprob_run(&pr, impl, g_pool[t]);
-            CHECK(st == SDPA_OK && memcmp(o1, pr.obuf, (pr.on + 2 * MARGIN) * sizeof(float)) == 0 &&
-                      memcmp(l1, pr.lse, (pr.lsen + 2 * MARGIN) * sizeof(float)) == 0,
-                  "%s: %zu threads give other bits than one", pr.what, bench_pool_threads(g_pool[t]));
-        }
-        free(o1), free(l1);
-    }
-    lref_free(&r);
-    lprob_free(&pr);
-}
-
 /* ------------------------------------------------------------------------------------------ */
 /* The cases                                                                                    */
 /* ------------------------------------------------------------------------------------------ */
 static size_t sz(size_t native, size_t sampled) { return tl_sample() > 1 ? sampled : native; }
 
-/* Uneven decodes: a sequence of 0 keys, one of 1, long ones split into KV chunks (>= 2048). */
-static lcase decodes(int qf, int kf, size_t page, sdpa_dtype t)
+/* A case of B sequences, K and V of type t, an f16 mask when one is set. */
+static qcase lcase(const char *name, size_t B, size_t qh, size_t kvh, int qf, int kf, size_t page, sdpa_dtype t,
+                   bool causal)
 {
-    lcase c = {"ragged decodes", 6, 8, 2, 64, {1, 1, 1, 1, 1, 1}, {1, 100, 0, 3000, 777, 5000}, qf, kf, page, t, false, 0, 0.0f, false, false, false};
+    qcase c;
+    memset(&c, 0, sizeof c);
+    c.name = name, c.B = B, c.qh = qh, c.kvh = kvh, c.d = 64, c.qf = qf, c.kf = kf, c.page = page;
+    c.kt = c.vt = t, c.causal = causal, c.mt = F16;
+    return c;
+}
+
+/* Uneven decodes: a sequence of 0 keys, one of 1, long ones split into KV chunks (>= 2048). */
+static qcase decodes(int qf, int kf, size_t page, sdpa_dtype t)
+{
+    qcase c = lcase("ragged decodes", 6, 8, 2, qf, kf, page, t, false);
+    static const size_t lk[6] = {1, 100, 0, 3000, 777, 5000};
+    for (size_t b = 0; b < 6; b++) c.lq[b] = 1, c.lk[b] = lk[b];
     c.lk[5] = sz(5000, 2600);
     c.lk[3] = sz(3000, 2100);
     return c;
 }
 
 /* Ragged prefills, causal: a sequence of 0 queries, more queries than keys, a long one. */
-static lcase prefills(int qf, int kf, size_t page, sdpa_dtype t)
+static qcase prefills(int qf, int kf, size_t page, sdpa_dtype t)
 {
-    lcase c = {"ragged prefills", 4, 4, 2, 64, {7, 0, 33, 64}, {7, 50, 20, 130}, qf, kf, page, t, true, 0, 0.0f, false, false, false};
+    qcase c = lcase("ragged prefills", 4, 4, 2, qf, kf, page, t, true);
+    static const size_t lq[4] = {7, 0, 33, 64}, lk[4] = {7, 50, 20, 130};
+    for (size_t b = 0; b < 4; b++) c.lq[b] = lq[b], c.lk[b] = lk[b];
     return c;
 }
 
 static void t_padded(const sdpa_impl *impl)
 {
-    lcase a = decodes(Q_PADDED, KV_PADDED, 0, F16);
-    run_case(impl, &a, 11);
-    lcase b = prefills(Q_PADDED, KV_PADDED, 0, F32);
-    run_case(impl, &b, 12);
-    lcase c = prefills(Q_EACH, KV_PADDED, 0, BF16); /* every sequence q_len queries */
+    qcase a = decodes(Q_PADDED, KV_PADDED, 0, F16);
+    qprob_case(impl, &a, 11);
+    qcase b = prefills(Q_PADDED, KV_PADDED, 0, F32);
+    qprob_case(impl, &b, 12);
+    qcase c = prefills(Q_EACH, KV_PADDED, 0, BF16); /* every sequence q_len queries */
     for (size_t s = 0; s < c.B; s++) c.lq[s] = 64;
     c.causal = false;
-    run_case(impl, &c, 13);
+    qprob_case(impl, &c, 13);
 }
 
 static void t_packed(const sdpa_impl *impl)
 {
-    lcase a = decodes(Q_PACKED, KV_PACKED, 0, F16);
-    run_case(impl, &a, 21);
-    lcase b = prefills(Q_PACKED, KV_PACKED, 0, F32);
-    run_case(impl, &b, 22);
-    lcase c = prefills(Q_PADDED, KV_PACKED, 0, BF16); /* the forms mixed */
-    run_case(impl, &c, 23);
-    lcase d = prefills(Q_PACKED, KV_PADDED, 0, F16);
+    qcase a = decodes(Q_PACKED, KV_PACKED, 0, F16);
+    qprob_case(impl, &a, 21);
+    qcase b = prefills(Q_PACKED, KV_PACKED, 0, F32);
+    qprob_case(impl, &b, 22);
+    qcase c = prefills(Q_PADDED, KV_PACKED, 0, BF16); /* the forms mixed */
+    qprob_case(impl, &c, 23);
+    qcase d = prefills(Q_PACKED, KV_PADDED, 0, F16);
     d.window = 9;
-    run_case(impl, &d, 24);
+    qprob_case(impl, &d, 24);
 }
 
 /* vLLM's chunked prefill: one sequence prefilling 512 queries beside 15 decodes. */
 static void t_chunked_prefill(const sdpa_impl *impl)
 {
-    lcase c = {"chunked prefill beside 15 decodes", 16, 4, 1, 64, {0}, {0}, Q_PACKED, KV_PADDED, 0, F16, true, 0, 0.0f, false, false, false};
+    qcase c = lcase("chunked prefill beside 15 decodes", 16, 4, 1, Q_PACKED, KV_PADDED, 0, F16, true);
     c.lq[0] = sz(512, 96);
     c.lk[0] = c.lq[0] + sz(88, 40);
     for (size_t s = 1; s < 16; s++) c.lq[s] = 1, c.lk[s] = 1 + (s * 397) % sz(4200, 1200);
-    run_case(impl, &c, 31);
+    qprob_case(impl, &c, 31);
     c.kf = KV_PAGED, c.page = 16;
-    run_case(impl, &c, 32);
+    qprob_case(impl, &c, 32);
 }
 
 static void t_paged(const sdpa_impl *impl)
@@ -484,30 +105,31 @@ static void t_paged(const sdpa_impl *impl)
     static const size_t pages[] = {1, 16, 32, 256};
     static const sdpa_dtype types[] = {F32, F16, BF16, F16};
     for (size_t i = 0; i < 4; i++) {
-        lcase a = decodes(Q_PADDED, KV_PAGED, pages[i], types[i]);
+        qcase a = decodes(Q_PADDED, KV_PAGED, pages[i], types[i]);
         if (pages[i] == 1 && tl_sample() > 1) a.lk[5] = 700, a.lk[3] = 300; /* one unit per key */
-        run_case(impl, &a, 41 + i);
-        lcase b = prefills(i % 2 ? Q_PACKED : Q_PADDED, KV_PAGED, pages[i], types[3 - i]);
-        run_case(impl, &b, 45 + i);
+        qprob_case(impl, &a, 41 + i);
+        qcase b = prefills(i % 2 ? Q_PACKED : Q_PADDED, KV_PAGED, pages[i], types[3 - i]);
+        qprob_case(impl, &b, 45 + i);
     }
     /* more query rows than a decode unit takes, so the prefill paths page too */
-    lcase c = {"paged prefill, 8 heads per KV head", 2, 16, 2, 64, {40, 17}, {300, 17}, Q_PADDED, KV_PAGED, 16, F16, true, 0, 0.0f, false, false, false};
-    run_case(impl, &c, 49);
+    qcase c = lcase("paged prefill, 8 heads per KV head", 2, 16, 2, Q_PADDED, KV_PAGED, 16, F16, true);
+    c.lq[0] = 40, c.lq[1] = 17, c.lk[0] = 300, c.lk[1] = 17;
+    qprob_case(impl, &c, 49);
     c.page = 128;
-    run_case(impl, &c, 50);
+    qprob_case(impl, &c, 50);
 }
 
 static void t_paged_variants(const sdpa_impl *impl)
 {
-    lcase a = prefills(Q_PACKED, KV_PAGED, 16, F16);
+    qcase a = prefills(Q_PACKED, KV_PAGED, 16, F16);
     a.window = 12, a.mask = true, a.softcap = 20.0f, a.alibi = true, a.sinks = true;
-    run_case(impl, &a, 51);
-    lcase b = decodes(Q_PADDED, KV_PAGED, 32, BF16);
+    qprob_case(impl, &a, 51);
+    qcase b = decodes(Q_PADDED, KV_PAGED, 32, BF16);
     b.window = 700, b.mask = true, b.sinks = true;
-    run_case(impl, &b, 52);
-    lcase c = prefills(Q_PADDED, KV_PACKED, 0, F32);
+    qprob_case(impl, &b, 52);
+    qcase c = prefills(Q_PADDED, KV_PACKED, 0, F32);
     c.mask = true, c.alibi = true, c.softcap = 5.0f;
-    run_case(impl, &c, 53);
+    qprob_case(impl, &c, 53);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -642,11 +264,17 @@ static void t_merge_bad(void)
 /* ------------------------------------------------------------------------------------------ */
 /* Bad layouts: refused with a status and a message, nothing written                            */
 /* ------------------------------------------------------------------------------------------ */
+/* The call without refilling o and lse first: what refused calls write accumulates. */
+static sdpa_status run_as_is(qprob *pr, const sdpa_impl *impl)
+{
+    return tl_forward_on(impl, &pr->p, NULL, &pr->tq, &pr->tk, &pr->tv, &pr->to);
+}
+
 static void t_bad(const sdpa_impl *impl)
 {
-    lcase c = prefills(Q_PADDED, KV_PAGED, 16, F16);
-    lprob pr;
-    lprob_init(&pr, &c, 71);
+    qcase c = prefills(Q_PADDED, KV_PAGED, 16, F16);
+    qprob pr;
+    qprob_init(&pr, &c, 71);
     const sdpa_params good = pr.p;
     size_t big_lens[4] = {7, 0, 33, 65};
     size_t cu_bad0[5] = {1, 8, 8, 41, 105}, cu_dec[5] = {0, 8, 7, 40, 104}, cu_long[5] = {0, 7, 7, 40, 105};
@@ -683,7 +311,7 @@ static void t_bad(const sdpa_impl *impl)
     for (size_t i = 0; i < n; i++) {
         char msg[256] = "";
         pr.p = bad[i];
-        const sdpa_status st = lprob_run(&pr, impl, NULL);
+        const sdpa_status st = run_as_is(&pr, impl);
         const sdpa_status sv = sdpa_validate(&pr.p, &pr.tq, &pr.tk, &pr.tv, &pr.to, msg, sizeof msg);
         CHECK(st == want[i] && sv == want[i] && msg[0] && strcmp(msg, "ok") != 0,
               "%s: status %s (validate %s, \"%s\"), want %s", why[i], sdpa_status_str(st), sdpa_status_str(sv), msg,
@@ -697,7 +325,7 @@ static void t_bad(const sdpa_impl *impl)
         char msg[256] = "";
         pr.p = good;
         tab[used] = vals[i];
-        const sdpa_status st = lprob_run(&pr, impl, NULL);
+        const sdpa_status st = run_as_is(&pr, impl);
         sdpa_validate(&pr.p, &pr.tq, &pr.tk, &pr.tv, &pr.to, msg, sizeof msg);
         CHECK(st == SDPA_ERR_INVALID_ARGUMENT && strstr(msg, "block_table"), "entry %d: status %s (\"%s\")", (int)vals[i],
               sdpa_status_str(st), msg);
@@ -709,9 +337,9 @@ static void t_bad(const sdpa_impl *impl)
     CHECK(bad_l == 0, "a refused call wrote %zu lse entries", bad_l);
     /* the good call still runs: out-of-range entries in unused pages are never checked */
     pr.p = good;
-    CHECK(lprob_run(&pr, impl, NULL) == SDPA_OK, "the valid paged call (garbage in unused table entries) refused");
+    CHECK(run_as_is(&pr, impl) == SDPA_OK, "the valid paged call (garbage in unused table entries) refused");
     free(o_before);
-    lprob_free(&pr);
+    qprob_free(&pr);
 }
 
 /* ------------------------------------------------------------------------------------------ */

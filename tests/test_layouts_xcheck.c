@@ -4,7 +4,10 @@
 
 /*
  * A second check of the serving layouts of sdpa_params, separate code from test_layouts.c, its
- * oracle written from the contract in sdpa.h alone. A problem is a batch of sequences of their own lengths (lq_b
+ * oracle written from the contract in sdpa.h alone. It stays independent on purpose: it does
+ * not use problem.h or attn.h's attn_oracle64 (the builder and float64 oracle every other
+ * forward test shares), so that a mistake in those cannot hide the same mistake in the
+ * library; the fuzz target (tests/fuzz) keeps its own oracle for the same reason. A problem is a batch of sequences of their own lengths (lq_b
  * queries, lk_b keys) held as logical rows (the values as stored: f16/bf16 K, V and mask
  * converted exactly), which the call sees through one physical form per side:
  *

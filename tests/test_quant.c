@@ -1,6 +1,5 @@
 /* test_quant.c -- q8_0/q4_0 K and V, fast q8 scores and the block conversions, on every implementation against float64 */
-#include "attn.h"
-#include "test_pools.h"
+#include "problem.h"
 
 /*
  * The block storage types of sdpa.h (SDPA_Q8_0, SDPA_Q4_0: ggml's block_q8_0 and block_q4_0)
@@ -8,11 +7,11 @@
  * published formulas, never the library's:
  *
  *   - the conversions: sdpa_quantize_* must give byte for byte what ggml's reference
- *     quantizers give (ref_q8_0 / ref_q4_0 below, with their own f16 rounding), the
+ *     quantizers give (ref_q8_0 / ref_q4_0 in problem.h, with their own f16 rounding), the
  *     dequantizers d q exactly, and the refusals write nothing;
  *   - exact mode (q8_scores 0): every stored value enters as d q, so the output must meet the
  *     float64 oracle computed on the dequantized K and V within the tolerance the f16 tests
- *     use (test_layouts.c: attn_row_tol times sum_j w_j |v_jc| / l, plus what the modifiers
+ *     use (problem.h: attn_row_tol times sum_j w_j |v_jc| / l, plus what the modifiers
  *     add, 2 ds (sum w|v| / l + |o|) with ds = 3 u (|softcap(s)| + |bias| + |mask|) + the
  *     softcap's own error);
  *   - fast mode (q8_scores 1): sdpa.h's bound. With x = scale q (the row), every score of the
@@ -40,643 +39,6 @@
  * and 128; shuffled, or in order so that consecutive pages form runs). Storage no sequence owns holds NaN (a block with a NaN scale), o and lse are sentinel-
  * filled and everything no row owns must stay so.
  */
-
-static bench_pool *g_pool[2]; /* 2 threads, and 3 threads in shuffled order */
-
-#define F32 SDPA_F32
-#define F16 SDPA_F16
-#define BF16 SDPA_BF16
-#define Q8 SDPA_Q8_0
-#define Q4 SDPA_Q4_0
-
-enum { QK = 32, Q8_BYTES = 34, Q4_BYTES = 18 };
-
-static const char *dtn(sdpa_dtype t)
-{
-    return t == F16 ? "f16" : t == BF16 ? "bf16" : t == Q8 ? "q8_0" : t == Q4 ? "q4_0" : "f32";
-}
-
-static bool quantized(sdpa_dtype t) { return t == Q8 || t == Q4; }
-
-/* ------------------------------------------------------------------------------------------ */
-/* The reference block codec, from the formulas alone                                          */
-/* ------------------------------------------------------------------------------------------ */
-
-/* binary32 -> binary16, round to nearest even (nearbyint in double, the default rounding
-   mode), overflow (>= 65520) to inf. */
-static uint16_t ref_f16(float x)
-{
-    const uint16_t sign = signbit(x) ? 0x8000u : 0u;
-    const double a = fabs((double)x);
-    if (isnan(x)) return (uint16_t)(sign | 0x7e00u);
-    if (a >= 65520.0) return (uint16_t)(sign | 0x7c00u);
-    if (a < 0x1p-14) return (uint16_t)(sign | (uint16_t)nearbyint(a * 0x1p24)); /* 1024: 2^-14 */
-    int e;
-    frexp(a, &e); /* a in [2^(e-1), 2^e) */
-    int E = e - 1;
-    double m = nearbyint(ldexp(a, 10 - E)); /* [1024, 2048] */
-    if (m == 2048.0) m = 1024.0, E++;
-    return (uint16_t)(sign | (uint16_t)((E + 15) << 10) | (uint16_t)(m - 1024.0));
-}
-
-/* binary16 -> its value, exactly. */
-static double ref_f16_value(uint16_t h)
-{
-    const int ex = (h >> 10) & 31, man = h & 1023;
-    double v = ex == 31 ? (man ? NAN : INFINITY) : ex == 0 ? ldexp(man, -24) : ldexp(1024 + man, ex - 25);
-    return h & 0x8000u ? -v : v;
-}
-
-/* round half away from zero (exact in double for every float) */
-static int ref_round(float t)
-{
-    const double a = floor(fabs((double)t) + 0.5);
-    return (int)(t < 0 ? -a : a);
-}
-
-/* ggml's quantize_row_q8_0_ref on one block. The products are volatile: no FMA contraction. */
-static void ref_q8_0(const float *x, unsigned char *y)
-{
-    float amax = 0.0f;
-    for (int i = 0; i < QK; i++)
-        if (fabsf(x[i]) > amax) amax = fabsf(x[i]);
-    const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    const uint16_t h = ref_f16(d);
-    y[0] = (unsigned char)(h & 0xff), y[1] = (unsigned char)(h >> 8);
-    for (int i = 0; i < QK; i++) {
-        volatile float t = x[i] * id;
-        y[2 + i] = (unsigned char)(int8_t)ref_round(t);
-    }
-}
-
-/* ggml's quantize_row_q4_0_ref on one block: m the first element of largest magnitude. */
-static void ref_q4_0(const float *x, unsigned char *y)
-{
-    float amax = 0.0f, m = 0.0f;
-    for (int i = 0; i < QK; i++)
-        if (amax < fabsf(x[i])) amax = fabsf(x[i]), m = x[i];
-    const float d = m / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    const uint16_t h = ref_f16(d);
-    y[0] = (unsigned char)(h & 0xff), y[1] = (unsigned char)(h >> 8);
-    for (int i = 0; i < QK / 2; i++) {
-        volatile float t0 = x[i] * id, t1 = x[QK / 2 + i] * id;
-        volatile float s0 = t0 + 8.5f, s1 = t1 + 8.5f;
-        int n0 = (int)(int8_t)s0, n1 = (int)(int8_t)s1;
-        if (n0 > 15) n0 = 15;
-        if (n1 > 15) n1 = 15;
-        y[2 + i] = (unsigned char)(n0 | n1 << 4);
-    }
-}
-
-/* One block's values d q, exactly (in double, then to float: an f16 times a small integer). */
-static void ref_deq(sdpa_dtype t, const unsigned char *y, float *x)
-{
-    const double d = ref_f16_value((uint16_t)(y[0] | y[1] << 8));
-    for (int i = 0; i < QK; i++) {
-        const int q = t == Q8 ? (int)(int8_t)y[2 + i]
-                              : (int)((i < QK / 2 ? y[2 + i] : y[2 + i - QK / 2] >> 4) & 15) - 8;
-        x[i] = (float)(d * q);
-    }
-}
-
-static size_t ref_block_bytes(sdpa_dtype t) { return t == Q8 ? Q8_BYTES : t == Q4 ? Q4_BYTES : 0; }
-static size_t ref_elem_bytes(sdpa_dtype t) { return t == F32 ? 4 : 2; }
-
-/* Bytes of element offset off (a multiple of the block for the block formats). */
-static ptrdiff_t ref_off_bytes(sdpa_dtype t, ptrdiff_t off)
-{
-    return quantized(t) ? off / QK * (ptrdiff_t)ref_block_bytes(t) : off * (ptrdiff_t)ref_elem_bytes(t);
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* K and V storage: a view [n][h][t][dim] of any type, NaN wherever nothing is stored           */
-/* ------------------------------------------------------------------------------------------ */
-typedef struct kvbuf {
-    sdpa_dtype     t;
-    size_t         dim;
-    ptrdiff_t      bs, hs, ts; /* elements */
-    ptrdiff_t      origin;     /* element of [0][0][0][0] in the allocation */
-    size_t         nelem;
-    unsigned char *mem;
-} kvbuf;
-
-static void kvbuf_init(kvbuf *kb, sdpa_dtype t, size_t dim, size_t n, size_t h, size_t tok, ptrdiff_t bs,
-                       ptrdiff_t hs, ptrdiff_t ts)
-{
-    kb->t = t, kb->dim = dim, kb->bs = bs, kb->hs = hs, kb->ts = ts;
-    ptrdiff_t lo = 0, hi = (ptrdiff_t)dim; /* [lo, hi) */
-    const ptrdiff_t st[3] = {bs, hs, ts}, cnt[3] = {(ptrdiff_t)n, (ptrdiff_t)h, (ptrdiff_t)tok};
-    for (int i = 0; i < 3; i++) {
-        const ptrdiff_t reach = (cnt[i] > 0 ? cnt[i] - 1 : 0) * st[i];
-        if (reach < 0) lo += reach;
-        else hi += reach;
-    }
-    kb->origin = QK - lo; /* a spare block either side */
-    kb->nelem = (size_t)(hi - lo) + 2 * QK;
-    const size_t bytes = (size_t)ref_off_bytes(t, (ptrdiff_t)kb->nelem);
-    kb->mem = tl_xmalloc(bytes);
-    if (quantized(t)) { /* every block: scale NaN */
-        for (size_t b = 0; b < kb->nelem / QK; b++) {
-            unsigned char *p = kb->mem + b * ref_block_bytes(t);
-            memset(p, 0x11, ref_block_bytes(t));
-            p[0] = 0x00, p[1] = 0x7e;
-        }
-    } else {
-        tl_fill_nan(kb->mem, t, kb->nelem);
-    }
-}
-
-/* Stores dim raw values at element offset off (from [0][0][0][0]); stored[] gets the values
-   the view then holds (quantized and dequantized by the reference codec, or rounded). */
-static void kvbuf_put(kvbuf *kb, ptrdiff_t off, const float *raw, float *stored)
-{
-    const ptrdiff_t at = kb->origin + off;
-    if (quantized(kb->t)) {
-        unsigned char *p = kb->mem + ref_off_bytes(kb->t, at);
-        for (size_t b = 0; b < kb->dim / QK; b++, p += ref_block_bytes(kb->t)) {
-            if (kb->t == Q8) ref_q8_0(raw + b * QK, p);
-            else ref_q4_0(raw + b * QK, p);
-            ref_deq(kb->t, p, stored + b * QK);
-        }
-    } else {
-        for (size_t c = 0; c < kb->dim; c++) {
-            tl_put(kb->mem, kb->t, (size_t)(at + (ptrdiff_t)c), raw[c]);
-            stored[c] = tl_stored(kb->t, raw[c]);
-        }
-    }
-}
-
-static sdpa_tensor kvbuf_tensor(const kvbuf *kb, ptrdiff_t bs)
-{
-    return (sdpa_tensor){kb->mem + ref_off_bytes(kb->t, kb->origin), kb->t, bs, kb->hs, kb->ts};
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* A problem                                                                                    */
-/* ------------------------------------------------------------------------------------------ */
-enum { Q_EACH = 0, Q_PADDED, Q_PACKED };
-enum { KV_DENSE = 0, KV_STRIDED, KV_REVERSED, KV_PADDED, KV_PACKED, KV_PAGED };
-enum { MAXB = 6, MARGIN = 16 };
-
-typedef struct qcase {
-    const char *name;
-    size_t      B, qh, kvh, d, dv;
-    size_t      lq[MAXB], lk[MAXB]; /* per sequence; the _EACH and dense forms use the longest */
-    int         qf, kf;
-    size_t      page;
-    bool        inorder; /* KV_PAGED: pages in table order (runs of adjacent pages), else shuffled */
-    sdpa_dtype  kt, vt;
-    bool        causal;
-    size_t      window;
-    float       softcap;
-    bool        alibi, mask, sinks;
-    int         fast;   /* q8_scores */
-    float       krange; /* raw K and V uniform in [-krange, krange); 0: 1 */
-} qcase;
-
-typedef struct qprob {
-    qcase       c;
-    size_t      Lq, Lk, on, lsen;
-    float      *q, *k, *v, *mk; /* logical: [B][Hq][Lq][D], [B][Hk][Lk][D], [B][Hk][Lk][Dv], mask */
-    float      *qbuf, *obuf, *lse, *slopes, *sinks;
-    kvbuf       kb, vb;
-    size_t      q_lens[MAXB], kv_lens[MAXB], cu_q[MAXB + 1], cu_kv[MAXB + 1];
-    int32_t    *table;
-    sdpa_params p;
-    sdpa_tensor tq, tk, tv, to, tm;
-    char        what[320];
-} qprob;
-
-static size_t row_off(const qprob *pr, size_t b, size_t h, size_t i, size_t dim)
-{
-    const qcase *c = &pr->c;
-    if (c->qf == Q_PACKED) return ((pr->cu_q[b] + i) * c->qh + h) * dim;
-    return ((b * c->qh + h) * pr->Lq + i) * dim;
-}
-
-static void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
-{
-    memset(pr, 0, sizeof *pr);
-    pr->c = *cin;
-    qcase *c = &pr->c;
-    tl_rng r = {seed};
-    if (c->dv == 0) c->dv = c->d;
-    const size_t B = c->B, Hq = c->qh, Hk = c->kvh, D = c->d, Dv = c->dv;
-    for (size_t b = 0; b < B; b++) {
-        if (c->lq[b] > pr->Lq) pr->Lq = c->lq[b];
-        if (c->lk[b] > pr->Lk) pr->Lk = c->lk[b];
-    }
-    if (pr->Lq == 0) pr->Lq = 1;
-    if (pr->Lk == 0) pr->Lk = 1;
-    const size_t Lq = pr->Lq, Lk = pr->Lk;
-    for (size_t b = 0; b < B; b++) { /* the forms without lengths: every sequence the longest */
-        if (c->qf == Q_EACH) c->lq[b] = Lq;
-        if (c->kf <= KV_REVERSED) c->lk[b] = Lk;
-        pr->q_lens[b] = c->lq[b], pr->kv_lens[b] = c->lk[b];
-        pr->cu_q[b + 1] = pr->cu_q[b] + c->lq[b];
-        pr->cu_kv[b + 1] = pr->cu_kv[b] + c->lk[b];
-    }
-    const float kr = c->krange > 0 ? c->krange : 1.0f;
-    pr->q = tl_xmalloc(B * Hq * Lq * D * sizeof(float));
-    pr->k = tl_xmalloc(B * Hk * Lk * D * sizeof(float));
-    pr->v = tl_xmalloc(B * Hk * Lk * Dv * sizeof(float));
-    for (size_t e = 0; e < B * Hq * Lq * D; e++) pr->q[e] = tl_uniform(&r, -1.0f, 1.0f);
-    for (size_t e = 0; e < B * Hk * Lk * D; e++) pr->k[e] = NAN;
-    for (size_t e = 0; e < B * Hk * Lk * Dv; e++) pr->v[e] = NAN;
-
-    sdpa_params *p = &pr->p;
-    p->batch = B, p->q_heads = Hq, p->kv_heads = Hk, p->q_len = Lq, p->kv_len = Lk, p->head_dim = D;
-    p->v_dim = Dv == D && seed % 2 ? 0 : Dv; /* 0 means head_dim */
-    p->causal = c->causal, p->window = c->window, p->softcap = c->softcap, p->q8_scores = c->fast;
-
-    /* queries and outputs: [B][Hq][Lq][dim], or token-major [tokens][Hq][dim] when packed */
-    const size_t qtok = c->qf == Q_PACKED ? (pr->cu_q[B] ? pr->cu_q[B] : 1) : B * Lq;
-    pr->qbuf = tl_xmalloc(qtok * Hq * D * sizeof(float));
-    for (size_t e = 0; e < qtok * Hq * D; e++) pr->qbuf[e] = NAN;
-    for (size_t b = 0; b < B; b++)
-        for (size_t h = 0; h < Hq; h++)
-            for (size_t i = 0; i < c->lq[b]; i++)
-                memcpy(pr->qbuf + row_off(pr, b, h, i, D), pr->q + ((b * Hq + h) * Lq + i) * D, D * sizeof(float));
-    pr->on = qtok * Hq * Dv;
-    pr->obuf = tl_xmalloc((pr->on + 2 * MARGIN) * sizeof(float));
-    tl_fill_sentinel(pr->obuf, pr->on + 2 * MARGIN);
-    pr->lsen = B * Hq * Lq;
-    pr->lse = tl_xmalloc((pr->lsen + 2 * MARGIN) * sizeof(float));
-    tl_fill_sentinel(pr->lse, pr->lsen + 2 * MARGIN);
-    p->lse = pr->lse + MARGIN;
-    if (c->qf == Q_PACKED) {
-        p->cu_q = pr->cu_q;
-        pr->tq = (sdpa_tensor){pr->qbuf, F32, 987654321, (ptrdiff_t)D, (ptrdiff_t)(Hq * D)};
-        pr->to = (sdpa_tensor){pr->obuf + MARGIN, F32, 987654321, (ptrdiff_t)Dv, (ptrdiff_t)(Hq * Dv)};
-    } else {
-        if (c->qf == Q_PADDED) p->q_lens = pr->q_lens;
-        pr->tq = (sdpa_tensor){pr->qbuf, F32, (ptrdiff_t)(Hq * Lq * D), (ptrdiff_t)(Lq * D), (ptrdiff_t)D};
-        pr->to = (sdpa_tensor){pr->obuf + MARGIN, F32, (ptrdiff_t)(Hq * Lq * Dv), (ptrdiff_t)(Lq * Dv), (ptrdiff_t)Dv};
-    }
-
-    /* keys and values: the storage of each form; where[b][h][j] is the element offset of a row */
-    float *raw = tl_xmalloc((D > Dv ? D : Dv) * sizeof(float));
-    const size_t dims[2] = {D, Dv};
-    kvbuf *kvs[2] = {&pr->kb, &pr->vb};
-    const sdpa_dtype types[2] = {c->kt, c->vt};
-    size_t *perm = NULL, n_pages = 0, max_pages = 0;
-    if (c->kf == KV_PAGED) {
-        size_t used = 0, mp = 1;
-        for (size_t b = 0; b < B; b++) {
-            const size_t n = (c->lk[b] + c->page - 1) / c->page;
-            used += n;
-            if (n > mp) mp = n;
-        }
-        max_pages = mp + 1, n_pages = used + 3; /* a spare table entry per sequence, spare pages */
-        perm = tl_xmalloc(n_pages * sizeof(size_t));
-        for (size_t e = 0; e < n_pages; e++) perm[e] = e;
-        for (size_t e = n_pages - 1; e > 0 && !c->inorder; e--) {
-            const size_t j = tl_below(&r, e + 1), t = perm[e];
-            perm[e] = perm[j], perm[j] = t;
-        }
-        pr->table = tl_xmalloc(B * max_pages * sizeof(int32_t));
-        size_t next = 0;
-        for (size_t b = 0; b < B; b++)
-            for (size_t pg = 0; pg < max_pages; pg++)
-                pr->table[b * max_pages + pg] = pg * c->page < c->lk[b] ? (int32_t)perm[next++]
-                                                : pg % 2 ? -7 : (int32_t)(n_pages + 5); /* never used */
-        p->block_table = pr->table, p->page_size = c->page, p->max_pages = max_pages, p->n_pages = n_pages;
-        p->kv_lens = pr->kv_lens;
-    }
-    for (int s = 0; s < 2; s++) {
-        const ptrdiff_t dm = (ptrdiff_t)dims[s], hk = (ptrdiff_t)Hk, lk = (ptrdiff_t)Lk;
-        ptrdiff_t bs = 0;
-        switch (c->kf) {
-        case KV_PAGED: {
-            const ptrdiff_t ps = (ptrdiff_t)c->page;
-            kvbuf_init(kvs[s], types[s], dims[s], n_pages, Hk, c->page, hk * ps * dm, ps * dm, dm);
-            bs = hk * ps * dm;
-            break;
-        }
-        case KV_PACKED: {
-            const ptrdiff_t tok = (ptrdiff_t)(pr->cu_kv[B] ? pr->cu_kv[B] : 1);
-            kvbuf_init(kvs[s], types[s], dims[s], 1, Hk, (size_t)tok, 0, tok * dm, dm);
-            bs = -123456768; /* unused (a multiple of 32, as every stride of a block view must be) */
-            break;
-        }
-        case KV_STRIDED: /* token-major, every stride padded by a block */
-            kvbuf_init(kvs[s], types[s], dims[s], B, Hk, Lk, lk * (hk * (dm + 32) + 32) + 64, dm + 32,
-                       hk * (dm + 32) + 32);
-            bs = kvs[s]->bs;
-            break;
-        case KV_REVERSED: /* tokens last to first */
-            kvbuf_init(kvs[s], types[s], dims[s], B, Hk, Lk, hk * lk * (dm + 32), lk * (dm + 32), -(dm + 32));
-            bs = kvs[s]->bs;
-            break;
-        default:
-            kvbuf_init(kvs[s], types[s], dims[s], B, Hk, Lk, hk * lk * dm, lk * dm, dm);
-            bs = kvs[s]->bs;
-            break;
-        }
-        float *logical = s == 0 ? pr->k : pr->v;
-        for (size_t b = 0; b < B; b++)
-            for (size_t h = 0; h < Hk; h++)
-                for (size_t j = 0; j < c->lk[b]; j++) {
-                    const kvbuf *kb = kvs[s];
-                    ptrdiff_t off;
-                    if (c->kf == KV_PAGED) {
-                        const ptrdiff_t P = pr->table[b * max_pages + j / c->page];
-                        off = P * kb->bs + (ptrdiff_t)h * kb->hs + (ptrdiff_t)(j % c->page) * kb->ts;
-                    } else if (c->kf == KV_PACKED) {
-                        off = (ptrdiff_t)h * kb->hs + (ptrdiff_t)(pr->cu_kv[b] + j) * kb->ts;
-                    } else {
-                        off = (ptrdiff_t)b * kb->bs + (ptrdiff_t)h * kb->hs + (ptrdiff_t)j * kb->ts;
-                    }
-                    for (size_t e = 0; e < dims[s]; e++) raw[e] = tl_uniform(&r, -kr, kr);
-                    kvbuf_put(kvs[s], off, raw, logical + ((b * Hk + h) * Lk + j) * dims[s]);
-                }
-        if (s == 0) pr->tk = kvbuf_tensor(kvs[s], bs);
-        else pr->tv = kvbuf_tensor(kvs[s], bs);
-    }
-    if (c->kf == KV_PADDED) p->kv_lens = pr->kv_lens;
-    if (c->kf == KV_PACKED) p->cu_kv = pr->cu_kv;
-    free(raw), free(perm);
-
-    if (c->mask) { /* f32 [B][Hq][Lq][Lk] by per-sequence index, -inf holes, NaN outside */
-        const size_t n = B * Hq * Lq * Lk;
-        pr->mk = tl_xmalloc(n * sizeof(float));
-        for (size_t e = 0; e < n; e++) {
-            const size_t j = e % Lk, i = e / Lk % Lq, b = e / (Hq * Lq * Lk);
-            float x = tl_uniform(&r, 0.0f, 1.0f) < 0.15f ? -INFINITY : tl_uniform(&r, -2.0f, 2.0f);
-            if (i % 11 == 3) x = -INFINITY; /* a row that sees nothing */
-            if (i >= c->lq[b] || j >= c->lk[b]) x = NAN;
-            pr->mk[e] = x;
-        }
-        pr->tm = (sdpa_tensor){pr->mk, F32, (ptrdiff_t)(Hq * Lq * Lk), (ptrdiff_t)(Lq * Lk), (ptrdiff_t)Lk};
-        p->mask = &pr->tm;
-    }
-    if (c->alibi) p->alibi_slopes = pr->slopes = tl_alibi_slopes(Hq);
-    if (c->sinks) p->sinks = pr->sinks = tl_sinks(&r, Hq);
-    static const char *const qn[] = {"q each", "q padded", "q packed"};
-    static const char *const kn[] = {"kv dense", "kv strided", "kv reversed", "kv padded", "kv packed", "kv paged"};
-    int w = snprintf(pr->what, sizeof pr->what, "%s [B=%zu hq=%zu hkv=%zu d=%zu dv=%zu lq=%zu lk=%zu %s %s", c->name,
-                     B, Hq, Hk, D, Dv, Lq, Lk, qn[c->qf], kn[c->kf]);
-#define MORE(...) (w += snprintf(pr->what + w, w < (int)sizeof pr->what ? sizeof pr->what - (size_t)w : 0, __VA_ARGS__))
-    if (c->kf == KV_PAGED) MORE(" page=%zu", c->page);
-    if (c->kf == KV_PAGED && c->inorder) MORE(" in order");
-    MORE(" k %s v %s%s", dtn(c->kt), dtn(c->vt), c->causal ? " causal" : "");
-    if (c->window) MORE(" window=%zu", c->window);
-    if (c->softcap != 0) MORE(" softcap=%g", c->softcap);
-    if (c->alibi) MORE(" alibi");
-    if (c->mask) MORE(" mask");
-    if (c->sinks) MORE(" sinks");
-    if (c->krange > 0) MORE(" |k|,|v|<%g", c->krange);
-    MORE("%s]", c->fast ? " q8_scores" : "");
-#undef MORE
-}
-
-static void qprob_free(qprob *pr)
-{
-    free(pr->q), free(pr->k), free(pr->v), free(pr->mk), free(pr->qbuf), free(pr->obuf), free(pr->lse);
-    free(pr->slopes), free(pr->sinks), free(pr->kb.mem), free(pr->vb.mem), free(pr->table);
-}
-
-static sdpa_status qprob_run(qprob *pr, const sdpa_impl *impl, bench_pool *pool)
-{
-    tl_fill_sentinel(pr->obuf, pr->on + 2 * MARGIN);
-    tl_fill_sentinel(pr->lse, pr->lsen + 2 * MARGIN);
-    return tl_forward_on(impl, &pr->p, pool, &pr->tq, &pr->tk, &pr->tv, &pr->to);
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* The float64 oracle on the dequantized K and V                                                */
-/* ------------------------------------------------------------------------------------------ */
-typedef struct qref {
-    double *o, *wabs;                  /* per output element */
-    double *lse, *tol, *ds, *dq, *vmax; /* per row: E_row, modifier error, fast-score bound, max |v| */
-    double *om, *lsem, *tm;            /* the fast-score model: output, lse, per row T_row */
-    size_t *seen;
-} qref;
-
-static void qref_free(qref *r)
-{
-    free(r->o), free(r->wabs), free(r->lse), free(r->tol), free(r->ds), free(r->dq), free(r->vmax), free(r->seen);
-    free(r->om), free(r->lsem), free(r->tm);
-}
-
-static void oracle(const qprob *pr, const sdpa_impl *impl, qref *r)
-{
-    const qcase *c = &pr->c;
-    const size_t B = c->B, Hq = c->qh, G = c->qh / c->kvh, Lq = pr->Lq, Lk = pr->Lk, D = c->d, Dv = c->dv;
-    const size_t rows = B * Hq * Lq, nb = D / QK;
-    const double scale = 1.0 / sqrt((double)D), u = TL_U, cap = c->softcap;
-    const double tanh_ulp = sdpa_impl_tanh_max_ulp(impl);
-    r->o = tl_xmalloc(rows * Dv * sizeof(double)), r->wabs = tl_xmalloc(rows * Dv * sizeof(double));
-    r->lse = tl_xmalloc(rows * sizeof(double)), r->tol = tl_xmalloc(rows * sizeof(double));
-    r->ds = tl_xmalloc(rows * sizeof(double)), r->dq = tl_xmalloc(rows * sizeof(double));
-    r->vmax = tl_xmalloc(rows * sizeof(double)), r->seen = tl_xmalloc(rows * sizeof(size_t));
-    r->om = tl_xmalloc(rows * Dv * sizeof(double)), r->lsem = tl_xmalloc(rows * sizeof(double));
-    r->tm = tl_xmalloc(rows * sizeof(double));
-    double *s = tl_xmalloc(Lk * sizeof(double)), *x = tl_xmalloc(D * sizeof(double)), *bmax = tl_xmalloc(nb * sizeof(double));
-    double *sm = tl_xmalloc(Lk * sizeof(double)), *xq = tl_xmalloc(D * sizeof(double)), *tie = tl_xmalloc(D * sizeof(double));
-    bool *in = tl_xmalloc(Lk * sizeof(bool));
-    for (size_t b = 0; b < B; b++)
-        for (size_t h = 0; h < Hq; h++)
-            for (size_t i = 0; i < c->lq[b]; i++) {
-                const size_t row = (b * Hq + h) * Lq + i, hk = h / G;
-                const long long ip = (long long)i + (long long)c->lk[b] - (long long)c->lq[b];
-                const float *qr = pr->q + row * D;
-                for (size_t e = 0; e < D; e++) x[e] = scale * qr[e];
-                for (size_t bl = 0; bl < nb; bl++) {
-                    bmax[bl] = 0;
-                    for (size_t e = bl * QK; e < (bl + 1) * QK; e++) bmax[bl] = fmax(bmax[bl], fabs(x[e]));
-                    /* the model's quantized row: xq = d q; tie[e] = d where q may be either integer */
-                    const double db = bmax[bl] / 127.0;
-                    for (size_t e = bl * QK; e < (bl + 1) * QK; e++) {
-                        const double t = db > 0 ? x[e] / db : 0.0, a = fabs(t), fl = floor(a);
-                        double qa = floor(a + 0.5);
-                        if (qa > 127) qa = 127;
-                        xq[e] = db * (t < 0 ? -qa : qa);
-                        tie[e] = fabs(a - fl - 0.5) < 0x1p-13 ? db : 0.0;
-                    }
-                }
-                double mx = pr->sinks ? pr->sinks[h] : -INFINITY, A = 0, dsmax = 0, dq = 0, vmax = 0;
-                double mxm = mx, tmax = 0;
-                size_t n = 0;
-                for (size_t j = 0; j < c->lk[b]; j++) {
-                    const long long jj = (long long)j;
-                    const double mv = pr->mk ? pr->mk[row * Lk + j] : 0.0;
-                    in[j] = !(c->causal && jj > ip) && !(c->window && llabs(ip - jj) >= (long long)c->window) &&
-                            mv != -INFINITY;
-                    if (!in[j]) continue;
-                    n++;
-                    const float *kr = pr->k + ((b * c->kvh + hk) * Lk + j) * D;
-                    double acc = 0, mag = 0, dqj = 0, accm = 0, tj = 0;
-                    for (size_t bl = 0; bl < nb; bl++) {
-                        double ka = 0;
-                        for (size_t e = bl * QK; e < (bl + 1) * QK; e++) {
-                            acc += x[e] * kr[e], mag += fabs(x[e] * kr[e]);
-                            ka += fabs((double)kr[e]);
-                            accm += xq[e] * kr[e], tj += tie[e] * fabs((double)kr[e]);
-                        }
-                        dqj += bmax[bl] / 254.0 * ka;
-                    }
-                    if (dqj > dq) dq = dqj;
-                    if (tj > tmax) tmax = tj;
-                    double y = acc, ym = accm;
-                    if (cap > 0) y = cap * tanh(y / cap), ym = cap * tanh(ym / cap);
-                    const double bias = pr->slopes ? -(double)pr->slopes[h] * (double)llabs(ip - jj) : 0.0;
-                    y += bias + mv, ym += bias + mv;
-                    s[j] = y, sm[j] = ym;
-                    if (y > mx) mx = y;
-                    if (ym > mxm) mxm = ym;
-                    if (mag > A) A = mag;
-                    const double ds = 3 * u * (fabs(y - bias - mv) + fabs(bias) + fabs(mv)) +
-                                      (cap > 0 ? (2 * tanh_ulp + 2) * u * cap : 0.0);
-                    if (ds > dsmax) dsmax = ds;
-                    for (size_t e = 0; e < Dv; e++) {
-                        const double av = fabs((double)pr->v[((b * c->kvh + hk) * Lk + j) * Dv + e]);
-                        if (av > vmax) vmax = av;
-                    }
-                }
-                const bool sink = pr->sinks && pr->sinks[h] != -INFINITY;
-                double l = sink ? exp(pr->sinks[h] - mx) : 0.0, lm = sink ? exp(pr->sinks[h] - mxm) : 0.0;
-                for (size_t j = 0; j < c->lk[b]; j++)
-                    if (in[j]) l += (s[j] = exp(s[j] - mx)), lm += (sm[j] = exp(sm[j] - mxm));
-                r->seen[row] = n;
-                r->tol[row] = attn_row_tol(n, D, A);
-                r->ds[row] = dsmax;
-                r->dq[row] = dq + (double)(nb + 8) * u * (A + dq);
-                r->tm[row] = tmax + (double)(nb + 8) * u * (A + dq);
-                r->lsem[row] = n ? mxm + log(lm) : pr->sinks ? pr->sinks[h] : -INFINITY;
-                r->vmax[row] = vmax;
-                r->lse[row] = n ? mx + log(l) : pr->sinks ? pr->sinks[h] : -INFINITY;
-                for (size_t e = 0; e < Dv; e++) {
-                    double acc = 0, mag = 0;
-                    double accm = 0;
-                    for (size_t j = 0; j < c->lk[b]; j++) {
-                        if (!in[j]) continue;
-                        const double vv = pr->v[((b * c->kvh + hk) * Lk + j) * Dv + e];
-                        acc += s[j] * vv, mag += s[j] * fabs(vv), accm += sm[j] * vv;
-                    }
-                    r->o[row * Dv + e] = n ? acc / l : 0.0;
-                    r->om[row * Dv + e] = n ? accm / lm : 0.0;
-                    r->wabs[row * Dv + e] = n ? mag / l : 0.0;
-                }
-            }
-    free(s), free(x), free(bmax), free(in), free(sm), free(xq), free(tie);
-}
-
-static double g_worst;      /* exact mode: the largest |error| / tolerance, printed per implementation */
-static double g_worst_fast; /* fast mode: the largest |o_fast - o| / its bound */
-static double g_fast_err;   /* fast mode: the largest |o_fast - o| met */
-static double g_worst_model; /* fast mode: the largest |o_fast - o_model| / its tolerance */
-
-/* o and lse against the oracle (fast: within sdpa.h's bound for q8 scores), and every
-   element no sequence owns still a sentinel. */
-static void check(const qprob *pr, const qref *r, bool fast)
-{
-    const qcase *c = &pr->c;
-    const size_t Hq = c->qh, Lq = pr->Lq, Dv = c->dv;
-    unsigned char *own = tl_xmalloc(pr->on);
-    memset(own, 0, pr->on);
-    for (size_t b = 0; b < c->B; b++)
-        for (size_t h = 0; h < Hq; h++)
-            for (size_t i = 0; i < c->lq[b]; i++) memset(own + row_off(pr, b, h, i, Dv), 1, Dv);
-    const float *o = pr->obuf + MARGIN, *lse = pr->lse + MARGIN;
-    bool stop = false;
-    for (size_t b = 0; b < c->B && !stop; b++)
-        for (size_t h = 0; h < Hq && !stop; h++)
-            for (size_t i = 0; i < c->lq[b] && !stop; i++) {
-                const size_t row = (b * Hq + h) * Lq + i, at = row_off(pr, b, h, i, Dv);
-                const double fast_o = fast ? expm1(2 * r->dq[row]) * r->vmax[row] : 0.0;
-                for (size_t e = 0; e < Dv && !stop; e++) {
-                    const float got = o[at + e];
-                    const double ref = r->o[row * Dv + e];
-                    if (r->seen[row] == 0) {
-                        stop = !CHECK(got == 0.0f, "%s: b=%zu h=%zu i=%zu sees no key: o[%zu] = %g, want 0", pr->what,
-                                      b, h, i, e, got);
-                        continue;
-                    }
-                    const double tol0 = r->tol[row] * r->wabs[row * Dv + e] +
-                                        2 * r->ds[row] * (r->wabs[row * Dv + e] + fabs(ref)) + FLT_TRUE_MIN;
-                    const double tol = tol0 + fast_o, err = fabs(got - ref);
-                    if (fast) {
-                        if (err / tol > g_worst_fast) g_worst_fast = err / tol;
-                        if (err > g_fast_err) g_fast_err = err;
-                    } else if (err / tol > g_worst) {
-                        g_worst = err / tol;
-                    }
-                    stop = !CHECK(err <= tol,
-                                  "%s: b=%zu h=%zu i=%zu (sees %zu keys) o[%zu] = %.9g, float64 %.9g, |err| %.3g > %.3g%s",
-                                  pr->what, b, h, i, r->seen[row], e, got, ref, err, tol,
-                                  fast ? " (fast-score bound)" : "");
-                    if (!fast || stop) continue;
-                    const double refm = r->om[row * Dv + e], errm = fabs(got - refm);
-                    const double tolm = tol0 + 2 * r->ds[row] * fabs(refm) + expm1(2 * r->tm[row]) * r->vmax[row];
-                    if (errm / tolm > g_worst_model) g_worst_model = errm / tolm;
-                    stop = !CHECK(errm <= tolm,
-                                  "%s: b=%zu h=%zu i=%zu o[%zu] = %.9g, the float64 model of the q8 scores %.9g (exact "
-                                  "%.9g), |err| %.3g > %.3g",
-                                  pr->what, b, h, i, e, got, refm, ref, errm, tolm);
-                }
-                const float gl = lse[row];
-                const double rl = r->lse[row];
-                if (!stop && r->seen[row] == 0)
-                    stop = !CHECK(gl == (float)rl, "%s: b=%zu h=%zu i=%zu sees no key: lse %g, want %g", pr->what, b, h,
-                                  i, gl, rl);
-                else if (!stop)
-                    stop = !CHECK(fabs(gl - rl) <= r->tol[row] * (1 + fabs(rl)) + 2 * r->ds[row] + (fast ? r->dq[row] : 0),
-                                  "%s: b=%zu h=%zu i=%zu lse %.9g, float64 %.9g", pr->what, b, h, i, gl, rl);
-                if (!stop && fast && r->seen[row] > 0)
-                    stop = !CHECK(fabs(gl - r->lsem[row]) <= r->tol[row] * (1 + fabs(rl)) + 2 * r->ds[row] + r->tm[row],
-                                  "%s: b=%zu h=%zu i=%zu lse %.9g, the float64 model of the q8 scores %.9g", pr->what,
-                                  b, h, i, gl, r->lsem[row]);
-            }
-    size_t bad = 0;
-    for (size_t e = 0; e < pr->on + 2 * MARGIN; e++) {
-        const bool in = e >= MARGIN && e < MARGIN + pr->on && own[e - MARGIN];
-        if (!in && !tl_is_sentinel(pr->obuf[e])) bad++;
-    }
-    CHECK(bad == 0, "%s: %zu elements of o that no sequence's row owns were written", pr->what, bad);
-    bad = 0;
-    for (size_t e = 0; e < pr->lsen + 2 * MARGIN; e++) {
-        bool in = e >= MARGIN && e - MARGIN < pr->lsen;
-        if (in) in = (e - MARGIN) % Lq < c->lq[(e - MARGIN) / (Hq * Lq)];
-        if (!in && !tl_is_sentinel(pr->lse[e])) bad++;
-    }
-    CHECK(bad == 0, "%s: %zu lse entries past the sequences' rows were written", pr->what, bad);
-    free(own);
-}
-
-/* The call serially against the oracle, then on 2 and 3 threads for the same bits; with
-   q8_scores also exact mode against the same oracle, and the two must differ somewhere. */
-static void run_case(const sdpa_impl *impl, const qcase *c, uint64_t seed)
-{
-    qprob pr;
-    qprob_init(&pr, c, seed);
-    qref r;
-    oracle(&pr, impl, &r);
-    const size_t ob = (pr.on + 2 * MARGIN) * sizeof(float), lb = (pr.lsen + 2 * MARGIN) * sizeof(float);
-    float *o1 = tl_xmalloc(ob), *l1 = tl_xmalloc(lb);
-    for (int fast = c->fast; fast >= 0; fast--) {
-        pr.p.q8_scores = fast;
-        sdpa_status st = qprob_run(&pr, impl, NULL);
-        char msg[256] = "";
-        if (st != SDPA_OK) sdpa_validate(&pr.p, &pr.tq, &pr.tk, &pr.tv, &pr.to, msg, sizeof msg);
-        if (!CHECK(st == SDPA_OK, "%s%s: status %s (%s)", pr.what, fast ? "" : " exact", sdpa_status_str(st), msg))
-            break;
-        check(&pr, &r, fast);
-        if (!fast && c->fast) { /* o1 holds the fast output */
-            CHECK(memcmp(o1, pr.obuf, ob) != 0, "%s: q8_scores 1 gives the very bits of exact mode (q8_scores 0): ignored?", pr.what);
-            continue;
-        }
-        memcpy(o1, pr.obuf, ob), memcpy(l1, pr.lse, lb);
-        for (size_t t = 0; t < 2 && !tl_sampled_out(t + 1); t++) {
-            st = qprob_run(&pr, impl, g_pool[t]);
-            CHECK(st == SDPA_OK && memcmp(o1, pr.obuf, ob) == 0 && memcmp(l1, pr.lse, lb) == 0,
-                  "%s: %zu threads give other bits than one", pr.what, bench_pool_threads(g_pool[t]));
-        }
-    }
-    free(o1), free(l1);
-    qref_free(&r);
-    qprob_free(&pr);
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* The forward cases                                                                            */
@@ -708,21 +70,21 @@ static void t_types(const sdpa_impl *impl)
         qcase a = mk("prefill", 1, 8, 2, dm[0], dm[1], i % 3 == 2 ? 70 : 40, 70, g_types[i].k, g_types[i].v);
         a.causal = i % 2 == 0;
         a.kf = (int)(i % 3); /* dense, strided, reversed */
-        run_case(impl, &a, 100 + i);
+        qprob_case(impl, &a, 100 + i);
         qcase b = mk("decode", 2, 8, 2, dm[0], dm[1], 1 + i % 4, 300 + 37 * i, g_types[i].k, g_types[i].v);
         b.causal = i % 4 != 0;
         b.kf = (int)((i + 1) % 3);
-        run_case(impl, &b, 200 + i);
+        qprob_case(impl, &b, 200 + i);
     }
     /* a long decode: split into KV chunks and merged */
     qcase c = mk("long decode", 1, 8, 2, 128, 128, 1, 2100, Q8, Q4);
-    run_case(impl, &c, 300);
+    qprob_case(impl, &c, 300);
     c.kt = Q4, c.vt = Q8, c.kf = KV_REVERSED, c.dv = 64, c.lq[0] = 3, c.causal = true;
-    run_case(impl, &c, 301);
+    qprob_case(impl, &c, 301);
     /* larger values (scores of several units, weights far from uniform) */
     qcase d = mk("prefill, wide values", 1, 4, 4, 64, 64, 40, 70, Q4, Q8);
     d.krange = 4.0f, d.causal = true;
-    run_case(impl, &d, 302);
+    qprob_case(impl, &d, 302);
 }
 
 /* Ragged: padded and packed sequences; paged K/V with pages of 16, 32, 64 and 128 keys, shuffled
@@ -733,18 +95,18 @@ static void t_ragged(const sdpa_impl *impl)
     const size_t lka[4] = {1, 100, 0, 700};
     for (size_t b = 0; b < 4; b++) a.lk[b] = lka[b];
     a.qf = Q_PADDED, a.kf = KV_PADDED;
-    run_case(impl, &a, 400);
+    qprob_case(impl, &a, 400);
     qcase b = mk("ragged prefills", 3, 4, 2, 128, 64, 0, 0, Q4, Q8);
     const size_t lqb[3] = {7, 0, 40}, lkb[3] = {7, 50, 70};
     for (size_t s = 0; s < 3; s++) b.lq[s] = lqb[s], b.lk[s] = lkb[s];
     b.qf = Q_PADDED, b.kf = KV_PADDED, b.causal = true;
-    run_case(impl, &b, 401);
+    qprob_case(impl, &b, 401);
     b.qf = Q_PACKED, b.kf = KV_PACKED, b.kt = Q8, b.vt = F16, b.d = 64, b.dv = 32;
-    run_case(impl, &b, 402);
+    qprob_case(impl, &b, 402);
     b.qf = Q_PADDED, b.kf = KV_PACKED, b.kt = F32, b.vt = Q4, b.d = 32, b.dv = 32, b.causal = false;
-    run_case(impl, &b, 403);
+    qprob_case(impl, &b, 403);
     a.qf = Q_PACKED, a.kf = KV_PACKED, a.kt = Q4, a.vt = Q4, a.d = 32;
-    run_case(impl, &a, 404);
+    qprob_case(impl, &a, 404);
 
     static const size_t pages[3] = {16, 32, 128};
     for (size_t i = 0; i < 3; i++) {
@@ -753,30 +115,30 @@ static void t_ragged(const sdpa_impl *impl)
         p.qf = Q_PADDED, p.kf = KV_PAGED, p.page = pages[i];
         p.kt = i == 1 ? F16 : i == 0 ? Q8 : Q4, p.vt = i == 2 ? F32 : i == 0 ? Q4 : Q8;
         p.d = g_dims[i][0], p.dv = g_dims[i][1];
-        run_case(impl, &p, 410 + i);
+        qprob_case(impl, &p, 410 + i);
         qcase q = b;
         q.name = "paged prefills";
         q.qf = i == 1 ? Q_PACKED : Q_PADDED, q.kf = KV_PAGED, q.page = pages[i], q.causal = i != 2;
         q.kt = i == 1 ? Q4 : Q8, q.vt = i == 2 ? Q4 : i == 0 ? Q8 : F32;
         q.d = g_dims[2 - i][0], q.dv = g_dims[3 + i % 2][1];
         q.lk[2] = 300; /* 40 queries over 300 keys: many pages */
-        run_case(impl, &q, 420 + i);
+        qprob_case(impl, &q, 420 + i);
     }
     /* more query rows than a decode unit takes, so the prefill paths page too */
     qcase c = mk("paged prefill, 8 heads per KV head", 2, 16, 2, 64, 64, 0, 0, Q8, Q8);
     c.lq[0] = 40, c.lq[1] = 17, c.lk[0] = 300, c.lk[1] = 17;
     c.qf = Q_PADDED, c.kf = KV_PAGED, c.page = 16, c.causal = true;
-    run_case(impl, &c, 430);
+    qprob_case(impl, &c, 430);
     c.page = 128, c.kt = Q4, c.vt = Q4;
-    run_case(impl, &c, 431);
+    qprob_case(impl, &c, 431);
     /* pages in order: with one KV head consecutive pages are one run of key rows; with two,
        consecutive page numbers whose rows of a head are not adjacent */
     c.kvh = 1, c.inorder = true, c.page = 16, c.kt = Q8, c.vt = Q4;
-    run_case(impl, &c, 432);
+    qprob_case(impl, &c, 432);
     c.page = 128, c.kt = Q4, c.vt = Q8;
-    run_case(impl, &c, 433);
+    qprob_case(impl, &c, 433);
     c.kvh = 2, c.page = 64, c.kt = Q4, c.vt = F16;
-    run_case(impl, &c, 434);
+    qprob_case(impl, &c, 434);
 }
 
 /* The variants with block-format K and V: window, mask (f32, -inf holes), softcap, ALiBi,
@@ -785,24 +147,24 @@ static void t_variants(const sdpa_impl *impl)
 {
     qcase a = mk("all variants", 1, 8, 2, 64, 64, 40, 70, Q4, Q8);
     a.causal = true, a.window = 12, a.mask = true, a.softcap = 20.0f, a.alibi = true, a.sinks = true;
-    run_case(impl, &a, 500);
+    qprob_case(impl, &a, 500);
     qcase b = mk("mask and sinks, decode", 2, 8, 2, 128, 64, 4, 300, Q8, F32);
     b.mask = true, b.sinks = true;
-    run_case(impl, &b, 501);
+    qprob_case(impl, &b, 501);
     qcase c = mk("window", 1, 4, 1, 32, 32, 40, 300, Q8, Q8);
     c.window = 50, c.kf = KV_STRIDED;
-    run_case(impl, &c, 502);
+    qprob_case(impl, &c, 502);
     c.causal = true, c.window = 20, c.kt = F16, c.vt = Q4;
-    run_case(impl, &c, 503);
+    qprob_case(impl, &c, 503);
     qcase d = mk("softcap and alibi", 1, 8, 2, 64, 32, 70, 70, Q4, Q4);
     d.softcap = 5.0f, d.alibi = true, d.krange = 4.0f, d.kf = KV_REVERSED;
-    run_case(impl, &d, 504);
+    qprob_case(impl, &d, 504);
     qcase e = a;
     e.name = "paged variants", e.B = 3, e.qf = Q_PACKED, e.kf = KV_PAGED, e.page = 16, e.kt = Q8, e.vt = Q4;
     e.lq[1] = 1, e.lk[1] = 130, e.lq[2] = 0, e.lk[2] = 9;
-    run_case(impl, &e, 505);
+    qprob_case(impl, &e, 505);
     e.page = 128, e.kt = Q4, e.vt = F16, e.d = 128, e.dv = 64;
-    run_case(impl, &e, 506);
+    qprob_case(impl, &e, 506);
 }
 
 /* q8_scores 1: within sdpa.h's bound, different from exact mode, deterministic over threads. */
@@ -811,34 +173,34 @@ static void t_fast(const sdpa_impl *impl)
     g_worst_fast = 0, g_fast_err = 0, g_worst_model = 0;
     qcase a = mk("fast decode", 2, 8, 2, 128, 128, 1, 300, Q8, F32);
     a.fast = 1;
-    run_case(impl, &a, 600);
+    qprob_case(impl, &a, 600);
     a.kt = Q4, a.vt = F16, a.d = 64, a.dv = 64, a.lq[0] = a.lq[1] = 4, a.causal = true, a.lk[1] = 257;
     a.kf = KV_STRIDED;
-    run_case(impl, &a, 601);
+    qprob_case(impl, &a, 601);
     qcase b = mk("fast prefill", 1, 8, 2, 64, 64, 40, 70, Q8, Q8);
     b.fast = 1, b.causal = true;
-    run_case(impl, &b, 602);
+    qprob_case(impl, &b, 602);
     b.kt = Q4, b.vt = Q4, b.d = 32, b.dv = 64, b.lq[0] = 70, b.causal = false, b.kf = KV_REVERSED;
-    run_case(impl, &b, 603);
+    qprob_case(impl, &b, 603);
     b.kt = Q8, b.vt = Q4, b.d = 128, b.dv = 32, b.krange = 4.0f, b.lq[0] = 40, b.causal = true;
-    run_case(impl, &b, 604);
+    qprob_case(impl, &b, 604);
     qcase c = mk("fast paged decodes", 4, 8, 2, 64, 64, 1, 0, Q8, Q8);
     const size_t lkc[4] = {1, 100, 0, 700};
     for (size_t s = 0; s < 4; s++) c.lk[s] = lkc[s];
     c.fast = 1, c.qf = Q_PADDED, c.kf = KV_PAGED, c.page = 32;
-    run_case(impl, &c, 605);
+    qprob_case(impl, &c, 605);
     c.page = 128, c.kt = Q4, c.qf = Q_PACKED;
-    run_case(impl, &c, 606);
+    qprob_case(impl, &c, 606);
     qcase d = mk("fast paged prefill, variants", 2, 4, 2, 64, 64, 0, 0, Q4, Q8);
     d.lq[0] = 40, d.lq[1] = 7, d.lk[0] = 70, d.lk[1] = 7;
     d.fast = 1, d.qf = Q_PADDED, d.kf = KV_PAGED, d.page = 16, d.causal = true, d.mask = true, d.sinks = true,
     d.softcap = 10.0f, d.alibi = true;
-    run_case(impl, &d, 607);
+    qprob_case(impl, &d, 607);
     d.kf = KV_PACKED, d.qf = Q_PACKED, d.kt = Q8, d.window = 9;
-    run_case(impl, &d, 608);
+    qprob_case(impl, &d, 608);
     qcase e = mk("fast long decode", 1, 8, 2, 128, 128, 2, 2100, Q4, Q8);
     e.fast = 1, e.causal = true;
-    run_case(impl, &e, 609);
+    qprob_case(impl, &e, 609);
     printf("# %s: fast mode: worst |o_fast - o| / bound %.3f (worst |o_fast - o| %.3g), worst |o_fast - model| / "
            "tolerance %.3f\n",
            tl_label, g_worst_fast, g_fast_err, g_worst_model);

@@ -4,7 +4,7 @@
 
 /*
  * The attention variants of sdpa_params (issue #14), checked on every implementation of the
- * registry against an oracle written here, in double, straight from the contract in sdpa.h:
+ * registry against the float64 oracle (attn.h: attn_oracle64), straight from the contract in sdpa.h:
  *
  *   i' = i + kv_len - q_len                      query i's position among the keys
  *   row i sees key j   iff  (not causal or j <= i') and (window 0 or |i' - j| < window)
@@ -16,7 +16,7 @@
  * hidden keys cannot reach it), from the very values the library reads (f16/bf16 K, V and mask
  * converted exactly). A row that sees nothing gives zeros and lse -inf, or lse = sink_h.
  *
- * Tolerance of an output element (oracle() gathers the sums, prob_check() applies them): the
+ * Tolerance of an output element (attn_oracle64 gathers the sums, prob_check() applies them): the
  * plain attention bound of attn.h (attn_row_tol: f32 accumulation of the weights and weighted
  * values, the f32 score dot products) plus what the variants add, each from a stated bound:
  *   - the implementation's exp error, sdpa_impl_exp_max_ulp: a weight off by e ULP (relative
@@ -280,128 +280,34 @@ static sdpa_status prob_run(prob *pr, const sdpa_impl *impl, bench_pool *pool)
 /* ------------------------------------------------------------------------------------------ */
 /* The oracle and the check                                                                     */
 /* ------------------------------------------------------------------------------------------ */
-enum { ROW_KEYS = 0, ROW_NOTHING, ROW_NAN };
-
-/* What the oracle says about one problem, and the parts of the tolerance that do not depend on
-   the implementation (its exp and tanh bounds are applied in the check). Computed once per
-   case and test, and shared by the implementations (the oracle dominates the run time, more
-   so under emulation). */
+/* What the oracle (attn.h) says about one problem, and the parts of the tolerance that do not
+   depend on the implementation (its exp and tanh bounds are applied in the check). Computed
+   once per case and test, and shared by the implementations (the oracle dominates the run
+   time, more so under emulation). */
 typedef struct vref {
-    const vcase   *c;
-    uint64_t       seed;
-    unsigned char *kind;  /* per row: ROW_* */
-    size_t        *seen;  /* per row: keys seen */
-    double        *o;     /* per element: the output (non-finite: an attended V element is) */
-    float         *wabs;  /* per element: sum_j w_j |v_jc| / l */
-    float         *m1;    /* per element: sum_j w_j ds_j |v_jc| / l, ds_j without the softcap's part */
-    float         *flush; /* per element: n e^-87 max_j |v_jc| / l, the SIMD weight flush (sdpa.h) */
-    double        *lse;   /* per row */
-    float         *e0;    /* per row: attn_row_tol(n, d, A) */
-    float         *s1;    /* per row: sum_j w_j ds_j / l (+ the sink's rounding), ds_j as above */
-    float         *wk;    /* per row: sum_j w_j / l over the keys (the sink's share left out) */
+    const vcase *c;
+    uint64_t     seed;
+    attn_ref     a;
 } vref;
 
 static void vref_free(vref *r)
 {
-    free(r->kind), free(r->seen), free(r->o), free(r->wabs), free(r->m1), free(r->flush);
-    free(r->lse), free(r->e0), free(r->s1), free(r->wk);
+    attn_ref_free(&r->a);
     memset(r, 0, sizeof *r);
 }
 
 static void oracle(const prob *pr, uint64_t seed, vref *r)
 {
     const vcase *c = pr->c;
-    const size_t Hq = c->qh, G = c->qh / c->kvh, Tq = c->ql, Tk = c->kvl, D = c->d, Dv = pr->o.D, rows = pr->rows;
-    const double scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)D);
-    const double cap = c->softcap, u = TL_U;
+    const attn_problem P = {
+        .B = c->batch, .Hq = c->qh, .Hk = c->kvh, .Lq = c->ql, .Lk = c->kvl, .D = c->d, .Dv = pr->o.D,
+        .q = pr->q.vals, .k = pr->k.vals, .v = pr->v.vals,
+        .scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)c->d), .causal = c->causal,
+        .window = c->window, .softcap = c->softcap, .slopes = pr->slopes, .sinks = pr->sinks,
+        .mask = c->mask != MK_NONE ? pr->m.vals : NULL,
+        .mbs = c->mb_batch ? 0 : pr->m.H * c->ql * c->kvl, .mhs = c->mb_heads ? 0 : c->ql * c->kvl, .mis = c->kvl};
     r->c = c, r->seed = seed;
-    r->kind = tl_xmalloc(rows), r->seen = tl_xmalloc(rows * sizeof(size_t));
-    r->o = tl_xmalloc(rows * Dv * sizeof(double));
-    r->wabs = tl_xmalloc(rows * Dv * sizeof(float)), r->m1 = tl_xmalloc(rows * Dv * sizeof(float));
-    r->flush = tl_xmalloc(rows * Dv * sizeof(float));
-    r->lse = tl_xmalloc(rows * sizeof(double));
-    r->e0 = tl_xmalloc(rows * sizeof(float)), r->s1 = tl_xmalloc(rows * sizeof(float));
-    r->wk = tl_xmalloc(rows * sizeof(float));
-    double *s = tl_xmalloc(Tk * sizeof(double)), *ds = tl_xmalloc(Tk * sizeof(double));
-    double *num = tl_xmalloc(4 * Dv * sizeof(double)), *wabs = num + Dv, *m1 = wabs + Dv, *vmax = m1 + Dv;
-    size_t *idx = tl_xmalloc(Tk * sizeof(size_t));
-    for (size_t b = 0; b < c->batch; b++)
-        for (size_t h = 0; h < Hq; h++) {
-            const size_t kh = h / G;
-            const double slope = pr->slopes ? (double)pr->slopes[h] : 0.0;
-            const double sink = pr->sinks ? (double)pr->sinks[h] : -INFINITY;
-            for (size_t i = 0; i < Tq; i++) {
-                const size_t row = (b * Hq + h) * Tq + i;
-                const long long ip = (long long)i + (long long)Tk - (long long)Tq;
-                const float *qr = pr->q.vals + tview_dense(&pr->q, b, h, i, 0);
-                size_t n = 0;
-                bool nan_row = false;
-                double mx = -INFINITY, A = 0.0;
-                for (size_t j = 0; j < Tk; j++) {
-                    if (!sees(pr, b, h, i, j)) continue; /* never read */
-                    const float *kr = pr->k.vals + tview_dense(&pr->k, b, kh, j, 0);
-                    double acc = 0.0, mag = 0.0;
-                    for (size_t e = 0; e < D; e++) {
-                        acc += (double)qr[e] * kr[e];
-                        mag += fabs((double)qr[e] * kr[e]);
-                    }
-                    double x = scale * acc;
-                    if (cap > 0) x = cap * tanh(x / cap);
-                    const double bias = -slope * fabs((double)(ip - (long long)j));
-                    const double mv = c->mask != MK_NONE ? mask_at(pr, b, h, i, j) : 0.0;
-                    const double sc = x + bias + mv;
-                    if (isnan(sc) || sc == INFINITY) nan_row = true;
-                    s[n] = sc;
-                    ds[n] = 3.0 * u * (fabs(x) + fabs(bias) + fabs(mv));
-                    idx[n++] = j;
-                    if (sc > mx) mx = sc;
-                    if (fabs(scale) * mag > A) A = fabs(scale) * mag;
-                }
-                r->seen[row] = n;
-                r->kind[row] = nan_row ? ROW_NAN : n == 0 ? ROW_NOTHING : ROW_KEYS;
-                r->lse[row] = nan_row ? NAN : n == 0 ? sink : 0.0;
-                if (r->kind[row] != ROW_KEYS) continue;
-                const double M = fmax(mx, sink);
-                double l = 0.0, wk = 0.0, s1 = 0.0, ws = 0.0;
-                for (size_t t = 0; t < n; t++) {
-                    s[t] = exp(s[t] - M); /* the weight */
-                    wk += s[t];
-                }
-                l = wk;
-                if (sink > -INFINITY) {
-                    ws = exp(sink - M);
-                    l += ws;
-                }
-                for (size_t e = 0; e < Dv; e++) num[e] = wabs[e] = m1[e] = vmax[e] = 0.0;
-                for (size_t t = 0; t < n; t++) {
-                    const float *vr = pr->v.vals + tview_dense(&pr->v, b, kh, idx[t], 0);
-                    const double w = s[t], wd = w * ds[t];
-                    s1 += wd;
-                    for (size_t e = 0; e < Dv; e++) {
-                        const double vv = vr[e], av = fabs(vv);
-                        num[e] += w * vv;
-                        wabs[e] += w * av;
-                        m1[e] += wd * av;
-                        if (av > vmax[e]) vmax[e] = av;
-                    }
-                }
-                for (size_t e = 0; e < Dv; e++) {
-                    r->o[row * Dv + e] = num[e] / l;
-                    r->wabs[row * Dv + e] = (float)(wabs[e] / l);
-                    r->m1[row * Dv + e] = (float)(m1[e] / l);
-                    r->flush[row * Dv + e] = (float)((double)n * 0x1p-125 * vmax[e] / l);
-                }
-                r->lse[row] = M + log(l);
-                r->e0[row] = (float)attn_row_tol(n, D, A);
-                if (ws > 0) s1 += ws * u * fabs(sink - M); /* the rounding of the sink weight's exponent */
-                r->s1[row] = (float)(s1 / l);
-                r->wk[row] = (float)(wk / l);
-            }
-        }
-    free(s);
-    free(ds);
-    free(num);
-    free(idx);
+    attn_oracle64(&P, &r->a);
 }
 
 /* The oracle's answers for the current test, shared by its implementations. */
@@ -437,7 +343,7 @@ static long prob_check(const prob *pr, uint64_t seed, const sdpa_impl *impl)
 {
     const long before = tl_case_failures;
     const vcase *c = pr->c;
-    const vref *r = oracle_for(pr, seed);
+    const attn_ref *r = &oracle_for(pr, seed)->a;
     const size_t Hq = c->qh, Tq = c->ql, Dv = pr->o.D;
     const double u = TL_U, exp_ulp = sdpa_impl_exp_max_ulp(impl), tanh_ulp = sdpa_impl_tanh_max_ulp(impl);
     /* the softcap's error per score: (2 ulp_tanh + 2) u c (see the top of the file) */
@@ -452,7 +358,7 @@ static long prob_check(const prob *pr, uint64_t seed, const sdpa_impl *impl)
                 const size_t row = (b * Hq + h) * Tq + i;
                 const ptrdiff_t o0 = tview_index(&pr->o, b, h, i, 0);
                 const float lgot = lse ? lse[row] : 0.0f;
-                if (r->kind[row] == ROW_NAN) { /* a NaN (or +inf) attended score: the whole row and lse NaN */
+                if (r->kind[row] == ATTN_ROW_NAN) { /* a NaN (or +inf) attended score: the whole row and lse NaN */
                     for (size_t e = 0; e < Dv && !stop; e++)
                         if (!CHECK(isnan(ob[o0 + e]), "%s: b=%zu h=%zu i=%zu attends a NaN score: o[%zu]=%g, want NaN",
                                    what, b, h, i, e, ob[o0 + e]))
@@ -461,7 +367,7 @@ static long prob_check(const prob *pr, uint64_t seed, const sdpa_impl *impl)
                         stop = true;
                     continue;
                 }
-                if (r->kind[row] == ROW_NOTHING) { /* zeros; lse the sink, or -inf */
+                if (r->kind[row] == ATTN_ROW_NOTHING) { /* zeros; lse the sink, or -inf */
                     for (size_t e = 0; e < Dv && !stop; e++)
                         if (!CHECK(ob[o0 + e] == 0.0f, "%s: b=%zu h=%zu i=%zu sees no key: o[%zu]=%g, want 0", what, b, h,
                                    i, e, ob[o0 + e]))
@@ -472,7 +378,7 @@ static long prob_check(const prob *pr, uint64_t seed, const sdpa_impl *impl)
                         stop = true;
                     continue;
                 }
-                const double E = r->e0[row] + 4.0 * exp_ulp * u, S1 = r->s1[row] + cap_err * r->wk[row];
+                const double E = r->tol[row] + 4.0 * exp_ulp * u, S1 = r->s1[row] + cap_err * r->wk[row];
                 for (size_t e = 0; e < Dv && !stop; e++) {
                     const size_t x = row * Dv + e;
                     const double ref = r->o[x];

@@ -1,0 +1,245 @@
+// bench_core.cc -- sdpa-bench's core rows: the three primitives, prefill and decode per implementation, the OpenBLAS baseline, the decode's read pattern
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include "sdpa_bench.h"
+
+namespace sdpa_bench {
+
+// ---- fused attention through sdpa_impl_forward ------------------------------------------
+void register_forward(const char *kind, const sdpa_impl *impl, const Shape &s, size_t threads)
+{
+    const std::string name = std::string(kind) + "/" + sdpa_impl_name(impl) + "/" + s.name +
+                             "/threads:" + std::to_string(threads);
+    const bool decode = std::strcmp(kind, "decode") == 0;
+    auto once = std::make_shared<Once>();
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State &st) {
+        Tensors *t = tensors_for(s, false);
+        if (!t) {
+            st.SkipWithError("out of memory for the test tensors");
+            return;
+        }
+        const sdpa_params p = make_params(s, threads);
+        const sdpa_tensor q = dense_view(t->q, SDPA_F32, s.q_heads, s.q_len, s.head_dim);
+        const sdpa_tensor k = dense_view(t->k, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
+        const sdpa_tensor v = dense_view(t->v, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
+        const sdpa_tensor o = dense_view(t->o, SDPA_F32, s.q_heads, s.q_len, s.head_dim);
+        Probe probe{sdpa_impl_name(impl), threads, decode};
+        BestCall call;
+        for (auto _ : st) {
+            probe.sample_paused(st);
+            // the very first call also counts the library's heap workspace: no separate
+            // warm-up, which would double the cost of the slow (scalar) shapes
+            const bool track = !once->done;
+            if (track) bench_heap_track_begin();
+            call.start();
+            sdpa_status r = sdpa_impl_forward(impl, &p, &q, &k, &v, &o);
+            call.stop();
+            if (track) {
+                once->ws_bytes = bench_heap_track_end();
+                once->done = true;
+            }
+            if (r != SDPA_OK) {
+                st.SkipWithError(sdpa_status_str(r));
+                break;
+            }
+            benchmark::ClobberMemory();
+        }
+        probe.sample();
+        const double limit = probe.mean();
+        const double flops = shape_flops(s);
+        st.counters["FLOP"] = per_second(flops);
+        if (decode) {
+            const double bytes = shape_kv_bytes(s);
+            st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
+            if (limit > 0) {
+                st.counters["pct_bw"] = bytes / call.mean() * 100.0 / limit;
+                st.counters["pct_bw_best"] = bytes / call.best * 100.0 / limit;
+                st.counters["limit_bytes_per_s"] = limit;
+            }
+        } else if (limit > 0) {
+            st.counters["pct_peak"] = flops / call.mean() * 100.0 / limit;
+            st.counters["pct_peak_best"] = flops / call.best * 100.0 / limit;
+            st.counters["limit_flops"] = limit;
+        }
+        st.counters["best_call_ms"] = call.best * 1e3;
+        st.counters["ws_bytes"] = (double)once->ws_bytes;
+    })->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+
+// ---- the three primitives, single-threaded ---------------------------------------------
+constexpr size_t kPrimN = 4096, kPrimD = 128;
+
+// A primitive's data fits in cache (score and accumulate: 2 MiB of K or V, softmax: 16 KiB), so
+// it is judged against the FMA peak of its implementation (pct_peak, when it does arithmetic)
+// and against reading a working set of its size from cache (pct_bw, limit_bytes_per_s), never
+// against memory bandwidth. `seconds`: the loop's wall time over st.iterations() calls.
+void prim_counters(benchmark::State &st, const sdpa_impl *impl, double items, double bytes,
+                   double flops, double seconds)
+{
+    st.SetItemsProcessed((int64_t)(items * (double)st.iterations()));
+    st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
+    if (flops > 0) st.counters["FLOP"] = per_second(flops);
+    const double call = st.iterations() ? seconds / (double)st.iterations() : 0;
+    if (call <= 0) return;
+    const char *isa;
+    const double peak = bench_fma_peak_for(&g_machine, sdpa_impl_name(impl), 1, &isa);
+    if (flops > 0 && peak > 0) st.counters["pct_peak"] = flops / call * 100.0 / peak;
+    static std::map<size_t, double> cached; // by working-set size, measured once
+    const size_t ws = (size_t)bytes;
+    if (!cached.count(ws)) cached[ws] = bench_read_bw_cached(&g_machine, ws);
+    if (cached[ws] > 0) {
+        st.counters["pct_bw"] = bytes / call * 100.0 / cached[ws];
+        st.counters["limit_bytes_per_s"] = cached[ws];
+    }
+}
+
+void register_primitives(const sdpa_impl *impl)
+{
+    const std::string in = sdpa_impl_name(impl);
+    benchmark::RegisterBenchmark(("prim/" + in + "/score_n4096_d128").c_str(),
+                                 [=](benchmark::State &st) {
+        const size_t n = kPrimN, d = kPrimD;
+        float *q = (float *)bench_alloc_random(SDPA_F32, d, 11);
+        float *k = (float *)bench_alloc_random(SDPA_F32, n * d, 12);
+        float *s = (float *)bench_alloc_zero(n * sizeof(float));
+        if (!q || !k || !s) {
+            st.SkipWithError("out of memory");
+        } else {
+            const auto t0 = std::chrono::steady_clock::now();
+            for (auto _ : st) {
+                sdpa_impl_score_f32(impl, q, k, d, n, d, 0.088f, s);
+                benchmark::ClobberMemory();
+            }
+            prim_counters(st, impl, (double)n, (double)(n * d + d + n) * 4.0, 2.0 * (double)(n * d),
+                          seconds_since(t0));
+        }
+        bench_free(q);
+        bench_free(k);
+        bench_free(s);
+    })->UseRealTime();
+
+    benchmark::RegisterBenchmark(("prim/" + in + "/softmax_n4096").c_str(),
+                                 [=](benchmark::State &st) {
+        const size_t n = kPrimN;
+        float *s = (float *)bench_alloc_random(SDPA_F32, n, 13);
+        if (!s) {
+            st.SkipWithError("out of memory");
+            return;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        for (auto _ : st) {
+            // a fresh row state each time; the block's values stay in (0, 1] after the first
+            // pass (p = exp(s - max)), so no pass ever sees denormals or infinities
+            float m = -INFINITY, l = 0.0f;
+            float alpha = sdpa_impl_softmax_online_f32(impl, s, n, &m, &l);
+            benchmark::DoNotOptimize(alpha);
+            benchmark::ClobberMemory();
+        }
+        prim_counters(st, impl, (double)n, 2.0 * (double)n * 4.0, 0.0, seconds_since(t0));
+        bench_free(s);
+    })->UseRealTime();
+
+    benchmark::RegisterBenchmark(("prim/" + in + "/accumulate_n4096_dv128").c_str(),
+                                 [=](benchmark::State &st) {
+        const size_t n = kPrimN, dv = kPrimD;
+        float *o = (float *)bench_alloc_zero(dv * sizeof(float));
+        float *p = (float *)bench_alloc_random(SDPA_F32, n, 14);
+        float *v = (float *)bench_alloc_random(SDPA_F32, n * dv, 15);
+        if (!o || !p || !v) {
+            st.SkipWithError("out of memory");
+        } else {
+            const auto t0 = std::chrono::steady_clock::now();
+            for (auto _ : st) {
+                // alpha < 1 keeps o bounded however many iterations run
+                sdpa_impl_accumulate_f32(impl, o, 0.5f, p, v, dv, n, dv);
+                benchmark::ClobberMemory();
+            }
+            prim_counters(st, impl, (double)n, (double)(n * dv + n + 2 * dv) * 4.0,
+                          2.0 * (double)(n * dv) + (double)dv, seconds_since(t0));
+        }
+        bench_free(o);
+        bench_free(p);
+        bench_free(v);
+    })->UseRealTime();
+}
+
+#ifdef BENCH_HAVE_BLAS
+// ---- the unfused OpenBLAS baseline -----------------------------------------------------
+void register_blas(const Shape &s)
+{
+    const std::string name = "blas/openblas/" + s.name + "/threads:1";
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State &st) {
+        Tensors *t = tensors_for(s, true);
+        if (!t) {
+            st.SkipWithError("out of memory for the test tensors");
+            return;
+        }
+        sdpa_params p = make_params(s, 1);
+        p.parallel_for = nullptr;
+        Probe probe{nullptr, 1, false};
+        BestCall call;
+        for (auto _ : st) {
+            probe.sample_paused(st);
+            call.start();
+            bench_blas_attention(&p, t->q, (const float *)t->k, (const float *)t->v, t->o,
+                                 t->scores);
+            call.stop();
+            benchmark::ClobberMemory();
+        }
+        probe.sample();
+        const double peak = probe.mean();
+        const double flops = shape_flops(s); // the same useful FLOPs as libsdpa's count
+        st.counters["FLOP"] = per_second(flops);
+        if (peak > 0) {
+            st.counters["pct_peak"] = flops / call.mean() * 100.0 / peak;
+            st.counters["limit_flops"] = peak;
+        }
+        st.counters["extra_bytes"] = (double)(s.q_len * s.kv_len * sizeof(float));
+    })->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+#endif
+
+// ---- the decode's reads alone (AVX-512 hosts) --------------------------------------------
+// K and V of the first decode shape (16-bit) walked in the decode kernel's block order with
+// nothing but the conversion and a sum (bench_kv_walk_avx512), judged against the same read
+// bandwidth as decode: how much of the gap between a decode row and 100 % the order and the
+// prefetching of its reads alone would cost. Names: pattern/avx512/<shape>_<order>_pf<rows>.
+#ifdef BENCH_HAVE_AVX512
+void register_pattern(const Shape &s, int order, size_t pf)
+{
+    const std::string name = std::string("pattern/avx512/") + s.name + (order ? "_tiles" : "_rows") +
+                             "_pf" + std::to_string(pf) + "/threads:1";
+    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State &st) {
+        Tensors *t = tensors_for(s, false);
+        if (!t) {
+            st.SkipWithError("out of memory for the test tensors");
+            return;
+        }
+        Probe probe{BENCH_HAVE_AVX512, 1, true};
+        BestCall call;
+        const size_t rows = s.batch * s.kv_heads * s.kv_len;
+        float sink = 0;
+        for (auto _ : st) {
+            probe.sample_paused(st);
+            call.start();
+            sink += bench_kv_walk_avx512((const uint16_t *)t->k, (const uint16_t *)t->v, rows,
+                                         s.head_dim, 256, order, pf);
+            call.stop();
+            benchmark::DoNotOptimize(sink);
+        }
+        probe.sample();
+        const double limit = probe.mean(), bytes = shape_kv_bytes(s);
+        st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
+        if (limit > 0) {
+            st.counters["pct_bw"] = bytes / call.mean() * 100.0 / limit;
+            st.counters["pct_bw_best"] = bytes / call.best * 100.0 / limit;
+            st.counters["limit_bytes_per_s"] = limit;
+        }
+        st.counters["best_call_ms"] = call.best * 1e3;
+    })->UseRealTime()->Unit(benchmark::kMillisecond);
+}
+#endif
+
+} // namespace sdpa_bench
