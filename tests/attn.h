@@ -291,7 +291,9 @@ static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
                         bmax[bl] = 0;
                         for (size_t e = bl * QB; e < (bl + 1) * QB; e++) {
                             x[e] = scale * qr[e];
-                            bmax[bl] = fmax(bmax[bl], fabs(x[e]));
+                            /* a compare, not fmax: aarch64 gcc 12 fails to vectorise that
+                               reduction (an internal compiler error) */
+                            if (fabs(x[e]) > bmax[bl]) bmax[bl] = fabs(x[e]);
                         }
                         /* the model's quantized row: xq = d q; tie[e] = d where q may be either integer */
                         const double db = bmax[bl] / 127.0;
