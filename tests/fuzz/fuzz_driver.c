@@ -1,8 +1,9 @@
 /* fuzz_driver.c -- seeded driver of the fuzz target: fixed-seed inputs and the corpus replay as TAP, corpus writer */
 /*
- * usage: fuzz_driver [--execs N] [--seed S] [--variants 0|1|2] [--corpus DIR] [--describe] [FILE...]
+ * usage: fuzz_driver [--execs N] [--seed S] [--variants 0|1|2] [--api 0|1|2] [--corpus DIR] [--describe] [FILE...]
  *        (FILEs alone: no generated inputs unless --execs; --variants: generated inputs with the
- *        attention variants, 0 none, 1 half (default), 2 all)
+ *        attention variants, --api: with the API fields (ragged, paged, block formats, head dims
+ *        up to 256, sdpa_merge): 0 none, 1 half (default), 2 all)
  *        fuzz_driver [--describe] --hex HEX   replay one input given as hex bytes (and print it)
  *        fuzz_driver --write-corpus DIR   write the reproducers and seeds of tests/fuzz/corpus
  *
@@ -18,8 +19,10 @@
 #endif
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <math.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -27,6 +30,10 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #include "fuzz_forward.h"
 #include "sdpa.h"
@@ -81,11 +88,69 @@ static void gen_variants(uint64_t *r, fz_spec *s)
         s->mask_special = rnd(r, 12) == 0 ? (uint8_t)between(r, 1, 255) : 0;
     }
     if (rnd(r, 4) == 0) s->poison = (uint8_t)between(r, 1, 255);
-    if (s->invalid < 0 && rnd(r, 30) == 0) s->invalid = 16 + (int)rnd(r, 10);
+    if (s->invalid < 0 && rnd(r, 30) == 0) s->invalid = FZ_N_INVALID_PLAIN + (int)rnd(r, FZ_N_INVALID_VARIANT);
 }
 
-/* variants: 0 never, 1 on half of the inputs, 2 always */
-static void gen_spec(uint64_t *r, fz_spec *s, int variants)
+/* A head dim: a multiple of 32 up to 256 on 4 in 10, an odd one below 256 on 2 in 10, else kept. */
+static unsigned gen_dim(uint64_t *r, unsigned d)
+{
+    const unsigned c = rnd(r, 10);
+    return c < 4 ? 32 * between(r, 1, 8) : c < 6 ? 2 * rnd(r, 128) + 1 : d;
+}
+
+/* The API fields (issue #24), each on a share of the inputs that have any: head dims of every
+   multiple of 32 up to 256 and odd ones; q8_0/q4_0 K and/or V, with q8_scores on half of those
+   with a block-format K, half of which are decodes with 1 or 3 query rows per work item and a
+   head dim of an odd number of blocks (where the fast scores' scratch is tightest); padded and
+   packed batches with zero-length sequences and sequences of more queries than keys; paged K/V
+   with page sizes 1 to 256, shared pages and junk in unused entries; sdpa_merge calls; refused
+   calls of the new fields. */
+static void gen_api(uint64_t *r, fz_spec *s)
+{
+    s->head_dim = gen_dim(r, s->head_dim);
+    if (s->v_dim && rnd(r, 2)) s->v_dim = gen_dim(r, s->v_dim);
+    if (rnd(r, 5) < 2) {
+        const unsigned w = rnd(r, 4); /* K, V, both, both */
+        if (w != 1) s->k_format = (uint8_t)between(r, 1, 2);
+        if (w != 0) s->v_format = (uint8_t)between(r, 1, 2);
+        if (s->k_format && rnd(r, 2)) {
+            s->q8_scores = 1;
+            if (rnd(r, 2)) {
+                s->q_len = 2 * rnd(r, 2) + 1;
+                s->group = rnd(r, 2) ? 1 : 3;
+                s->head_dim = 32 * (2 * rnd(r, 4) + 1);
+            }
+        }
+    }
+    if (rnd(r, 3) == 0) {
+        s->q_form = (uint8_t)rnd(r, 3);
+        s->kv_form = (uint8_t)rnd(r, 3);
+        s->slack = (uint8_t)rnd(r, 4);
+        s->q_lens_class = (uint8_t)rnd(r, 8);
+        s->kv_lens_class = (uint8_t)rnd(r, 8);
+        if (s->batch == 1 && rnd(r, 3)) s->batch = between(r, 2, 3);
+    }
+    if (rnd(r, 4) == 0) {
+        s->paged = (uint8_t)(1 | (rnd(r, 3) == 0 ? 2 : 0) | (rnd(r, 2) ? 4 : 0) | (rnd(r, 2) ? 8 : 0) | rnd(r, 4) << 4 |
+                             rnd(r, 4) << 6);
+        const unsigned pc = rnd(r, 6);
+        s->page_size = pc == 0 ? between(r, 1, 15) : pc == 1 ? 16 * between(r, 1, 16) : pc == 2 ? between(r, 17, 255)
+                     : pc == 3 ? 16 : pc == 4 ? between(r, 1, 4) : 256;
+        if (rnd(r, 2)) s->layout[1] = s->layout[2] = 2; /* [head][page][token]: adjacent pages form runs */
+        if (s->kv_form == 2) s->kv_form = 1;
+    }
+    if (rnd(r, 6) == 0) {
+        s->merge = (uint8_t)between(r, 1, 255);
+        s->merge_rows = (uint8_t)rng_next(r);
+        s->merge_layout = (uint8_t)(rnd(r, 4) == 0 ? rng_next(r) : rng_next(r) & 15);
+        if (rnd(r, 8) == 0) s->merge_refuse = (uint8_t)between(r, 1, 255);
+    }
+    s->misc = rnd(r, 8) == 0 ? (uint8_t)between(r, 1, 7) : 0;
+    if (s->invalid < 0 && rnd(r, 20) == 0) s->invalid = FZ_INVALID_API_FIRST + (int)rnd(r, FZ_N_INVALID_API);
+}
+
+/* variants and api: 0 never, 1 on half of the inputs, 2 always */
+static void gen_spec(uint64_t *r, fz_spec *s, int variants, int api)
 {
     fz_spec_init(s);
     s->causal = rnd(r, 2);
@@ -117,7 +182,7 @@ static void gen_spec(uint64_t *r, fz_spec *s, int variants)
         s->scale_param = fz_f32_bits(rnd(r, 2) ? -f : f);
     }
     for (int t = 0; t < 4; t++) s->layout[t] = rnd(r, 2) ? 0 : (uint8_t)rng_next(r);
-    s->invalid = rnd(r, 25) == 0 ? (int)rnd(r, 16) : -1;
+    s->invalid = rnd(r, 25) == 0 ? (int)rnd(r, FZ_N_INVALID_PLAIN) : -1;
     static const uint8_t fills[20] = {0, 0, 0, 0, 0, 0, 0, 1, 1, 2, 2, 3, 4, 4, 4, 5, 5, 5, 6, 7};
     for (int t = 0; t < 3; t++) {
         s->fill[t] = fills[rnd(r, 20)];
@@ -137,6 +202,7 @@ static void gen_spec(uint64_t *r, fz_spec *s, int variants)
         in->raw = fz_f32_bits(ldexpf(1.0f + (float)rnd(r, 1024) / 1024.0f, (int)between(r, 0, 200) - 100));
     }
     if (variants == 2 || (variants == 1 && rnd(r, 2))) gen_variants(r, s);
+    if (api == 2 || (api == 1 && rnd(r, 2))) gen_api(r, s);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -299,22 +365,96 @@ static size_t known_specs(named_spec *out)
     s.group = 2, s.window = 900, s.softcap_kind = 4, s.softcap_param = 500, s.alibi_kind = 2, s.alibi_param = 4;
     s.sink_kind = 1, s.sink_param = 2, s.mask = 2, s.mask_class = 7, s.poison = 1 + (2 | 0 << 2);
     out[n++] = (named_spec){"var-all-split", s};
+
+    /* The API fields (issue #24). Defect 1: q8_scores wrote the quantized query's block scales
+       past its scratch slot when R D / 32 is odd (here one row per item and D = 96: the slot
+       was 32 floats and the 3 scales went to floats 32-34), over the plan's sequence table; the
+       second KV head's item then reads garbage lengths. */
+    fz_spec_init(&s);
+    s.lse = 1, s.kv_heads = 3, s.kv_len = 40, s.head_dim = 96;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 24;
+    s.k_format = 1, s.q8_scores = 1;
+    out[n++] = (named_spec){"api-bug1-q8-scores-scales-past-slot", s};
+    /* padded queries and keys: sequences of 0 queries, of 0 keys, and of more queries than keys,
+       causal (rows before the first key see nothing) */
+    fz_spec_init(&s);
+    s.lse = 1, s.causal = 1, s.batch = 3, s.kv_heads = 2, s.group = 2, s.q_len = 9, s.kv_len = 7, s.head_dim = 24;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 31;
+    s.q_form = 1, s.kv_form = 1, s.q_lens_class = 5, s.kv_lens_class = 3;
+    out[n++] = (named_spec){"api-padded-zero-and-short", s};
+    /* packed queries and keys with unused tokens after the last sequence, a window, ALiBi */
+    fz_spec_init(&s);
+    s.lse = 1, s.batch = 3, s.group = 3, s.q_len = 12, s.kv_len = 50, s.head_dim = 40;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 32;
+    s.q_form = 2, s.kv_form = 2, s.slack = 3, s.q_lens_class = 1, s.kv_lens_class = 2;
+    s.window = 9, s.alibi_kind = 1, s.alibi_param = 7;
+    out[n++] = (named_spec){"api-packed-slack-window", s};
+    /* paged, pages of one key, shared pages, junk in unused entries, shuffled, spare pages */
+    fz_spec_init(&s);
+    s.lse = 1, s.batch = 3, s.kv_heads = 2, s.group = 2, s.q_len = 3, s.kv_len = 37, s.head_dim = 32;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 33;
+    s.kv_form = 1, s.kv_lens_class = 1;
+    s.paged = 1 | 2 | 4 | 8 | 3 << 4 | 2 << 6, s.page_size = 1;
+    out[n++] = (named_spec){"api-paged-ps1-shared-junk", s};
+    /* paged decode over 2100 keys (split into chunks), pages of 16 in order in a [head][page]
+       layout: adjacent pages form runs */
+    s = decode_spec(2100, 64);
+    s.kv_heads = 2, s.group = 4, s.causal = 1, s.layout[1] = s.layout[2] = 2;
+    s.paged = 1 | 1 << 4, s.page_size = 16;
+    out[n++] = (named_spec){"api-paged-ps16-runs-split", s};
+    /* paged prefill, pages of 48 keys (gathered into a staged copy), f16 K beside q4_0 V */
+    fz_spec_init(&s);
+    s.lse = 1, s.causal = 1, s.group = 4, s.q_len = 20, s.kv_len = 150, s.head_dim = 64, s.k_dtype = 1;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 35;
+    s.v_format = 2, s.paged = 1 | 4 | 8, s.page_size = 48;
+    out[n++] = (named_spec){"api-paged-ps48-q4-v", s};
+    /* q4_0 K with q8_scores on a split decode */
+    s = decode_spec(2100, 128);
+    s.group = 3, s.k_format = 2, s.q8_scores = 1;
+    out[n++] = (named_spec){"api-q4-k-q8-scores-split", s};
+    /* q8_0 K and V, head dim 256, GQA 4, a prefill block beyond the decode path's rows */
+    fz_spec_init(&s);
+    s.lse = 1, s.causal = 1, s.kv_heads = 2, s.group = 4, s.q_len = 8, s.kv_len = 70, s.head_dim = 256;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 37;
+    s.k_format = s.v_format = 1;
+    out[n++] = (named_spec){"api-q8-kv-d256-gqa", s};
+    /* an odd head dim (255) with bf16 K and a v_dim of 1 in f16 */
+    fz_spec_init(&s);
+    s.lse = 1, s.group = 2, s.q_len = 5, s.kv_len = 33, s.head_dim = 255, s.v_dim = 1, s.k_dtype = 2, s.v_dtype = 1;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 38;
+    out[n++] = (named_spec){"api-odd-dim-255", s};
+    /* sdpa_merge: 8 parts of special lse values (-inf, NaN, +inf, huge) merged in place, dv 200 */
+    fz_spec_init(&s);
+    s.head_dim = 200, s.seed = 39;
+    s.merge = 1 + (7 | 8 | 16 | 2 << 5 | 128), s.merge_rows = 40 | 3 << 6, s.merge_layout = 1;
+    out[n++] = (named_spec){"api-merge-specials-in-place", s};
+    /* refused: lse over the block table, o over cu_kv, and a merge whose extent overflows */
+    fz_spec_init(&s);
+    s.lse = 1, s.batch = 2, s.kv_len = 20, s.head_dim = 16, s.paged = 1, s.page_size = 4;
+    s.invalid = FZ_INVALID_API_FIRST + 19; /* 45 */
+    out[n++] = (named_spec){"api-refused-lse-over-block-table", s};
+    fz_spec_init(&s);
+    s.batch = 3, s.kv_len = 20, s.head_dim = 16, s.kv_form = 2, s.kv_lens_class = 1;
+    s.invalid = FZ_INVALID_API_FIRST + 32; /* 58 */
+    s.merge_refuse = 1 + 16;
+    out[n++] = (named_spec){"api-refused-o-over-cu-kv-merge-overflow", s};
     return n;
 }
 
 #define N_SEEDS 24     /* generated seeds of plain calls (seed-NN) */
 #define N_VAR_SEEDS 12 /* generated seeds with variants (var-seed-NN) */
 #define N_OLD_KNOWN 10 /* reproducers before the variants: the plain seeds' generator offset */
+#define N_API_SEEDS 12 /* generated seeds with the API fields (api-seed-NN) */
 
 static int write_corpus(const char *dir)
 {
-    named_spec specs[32];
+    named_spec specs[64];
     const size_t n = known_specs(specs);
     mkdir(dir, 0777);
     uint8_t buf[FZ_MAX_BYTES];
     char path[4096];
     int written = 0;
-    for (size_t i = 0; i < n + N_SEEDS + N_VAR_SEEDS; i++) {
+    for (size_t i = 0; i < n + N_SEEDS + N_VAR_SEEDS + N_API_SEEDS; i++) {
         fz_spec s;
         char name[64];
         if (i < n) {
@@ -323,12 +463,16 @@ static int write_corpus(const char *dir)
         } else if (i < n + N_SEEDS) {
             /* the index the seed had before the variants' reproducers joined the list */
             uint64_t r = 0xc0ffee00u + N_OLD_KNOWN + (i - n);
-            gen_spec(&r, &s, 0); /* the seeds written before the variants, unchanged */
+            gen_spec(&r, &s, 0, 0); /* the seeds written before the variants, unchanged */
             snprintf(name, sizeof name, "seed-%02zu", i - n);
-        } else {
+        } else if (i < n + N_SEEDS + N_VAR_SEEDS) {
             uint64_t r = 0x7a810000u + (i - n - N_SEEDS);
-            gen_spec(&r, &s, 2);
+            gen_spec(&r, &s, 2, 0);
             snprintf(name, sizeof name, "var-seed-%02zu", i - n - N_SEEDS);
+        } else {
+            uint64_t r = 0xa9100000u + (i - n - N_SEEDS - N_VAR_SEEDS);
+            gen_spec(&r, &s, 1, 2);
+            snprintf(name, sizeof name, "api-seed-%02zu", i - n - N_SEEDS - N_VAR_SEEDS);
         }
         const size_t len = fz_encode(&s, buf, sizeof buf);
         snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -370,12 +514,66 @@ static void save_artifact(const uint8_t *d, size_t n, const char *tag)
     }
 }
 
+/* The input being run, for the crash handler: a crash is a failure too, and its input must
+   not be lost with the process. */
+static const uint8_t *crash_data;
+static size_t crash_size;
+static const char *crash_tag;
+static char crash_path[4096];
+
+static void crash_write(const char *s) { (void)!write(1, s, strlen(s)); }
+
+/* On a fatal signal: prints the input being run as hex (and saves it where SDPA_FUZZ_ARTIFACTS
+   says), then dies of the signal. Only async-signal-safe calls. */
+static void on_crash(int sig)
+{
+    static const char hex[] = "0123456789abcdef";
+    crash_write("\n# CRASH (signal ");
+    char num[4] = {(char)('0' + sig / 10 % 10), (char)('0' + sig % 10), ')', 0};
+    crash_write(num);
+    if (crash_data) {
+        crash_write(" on input ");
+        crash_write(crash_tag);
+        crash_write("\n#   reproducer (fuzz_driver --hex ");
+        for (size_t i = 0; i < crash_size; i++) {
+            const char b[3] = {hex[crash_data[i] >> 4], hex[crash_data[i] & 15], 0};
+            crash_write(b);
+        }
+        crash_write(")\n");
+        if (crash_path[0]) {
+            const int fd = open(crash_path, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+            if (fd >= 0) {
+                (void)!write(fd, crash_data, crash_size);
+                close(fd);
+            }
+        }
+    } else {
+        crash_write("\n");
+    }
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+static void catch_crashes(void)
+{
+    static const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) signal(sigs[i], on_crash);
+}
+
 /* Runs one input; returns the implementations whose checks failed, as a bit set. */
 static unsigned run_one(const uint8_t *d, size_t n, const char *tag)
 {
+    fflush(stdout);
+    crash_data = d, crash_size = n, crash_tag = tag;
+    crash_path[0] = 0;
+    if (artifacts && *artifacts) {
+        mkdir(artifacts, 0777);
+        snprintf(crash_path, sizeof crash_path, "%s/crash-%s", artifacts, tag);
+    }
     unsigned long before[SDPA_FUZZ_MAX_IMPLS];
     memcpy(before, sdpa_fuzz_counts_get()->failures, sizeof before);
     const int failed = sdpa_fuzz_one(d, n);
+    crash_data = NULL;
     unsigned mask = 0;
     for (size_t i = 0; i < SDPA_FUZZ_MAX_IMPLS; i++)
         if (sdpa_fuzz_counts_get()->failures[i] != before[i]) mask |= 1u << i;
@@ -416,6 +614,9 @@ static void print_counts(const char *what, double secs)
     printf("# %s: rows checked against float64 %lu, NaN rows %lu, zero rows %lu, unchecked (beyond the promise) %lu; "
            "worst |err|/tol %.3g\n",
            what, c->rows_value, c->rows_nan, c->rows_zero, c->rows_unchecked, c->worst_ratio);
+    printf("# %s: valid calls with ragged batches %lu, paged K/V %lu, q8_0/q4_0 K or V %lu (q8_scores %lu); sdpa_merge "
+           "%lu checked, %lu refused\n",
+           what, c->ragged_calls, c->paged_calls, c->quant_calls, c->q8_calls, c->merge_calls, c->merge_refused);
 }
 
 static int hexval(int ch)
@@ -435,6 +636,7 @@ int main(int argc, char **argv)
     int n_files = 0;
     bool describe = false;
     int variants = 1; /* generated inputs with attention variants: 0 none, 1 half, 2 all */
+    int api = 1;      /* ... with the API fields, likewise */
     const char *e = getenv("SDPA_FUZZ_SEED");
     if (e && *e) seed = strtoull(e, NULL, 0);
     e = getenv("SDPA_FUZZ_EXECS");
@@ -447,15 +649,24 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--hex") && i + 1 < argc) hex = argv[++i];
         else if (!strcmp(argv[i], "--describe")) describe = true;
         else if (!strcmp(argv[i], "--variants") && i + 1 < argc) variants = (int)strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--api") && i + 1 < argc) api = (int)strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--write-corpus") && i + 1 < argc) return write_corpus(argv[++i]);
         else if (argv[i][0] == '-') {
             fprintf(stderr,
-                    "usage: %s [--execs N] [--seed S] [--variants 0|1|2] [--corpus DIR] [--hex HEX] [FILE...] | --write-corpus DIR\n",
+                    "usage: %s [--execs N] [--seed S] [--variants 0|1|2] [--api 0|1|2] [--corpus DIR] [--hex HEX] [FILE...] | "
+                    "--write-corpus DIR\n",
                     argv[0]);
             return 2;
         } else if (n_files < 256) files[n_files++] = argv[i];
     }
     sdpa_fuzz_set_log(stdout, "# ", 8);
+    catch_crashes();
+#ifdef __GLIBC__
+    /* every input allocates and frees buffers of up to a few MB: kept in the heap rather than
+       mapped afresh, they cost no page faults */
+    mallopt(M_MMAP_THRESHOLD, 64 << 20);
+    mallopt(M_TRIM_THRESHOLD, 256 << 20);
+#endif
     printf("TAP version 13\n# fuzz: sdpa_impl_forward on every implementation, serial and pooled, against float64\n");
 
     if (hex) { /* one input, no generated ones */
@@ -497,7 +708,7 @@ int main(int argc, char **argv)
         const double t0 = now_s();
         for (long x = 0; x < execs; x++) {
             fz_spec s;
-            gen_spec(&r, &s, variants);
+            gen_spec(&r, &s, variants, api);
             const size_t n = fz_encode(&s, buf, sizeof buf);
             char tag[64];
             snprintf(tag, sizeof tag, "seed%llu-%ld", (unsigned long long)seed, x);

@@ -8,8 +8,9 @@
 
 /* Decodes one problem from data[0..size) (any bytes decode to a problem: missing bytes read as
    0), runs it on every implementation this CPU supports, serially and on a shuffled pthread
-   pool, and checks every result against a float64 oracle. Returns the number of failed checks
-   (0: all held). The byte format and the tolerance are in tests/fuzz/README.md. */
+   pool, and checks every result against a float64 oracle; the same for an sdpa_merge call when
+   the input has one. Returns the number of failed checks (0: all held). The byte format and the
+   tolerance are in tests/fuzz/README.md. */
 int sdpa_fuzz_one(const uint8_t *data, size_t size);
 
 /* Prints what data[0..size) decodes to (sizes after the budget, strides, values), for reports. */
@@ -32,6 +33,12 @@ typedef struct sdpa_fuzz_counts {
     unsigned long rows_zero;       /* rows that must be zeros with lse -inf */
     unsigned long rows_unchecked;  /* rows beyond what the library promises (README) */
     unsigned long forward_calls;   /* sdpa_impl_forward calls made */
+    unsigned long ragged_calls;    /* valid inputs with padded or packed sequences */
+    unsigned long paged_calls;     /* valid inputs with paged K/V */
+    unsigned long quant_calls;     /* valid inputs with K or V in q8_0 or q4_0 */
+    unsigned long q8_calls;        /* of those, with q8_scores */
+    unsigned long merge_calls;     /* sdpa_merge calls checked against float64 */
+    unsigned long merge_refused;   /* sdpa_merge calls built to be refused */
     unsigned long failures[SDPA_FUZZ_MAX_IMPLS]; /* failed checks, per registry index */
     double        worst_ratio;     /* the largest |error| / tolerance met on a checked value */
 } sdpa_fuzz_counts;
@@ -79,7 +86,7 @@ typedef struct fz_spec {
     unsigned scale_kind;             /* README: 0 default, 1 raw bits, 2..7 classes */
     uint32_t scale_param;
     uint8_t  layout[4];              /* q, k, v, o selectors */
-    int      invalid;                /* -1: a valid call; 0..25 a refused call's kind */
+    int      invalid;                /* -1: a valid call; else a refused call's kind (< FZ_N_INVALID) */
     uint8_t  fill[3], fill_param[3]; /* q, k, v value classes */
     uint32_t seed;
     unsigned n_inject;
@@ -96,6 +103,17 @@ typedef struct fz_spec {
     uint8_t  mask_class, mask_param; /* the mask's value class (mod 8) and its parameter */
     uint8_t  mask_special;           /* 0 none, else a few NaN, +inf, -NaN entries or -inf rows */
     uint8_t  poison;                 /* 0 none, else non-finite K/V written on hidden keys */
+    /* The API fields, read after the variants (0 everywhere: the call as before). README.md. */
+    uint8_t  k_format, v_format;     /* 0 the float type of the dtype byte, 1 q8_0, 2 q4_0 */
+    uint8_t  q8_scores;              /* 1: fast scores (a block-format K only) */
+    uint8_t  misc;                   /* bit 0 n_threads above the pool's, bit 1 misaligned workspace,
+                                        bit 2 the window near SIZE_MAX or PTRDIFF_MAX */
+    uint8_t  q_form, kv_form;        /* 0 one length for all, 1 padded (lens), 2 packed (cu) */
+    uint8_t  slack;                  /* packed: unused tokens after the last sequence, 0..3 */
+    uint8_t  q_lens_class, kv_lens_class; /* the sequences' lengths (mod 8) */
+    uint8_t  paged;                  /* bit 0 paged K/V; the table's flags (README) */
+    unsigned page_size;              /* 1..256 */
+    uint8_t  merge, merge_rows, merge_layout, merge_refuse; /* an sdpa_merge call (0: none) */
 } fz_spec;
 
 /* A spec of a small dense valid call (batch 1, one head, q_len 1, kv_len 1, head_dim 1, every
@@ -107,7 +125,17 @@ size_t fz_encode(const fz_spec *s, uint8_t *out, size_t cap);
 void fz_decode(const uint8_t *data, size_t size, fz_spec *s);
 
 #define FZ_VARIANT_BYTES 18 /* the variant fields after the injections */
-#define FZ_MAX_BYTES (31 + FZ_MAX_INJECT * 12 + FZ_VARIANT_BYTES)
+#define FZ_API_BYTES 11     /* the API fields after the variants */
+#define FZ_MAX_BYTES (31 + FZ_MAX_INJECT * 12 + FZ_VARIANT_BYTES + FZ_API_BYTES)
+
+/* Refused calls (fz_spec.invalid): kinds 0..15 from the header, 16..25 from the variants,
+   26..61 from the API bytes; and refused sdpa_merge calls (README). */
+#define FZ_N_INVALID_PLAIN 16
+#define FZ_N_INVALID_VARIANT 10
+#define FZ_INVALID_API_FIRST (FZ_N_INVALID_PLAIN + FZ_N_INVALID_VARIANT)
+#define FZ_N_INVALID_API 36
+#define FZ_N_INVALID (FZ_INVALID_API_FIRST + FZ_N_INVALID_API)
+#define FZ_N_MERGE_REFUSED 17
 
 /* Raw f32 bits of a float, for FZV_RAW and scale_kind 1. */
 uint32_t fz_f32_bits(float f);
