@@ -80,8 +80,8 @@ fi
 # only, since their code is the same on every CPU model, and SVE at each vector length. qemu's
 # SVE gets slower per element as vectors widen, so the wide runs sample more sparsely.
 runs=(
-  "cortex-a72 cortex-a72 neon - 37 1 scalar,neon"
-  "sve128 max,sve-default-vector-length=16 sve 16 37 1 sve"
+  "cortex-a72 cortex-a72 neon - 37 2 scalar,neon"
+  "sve128 max,sve-default-vector-length=16 sve 16 37 2 sve"
   "sve512 max,sve-default-vector-length=64 sve 64 401 6 sve"
   "sve2048 max,sve-default-vector-length=256 sve 256 1601 24 sve"
 )

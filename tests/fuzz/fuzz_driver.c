@@ -726,6 +726,10 @@ int main(int argc, char **argv)
                    sdpa_impl_name(impl), sdpa_impl_requires(impl));
             continue;
         }
+        if (!sdpa_fuzz_selected(sdpa_impl_name(impl))) {
+            printf("ok %d - fuzz %s # SKIP not in SDPA_TEST_IMPLS\n", point, sdpa_impl_name(impl));
+            continue;
+        }
         const bool ok = i >= SDPA_FUZZ_MAX_IMPLS || fail_inputs[i] == 0;
         failed_points += !ok;
         if (ok) printf("ok %d - fuzz %s: %ld executions\n", point, sdpa_impl_name(impl), execs);

@@ -2479,7 +2479,7 @@ int sdpa_fuzz_one(const uint8_t *data, size_t size)
     const size_t n_impl = sdpa_impl_count();
     for (size_t i = 0; i < n_impl && i < SDPA_FUZZ_MAX_IMPLS; i++) {
         const sdpa_impl *impl = sdpa_impl_at(i);
-        if (!sdpa_impl_supported(impl)) continue;
+        if (!sdpa_impl_supported(impl) || !sdpa_fuzz_selected(sdpa_impl_name(impl))) continue;
         if (invalid < 0) run_valid(i, impl, &P, &base, &spec, &O, &snap);
         else run_invalid(i, impl, &P, &base, invalid);
     }
@@ -2583,4 +2583,18 @@ void sdpa_fuzz_describe(const uint8_t *data, size_t size, FILE *f)
                 1 + s.merge_rows % 64, Dv, s.merge, s.merge_layout, s.merge_refuse ? ", refused: " : "",
                 s.merge_refuse ? merge_bad_names[(s.merge_refuse - 1u) % N_MERGE_BAD] : "");
     problem_free(&P);
+}
+
+bool sdpa_fuzz_selected(const char *name)
+{
+    const char *sel = getenv("SDPA_TEST_IMPLS");
+    if (!sel || !*sel) return true;
+    const size_t n = strlen(name);
+    for (const char *p = sel; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && strncmp(p, name, n) == 0) return true;
+        p += len + (e != NULL);
+    }
+    return false;
 }
