@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "sdpa.h"
+#include "test_select.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* TAP output. One TAP test point per (test, implementation), so that meson shows every        */
@@ -124,22 +125,6 @@ static inline int tl_finish(void)
    cannot run is reported as skipped. Adding an implementation to the registry adds no test code. */
 typedef void (*tl_impl_fn)(const sdpa_impl *impl);
 
-/* SDPA_TEST_IMPLS=name,name (unset: every one) limits the registry loops to those
-   implementations, the others reported as skipped: for emulated runs, where another CPU model's
-   run already covers the same code (NEON under every SVE length, say). */
-static inline bool tl_selected(const char *name)
-{
-    const char *sel = getenv("SDPA_TEST_IMPLS");
-    if (!sel || !*sel) return true;
-    const size_t n = strlen(name);
-    for (const char *p = sel; *p;) {
-        const char *e = strchr(p, ',');
-        const size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && strncmp(p, name, n) == 0) return true;
-        p += len + (e != NULL);
-    }
-    return false;
-}
 
 static inline void tl_for_each_impl(const char *test, tl_impl_fn fn)
 {
@@ -153,7 +138,7 @@ static inline void tl_for_each_impl(const char *test, tl_impl_fn fn)
             tl_skip(test, sdpa_impl_name(impl), why);
             continue;
         }
-        if (!tl_selected(sdpa_impl_name(impl))) {
+        if (!sdpa_test_selected(sdpa_impl_name(impl))) {
             tl_skip(test, sdpa_impl_name(impl), "not in SDPA_TEST_IMPLS");
             continue;
         }

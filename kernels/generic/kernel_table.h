@@ -7,7 +7,7 @@
 
 #include "sdpa.h"
 
-/* One unit of fused work, built by the driver (dispatch/forward.c) and run by an
+/* One unit of fused work, built by the driver (driver/run.c) and run by an
    implementation's `rows` kernel: R query rows against keys [kv_begin, kv_end) of one KV head.
 
    - q is packed by the driver: f32, row r at q + r * d, already multiplied by the scale, so a

@@ -21,6 +21,7 @@
 
 #include "pool.h"
 #include "sdpa.h"
+#include "../test_select.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Reporting                                                                                    */
@@ -2585,16 +2586,4 @@ void sdpa_fuzz_describe(const uint8_t *data, size_t size, FILE *f)
     problem_free(&P);
 }
 
-bool sdpa_fuzz_selected(const char *name)
-{
-    const char *sel = getenv("SDPA_TEST_IMPLS");
-    if (!sel || !*sel) return true;
-    const size_t n = strlen(name);
-    for (const char *p = sel; *p;) {
-        const char *e = strchr(p, ',');
-        const size_t len = e ? (size_t)(e - p) : strlen(p);
-        if (len == n && strncmp(p, name, n) == 0) return true;
-        p += len + (e != NULL);
-    }
-    return false;
-}
+bool sdpa_fuzz_selected(const char *name) { return sdpa_test_selected(name); }
