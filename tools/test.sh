@@ -59,11 +59,14 @@ build() { # name builddir [ninja targets...]
 }
 
 run_tests() { # name builddir [meson test args...]
-  local name=$1 dir=$2; shift 2
-  rm -f "$dir/meson-logs/testlog-$name.json"
+  local name=$1 dir=$2 log; shift 2
+  rm -f "$dir/meson-logs/testlog-$name".*json "$dir/meson-logs/testlog-$name"-*.json
   meson test -C "$dir" --no-rebuild --print-errorlogs --num-processes "$jobs" --logbase "testlog-$name" \
     "$@" || status=1
-  cp "$dir/meson-logs/testlog-$name.json" "$logs/" 2>/dev/null || { echo "$name: no test log"; status=1; }
+  # meson appends a --wrapper's name to the log's: testlog-<name>[-<wrapper>].json
+  log=$(ls "$dir/meson-logs/testlog-$name".json "$dir/meson-logs/testlog-$name"-*.json 2>/dev/null | head -1)
+  if [ -n "$log" ]; then cp "$log" "$logs/testlog-$name.json" || status=1
+  else echo "$name: no test log"; status=1; fi
 }
 
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leaks=1
