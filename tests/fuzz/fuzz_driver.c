@@ -35,6 +35,7 @@
 #include <malloc.h>
 #endif
 
+#include "../test_select.h"
 #include "fuzz_forward.h"
 #include "sdpa.h"
 
@@ -726,7 +727,7 @@ int main(int argc, char **argv)
                    sdpa_impl_name(impl), sdpa_impl_requires(impl));
             continue;
         }
-        if (!sdpa_fuzz_selected(sdpa_impl_name(impl))) {
+        if (!sdpa_test_selected(sdpa_impl_name(impl))) {
             printf("ok %d - fuzz %s # SKIP not in SDPA_TEST_IMPLS\n", point, sdpa_impl_name(impl));
             continue;
         }

@@ -2480,7 +2480,7 @@ int sdpa_fuzz_one(const uint8_t *data, size_t size)
     const size_t n_impl = sdpa_impl_count();
     for (size_t i = 0; i < n_impl && i < SDPA_FUZZ_MAX_IMPLS; i++) {
         const sdpa_impl *impl = sdpa_impl_at(i);
-        if (!sdpa_impl_supported(impl) || !sdpa_fuzz_selected(sdpa_impl_name(impl))) continue;
+        if (!sdpa_impl_supported(impl) || !sdpa_test_selected(sdpa_impl_name(impl))) continue;
         if (invalid < 0) run_valid(i, impl, &P, &base, &spec, &O, &snap);
         else run_invalid(i, impl, &P, &base, invalid);
     }
@@ -2585,5 +2585,3 @@ void sdpa_fuzz_describe(const uint8_t *data, size_t size, FILE *f)
                 s.merge_refuse ? merge_bad_names[(s.merge_refuse - 1u) % N_MERGE_BAD] : "");
     problem_free(&P);
 }
-
-bool sdpa_fuzz_selected(const char *name) { return sdpa_test_selected(name); }

@@ -141,9 +141,4 @@ void fz_decode(const uint8_t *data, size_t size, fz_spec *s);
 /* Raw f32 bits of a float, for FZV_RAW and scale_kind 1. */
 uint32_t fz_f32_bits(float f);
 
-/* Whether the registry loops run implementation `name`: SDPA_TEST_IMPLS=name,name (unset: every
-   one), as the other tests read it, so that an emulated run covers only what another CPU
-   model's run does not. */
-bool sdpa_fuzz_selected(const char *name);
-
 #endif /* SDPA_FUZZ_FORWARD_H */
