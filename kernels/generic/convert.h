@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "sdpa.h"
+
 /* IEEE binary16 -> binary32, exact for every input (subnormals, infinities, NaN payloads). */
 static inline float sdpa_f16_to_f32(uint16_t h)
 {
@@ -76,7 +78,7 @@ static inline uint16_t sdpa_f32_to_bf16(float f)
     return (uint16_t)(x >> 16);
 }
 
-/* Storage types by number (sdpa_dtype): 0 f32, 1 f16, 2 bf16, 3 q8_0, 4 q4_0. The block formats
+/* The storage types (sdpa_dtype). The block formats
    (ggml's block_q8_0 and block_q4_0) hold SDPA_QK elements per block: an f16 scale d, then
    32 signed bytes (x = d q) or 16 bytes of nibbles (element i < 16 the low nibble of byte i,
    element 16 + i its high nibble; x = d (n - 8)). */
@@ -84,20 +86,32 @@ static inline uint16_t sdpa_f32_to_bf16(float f)
 enum { SDPA_Q8_0_BYTES = 34, SDPA_Q4_0_BYTES = 18 };
 
 /* Elements per block (1 for the element types), 0 for an unknown type. */
-static inline size_t sdpa_block_elems(int dtype)
+static inline size_t sdpa_block_elems(sdpa_dtype dtype)
 {
-    return dtype >= 0 && dtype <= 2 ? 1 : dtype == 3 || dtype == 4 ? SDPA_QK : 0;
+    switch (dtype) {
+    case SDPA_F32: case SDPA_F16: case SDPA_BF16: return 1;
+    case SDPA_Q8_0: case SDPA_Q4_0: return SDPA_QK;
+    }
+    return 0;
 }
 /* Bytes per block (per element for the element types), 0 for an unknown type. */
-static inline size_t sdpa_block_bytes(int dtype)
+static inline size_t sdpa_block_bytes(sdpa_dtype dtype)
 {
-    static const unsigned char b[5] = {4, 2, 2, SDPA_Q8_0_BYTES, SDPA_Q4_0_BYTES};
-    return dtype >= 0 && dtype <= 4 ? b[dtype] : 0;
+    switch (dtype) {
+    case SDPA_F32: return 4;
+    case SDPA_F16: case SDPA_BF16: return 2;
+    case SDPA_Q8_0: return SDPA_Q8_0_BYTES;
+    case SDPA_Q4_0: return SDPA_Q4_0_BYTES;
+    }
+    return 0;
 }
-static inline int sdpa_dtype_quantized(int dtype) { return dtype == 3 || dtype == 4; }
+static inline int sdpa_dtype_quantized(sdpa_dtype dtype)
+{
+    return dtype == SDPA_Q8_0 || dtype == SDPA_Q4_0;
+}
 /* The byte offset of element offset off (a multiple of the block: validated for every offset a
    K/V view forms) in a view of this type. */
-static inline ptrdiff_t sdpa_off_bytes(int dtype, ptrdiff_t off)
+static inline ptrdiff_t sdpa_off_bytes(sdpa_dtype dtype, ptrdiff_t off)
 {
     return sdpa_dtype_quantized(dtype) ? off / SDPA_QK * (ptrdiff_t)sdpa_block_bytes(dtype)
                                        : off * (ptrdiff_t)sdpa_block_bytes(dtype);
@@ -105,11 +119,11 @@ static inline ptrdiff_t sdpa_off_bytes(int dtype, ptrdiff_t off)
 
 /* One block of q8_0 or q4_0 at b, exactly to f32: y[i] = d q_i (an f16 times a small integer:
    exact in f32). */
-static inline void sdpa_dequant_block(int dtype, const void *b, float *y)
+static inline void sdpa_dequant_block(sdpa_dtype dtype, const void *b, float *y)
 {
     const unsigned char *p = (const unsigned char *)b;
     const float d = sdpa_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
-    if (dtype == 3) {
+    if (dtype == SDPA_Q8_0) {
         for (int i = 0; i < SDPA_QK; i++) y[i] = d * (float)(int8_t)p[2 + i];
     } else {
         for (int i = 0; i < SDPA_QK / 2; i++) {
@@ -121,10 +135,10 @@ static inline void sdpa_dequant_block(int dtype, const void *b, float *y)
 
 /* Row j of a K or V view converted exactly to f32: dst[0..n) = src[j * stride + 0..n) (n and
    stride multiples of SDPA_QK for the block formats). */
-static inline void sdpa_row_to_f32(const void *src, int dtype, ptrdiff_t stride, size_t j,
+static inline void sdpa_row_to_f32(const void *src, sdpa_dtype dtype, ptrdiff_t stride, size_t j,
                                    size_t n, float *dst)
 {
-    if (dtype == 0) {
+    if (dtype == SDPA_F32) {
         const float *s = (const float *)src + (ptrdiff_t)j * stride;
         memcpy(dst, s, n * sizeof *dst);
     } else if (sdpa_dtype_quantized(dtype)) {
@@ -133,7 +147,7 @@ static inline void sdpa_row_to_f32(const void *src, int dtype, ptrdiff_t stride,
         for (size_t i = 0; i < n / SDPA_QK; i++) sdpa_dequant_block(dtype, s + i * bb, dst + i * SDPA_QK);
     } else {
         const uint16_t *s = (const uint16_t *)src + (ptrdiff_t)j * stride;
-        if (dtype == 1)
+        if (dtype == SDPA_F16)
             for (size_t i = 0; i < n; i++) dst[i] = sdpa_f16_to_f32(s[i]);
         else
             for (size_t i = 0; i < n; i++) dst[i] = sdpa_bf16_to_f32(s[i]);
