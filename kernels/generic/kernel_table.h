@@ -20,7 +20,7 @@
      reads a key at or past kv_end) and kv_end <= kv_len.
    - k row j (all d elements, of dtype k_type) starts at element j * k_stride of k, which already
      points at the KV head's token 0; v likewise with dv elements. For the block formats
-     (q8_0, q4_0: only for a kernel with quant_rows >= rows) d, dv and the strides are multiples
+     (sdpa_dtype_quantized: only for a kernel with quant_rows >= rows) d, dv and the strides are multiples
      of 32 and element offset e lies at byte e / 32 * (block bytes), see convert.h.
    - m, l (R each) and acc (R * dv, row r at acc + r * dv) are the running online-softmax state,
      initialised by the driver to (-INFINITY, 0, 0) and updated in place: after the call, for each
@@ -105,7 +105,7 @@ typedef struct sdpa_rows {
        may then come in several calls, one per page, S offset by a multiple of 16 columns, so a
        hook must not carry a result of one loop_scores call to loop_softmax */
     int           pieces;
-    /* NULL: exact scores. Else fast scores (sdpa_params.q8_scores, K in q8_0 or q4_0 only, a
+    /* NULL: exact scores. Else fast scores (sdpa_params.q8_scores, K in a block format only, a
        unit of at most sdpa_kernels.quant_rows rows): row r's query quantized per 32-block,
        quants at qq + r * d and block scales at qd + r * d / 32, and the score of key j is
        sum_b (qd[b] d_k[b]) dot_b(qq, k quants) with the block dot products exact in int32
@@ -154,11 +154,11 @@ typedef struct sdpa_kernels {
     /* the largest unit `rows` takes with sdpa_rows.pages set (0: none; the driver then hands
        it one unit per run of pages) */
     size_t paged_rows;
-    /* the largest unit `rows` takes with K or V in a block format (SDPA_Q8_0, SDPA_Q4_0) read in
+    /* the largest unit `rows` takes with K or V in a block format (any, see convert.h) read in
        place, and fast scores (sdpa_rows.qq); 0: none (the driver then stages K and V
        dequantized to f32 and hands over f32 query values for fast scores) */
     size_t quant_rows;
-    /* n elements (a multiple of 32) of a q8_0 (type 3) or q4_0 (4) row at src to f32, exactly:
+    /* n elements (a multiple of 32) of a row of a block format at src to f32, exactly:
        what the driver's staged copy takes; NULL: it converts them itself, element by element */
     void (*dequant)(int type, const void *src, float *dst, size_t n);
     /* the parameters the kernels above were compiled with */
