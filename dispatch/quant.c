@@ -5,12 +5,12 @@
 #include "convert.h"
 #include "sdpa.h"
 
-size_t sdpa_dtype_block(sdpa_dtype t) { return sdpa_block_elems((int)t); }
-size_t sdpa_dtype_size(sdpa_dtype t) { return sdpa_block_bytes((int)t); }
+size_t sdpa_dtype_block(sdpa_dtype t) { return sdpa_block_elems(t); }
+size_t sdpa_dtype_size(sdpa_dtype t) { return sdpa_block_bytes(t); }
 
 size_t sdpa_dtype_bytes(sdpa_dtype t, size_t n)
 {
-    const size_t be = sdpa_block_elems((int)t), bb = sdpa_block_bytes((int)t);
+    const size_t be = sdpa_block_elems(t), bb = sdpa_block_bytes(t);
     size_t r;
     if (be == 0 || n % be != 0 || __builtin_mul_overflow(n / be, bb, &r)) return 0;
     return r;
@@ -27,7 +27,8 @@ static bool finite_all(const float *x, size_t n)
 sdpa_status sdpa_quantize_q8_0(const float *x, size_t n, void *dst)
 {
     if (!x || !dst || n % SDPA_QK != 0 || !finite_all(x, n)) return SDPA_ERR_INVALID_ARGUMENT;
-    for (size_t b = 0; b < n; b += SDPA_QK) { /* every scale must fit f16 before anything is written */
+    /* every scale must fit f16 before anything is written */
+    for (size_t b = 0; b < n; b += SDPA_QK) {
         float amax = 0.0f;
         for (size_t i = 0; i < SDPA_QK; i++) amax = fmaxf(amax, fabsf(x[b + i]));
         if ((sdpa_f32_to_f16(amax / 127.0f) & 0x7c00u) == 0x7c00u) return SDPA_ERR_INVALID_ARGUMENT;
@@ -42,7 +43,8 @@ sdpa_status sdpa_quantize_q8_0(const float *x, size_t n, void *dst)
         const float id = isfinite(inv) ? inv : 0.0f;
         const uint16_t h = sdpa_f32_to_f16(d);
         y[0] = (unsigned char)(h & 0xff), y[1] = (unsigned char)(h >> 8);
-        for (size_t i = 0; i < SDPA_QK; i++) y[2 + i] = (unsigned char)(int8_t)roundf(x[b + i] * id);
+        for (size_t i = 0; i < SDPA_QK; i++)
+            y[2 + i] = (unsigned char)(int8_t)roundf(x[b + i] * id);
     }
     return SDPA_OK;
 }
@@ -80,7 +82,7 @@ sdpa_status sdpa_quantize_q4_0(const float *x, size_t n, void *dst)
     return SDPA_OK;
 }
 
-static sdpa_status dequantize(int t, const void *src, size_t n, float *y)
+static sdpa_status dequantize(sdpa_dtype t, const void *src, size_t n, float *y)
 {
     if (!src || !y || n % SDPA_QK != 0) return SDPA_ERR_INVALID_ARGUMENT;
     const size_t bb = sdpa_block_bytes(t);
