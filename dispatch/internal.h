@@ -1,4 +1,5 @@
-/* internal.h -- what the dispatch layer's files share: the registry entry, CPU facts, the active state */
+/* internal.h -- what the dispatch layer's files share: the registry entry, CPU facts, the active
+   state */
 #ifndef SDPA_DISPATCH_INTERNAL_H
 #define SDPA_DISPATCH_INTERNAL_H
 
@@ -92,9 +93,10 @@ const sdpa_cpu *sdpa_cpu_facts(void);
 /* The L2 size in force, used to size blocks (api.c). */
 size_t sdpa_cached_l2_bytes(void);
 
-/* The planner's parameters (driver/plan.c plans with them, sdpa_planner_tunables reports them):
-   X(constant, reported name, value, what it is). Fixed values, so that the same problem always
-   takes the same path whatever the thread count. */
+/* The planner's and driver's parameters (driver/plan.c plans with them, driver/keys.c runs paged
+   units the kernel does not page itself with the last four, sdpa_planner_tunables reports them
+   all): X(constant, reported name, value, what it is). Fixed values, so that the same problem
+   always takes the same path whatever the thread count. */
 #define SDPA_PLANNER_PARAMS(X)                                                                  \
     X(ROWS_TARGET, "rows_target", 64, "query rows (heads of a group x queries) per work item")  \
     X(SPLIT_MIN_KV, "split_min_kv", 2048,                                                      \
@@ -107,7 +109,14 @@ size_t sdpa_cached_l2_bytes(void);
     X(BLOCK_MIN, "block_min", 64, "keys per block handed to the kernels, at least")            \
     X(BLOCK_MAX, "block_max", 512, "keys per block handed to the kernels, at most")            \
     X(STREAM_BYTES, "stream_bytes", 32 << 20,                                                  \
-      "bytes of K+V above which a call sets sdpa_rows.stream (more than a last-level cache)")
+      "bytes of K+V above which a call sets sdpa_rows.stream (more than a last-level cache)")  \
+    X(PAGE_PF_KEYS, "page_pf_keys", 16,                                                        \
+      "keys of the next page run requested before a run of paged units starts")                \
+    X(STAGE_MAX_PAGE, "stage_max_page", 64,                                                    \
+      "keys per page below which pages a kernel does not page itself are gathered densely")    \
+    X(STAGE_KEYS, "stage_keys", 256, "keys per gathered (or dequantized) copy")                \
+    X(STAGE_PF_KEYS, "stage_pf_keys", 32,                                                      \
+      "keys requested ahead of the gather (the pages are scattered)")
 
 #define SDPA_PLANNER_ENUM(c, name, value, about) c = value,
 enum { SDPA_PLANNER_PARAMS(SDPA_PLANNER_ENUM) };

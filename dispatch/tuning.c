@@ -1,7 +1,6 @@
 /* tuning.c -- the planner's block size; introspection: caches, planner and impl tunables, peaks */
 #include <stdint.h>
 
-#include "../driver/driver.h" /* the staging of paged units the kernels do not page */
 #include "internal.h"
 
 /* Every field of sdpa_tuning (kernel_table.h), one line each, in the struct's order: a new
@@ -17,9 +16,11 @@ static const struct tuning_field {
     TUNING_FIELD(decode_block_few, "keys per decode block when few rows stream both K and V ahead"),
     TUNING_FIELD(decode_pf_keys, "software-prefetch distance of the decode streams, in keys"),
     TUNING_FIELD(decode_pv_group, "keys per decode P.V group (their V rows stay in L1)"),
-    TUNING_FIELD(prefill_block, "keys per prefill block, at most (the planner's block may be less)"),
+    TUNING_FIELD(prefill_block,
+                 "keys per prefill block, at most (the planner's block may be less)"),
     TUNING_FIELD(prefill_panel, "query rows packed together (a Q panel or a row group)"),
-    TUNING_FIELD(score_mr, "mr of the prefill score micro-kernel score_<isa>_<mr>x<nr> (rows; keys when transposed)"),
+    TUNING_FIELD(score_mr, "mr of the prefill score micro-kernel score_<isa>_<mr>x<nr> "
+                           "(rows; keys when transposed)"),
     TUNING_FIELD(score_nr, "nr of that micro-kernel (keys; query rows when transposed)"),
     TUNING_FIELD(pv_mr, "rows of the prefill P.V micro-kernel"),
     TUNING_FIELD(pv_nr, "output columns of the prefill P.V micro-kernel"),
@@ -74,13 +75,6 @@ size_t sdpa_planner_tunables(size_t head_dim, sdpa_tunable *out, size_t cap)
 #define PUT_PARAM(c, name, value, about) n = put(out, cap, n, name, (size_t)(c), about);
     SDPA_PLANNER_PARAMS(PUT_PARAM)
 #undef PUT_PARAM
-    n = put(out, cap, n, "page_pf_keys", PAGE_PF_KEYS,
-            "keys of the next page run requested before a run of paged units starts");
-    n = put(out, cap, n, "stage_max_page", STAGE_MAX_PAGE,
-            "keys per page below which pages a kernel does not page itself are gathered densely");
-    n = put(out, cap, n, "stage_keys", STAGE_KEYS, "keys per gathered (or dequantized) copy");
-    n = put(out, cap, n, "stage_pf_keys", STAGE_PF_KEYS,
-            "keys requested ahead of the gather (the pages are scattered)");
     if (head_dim)
         n = put(out, cap, n, "block", sdpa_plan_block(head_dim, head_dim),
                 "keys per block for this head_dim: f32 K and V rows and a score tile of "

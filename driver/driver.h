@@ -19,8 +19,10 @@ static inline bool add_sz(size_t a, size_t b, size_t *r)
     return !__builtin_add_overflow(a, b, r);
 }
 
-/* The planner's parameters (ROWS_TARGET, SPLIT_*, BLOCK_*, STREAM_BYTES) are listed, with what
-   each is, in SDPA_PLANNER_PARAMS (internal.h), which sdpa_planner_tunables reports. */
+/* The planner's parameters (ROWS_TARGET, SPLIT_*, BLOCK_*, STREAM_BYTES) and those of paged
+   units the kernel does not page itself (PAGE_PF_KEYS, STAGE_*: sdpa_run_keys runs them,
+   sdpa_make_plan sizes their staging) are listed, with what each is, in SDPA_PLANNER_PARAMS
+   (internal.h), which sdpa_planner_tunables reports. */
 
 typedef struct seqinfo {
     size_t lq, lk;     /* the sequence's query and key counts */
@@ -95,15 +97,6 @@ typedef struct item {
     size_t b, kvh, i0, qn, chunk;
     size_t local; /* the item's index within its sequence */
 } item;
-
-/* Paged units the kernel does not page itself (sdpa_run_keys runs them, sdpa_make_plan sizes
-   their staging) */
-enum {
-    PAGE_PF_KEYS = 16,   /* keys of the next page run requested before a run starts */
-    STAGE_MAX_PAGE = 64, /* pages of fewer keys are gathered into a dense copy ... */
-    STAGE_KEYS = 256,    /* ... this many keys per copy (a unit the kernel then runs) */
-    STAGE_PF_KEYS = 32,  /* keys requested ahead of the gather (the pages are scattered) */
-};
 
 /* The stages' entry points, each described where it is defined. */
 /* plan.c */

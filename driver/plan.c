@@ -51,7 +51,7 @@ item sdpa_item_at(const plan *pl, size_t t)
 /* Bytes per element of a storage type (a fraction for the block formats), for estimates. */
 static double elem_bytes(sdpa_dtype t)
 {
-    return (double)sdpa_block_bytes((int)t) / (double)sdpa_block_elems((int)t);
+    return (double)sdpa_block_bytes(t) / (double)sdpa_block_elems(t);
 }
 
 
@@ -168,13 +168,13 @@ sdpa_status sdpa_make_plan(const sdpa_impl *impl, const sdpa_params *p, const sd
     pl->reb_off = pl->var_off + row_ptrs;
     pl->mptr_off = pl->reb_off + row_ptrs;
     size_t stage = 0;
-    pl->quant = sdpa_dtype_quantized((int)k->dtype) || sdpa_dtype_quantized((int)v->dtype);
+    pl->quant = sdpa_dtype_quantized(k->dtype) || sdpa_dtype_quantized(v->dtype);
     if ((pl->quant && pl->k->quant_rows < pl->R) ||
         (p->block_table && p->page_size < STAGE_MAX_PAGE)) {
         /* units whose K/V the kernel cannot read in place: block formats dequantized to f32,
            short pages gathered (validated products: D, Dv, STAGE_KEYS far from overflow) */
-        const size_t kb = pl->quant ? sizeof(float) : sdpa_block_bytes((int)k->dtype);
-        const size_t vb = pl->quant ? sizeof(float) : sdpa_block_bytes((int)v->dtype);
+        const size_t kb = pl->quant ? sizeof(float) : sdpa_block_bytes(k->dtype);
+        const size_t vb = pl->quant ? sizeof(float) : sdpa_block_bytes(v->dtype);
         pl->stage_keys = STAGE_KEYS;
         stage = STAGE_KEYS * (pl->D * kb + pl->Dv * vb) / sizeof(float);
     }

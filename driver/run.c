@@ -138,7 +138,7 @@ static void run_item(void *arg, size_t t, size_t thread)
                 mrow[r] = (const char *)mk->data +
                           ((ptrdiff_t)it.b * mk->batch_stride + (ptrdiff_t)h * mk->head_stride +
                            (ptrdiff_t)(it.i0 + i) * mk->token_stride) *
-                              (ptrdiff_t)sdpa_block_bytes((int)mk->dtype);
+                              (ptrdiff_t)sdpa_block_bytes(mk->dtype);
             m[r] = -INFINITY;
             l[r] = 0.0f;
         }
@@ -184,7 +184,8 @@ static void run_item(void *arg, size_t t, size_t thread)
     if (p->q8_scores && c0 < c1) {
         qq = (int8_t *)(void *)(ws + pl->qq_off);
         qd = ws + pl->qq_off + qq_scales_off(R, D);
-        for (size_t r = 0; r < R; r++) quantize_row(qp + r * D, D, qq + r * D, qd + r * (D / SDPA_QK));
+        for (size_t r = 0; r < R; r++)
+            quantize_row(qp + r * D, D, qq + r * D, qd + r * (D / SDPA_QK));
         if (R > pl->k->quant_rows) {
             /* a kernel that stages K takes the quantized rows as f32 values: the same scores
                up to float rounding (d_q q is exact to 2^-24, the products of the quants exact) */

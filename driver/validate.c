@@ -32,7 +32,7 @@ static sdpa_status view_extent(checker *c, const char *name, const sdpa_tensor *
                                const size_t n[3], size_t inner, extent *e)
 {
     const ptrdiff_t st[3] = {t->batch_stride, t->head_stride, t->token_stride};
-    const size_t esz = sdpa_block_bytes((int)t->dtype), blk = sdpa_block_elems((int)t->dtype);
+    const size_t esz = sdpa_block_bytes(t->dtype), blk = sdpa_block_elems(t->dtype);
     ptrdiff_t lo = 0, hi = 0; /* in elements (multiples of blk: strides and inner checked) */
     for (int a = 0; a < 3; a++) {
         ptrdiff_t span;
@@ -40,7 +40,8 @@ static sdpa_status view_extent(checker *c, const char *name, const sdpa_tensor *
             __builtin_mul_overflow(st[a], (ptrdiff_t)(n[a] - 1), &span))
             return fail(c, SDPA_ERR_OVERFLOW, "%s: stride %td times extent %zu overflows", name,
                         st[a], n[a]);
-        if (span < 0 ? __builtin_add_overflow(lo, span, &lo) : __builtin_add_overflow(hi, span, &hi))
+        if (span < 0 ? __builtin_add_overflow(lo, span, &lo)
+                     : __builtin_add_overflow(hi, span, &hi))
             return fail(c, SDPA_ERR_OVERFLOW, "%s: offsets overflow", name);
     }
     ptrdiff_t top, bytes_lo, bytes_hi;
@@ -218,11 +219,12 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
         return fail(c, SDPA_ERR_INVALID_ARGUMENT,
                     "q_heads (%zu) is not a multiple of kv_heads (%zu)", p->q_heads, p->kv_heads);
     if (!isfinite(p->scale))
-        return fail(c, SDPA_ERR_INVALID_ARGUMENT, "scale is %s", isnan(p->scale) ? "NaN" : "infinite");
+        return fail(c, SDPA_ERR_INVALID_ARGUMENT, "scale is %s",
+                    isnan(p->scale) ? "NaN" : "infinite");
     const sdpa_tensor *ts[4] = {q, k, v, o};
     static const char *const tn[4] = {"q", "k", "v", "o"};
     for (int i = 0; i < 4; i++)
-        if (sdpa_block_bytes((int)ts[i]->dtype) == 0)
+        if (sdpa_block_bytes(ts[i]->dtype) == 0)
             return fail(c, SDPA_ERR_INVALID_ARGUMENT, "%s has an unknown dtype (%d)", tn[i],
                         (int)ts[i]->dtype);
     if (q->dtype != SDPA_F32 || o->dtype != SDPA_F32)
@@ -231,7 +233,7 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
                     q->dtype != SDPA_F32 ? "q" : "o");
     /* a block format's rows start on a block: its dim and every stride a multiple of one */
     for (int i = 1; i < 3; i++) {
-        const size_t blk = sdpa_block_elems((int)ts[i]->dtype), dim = i == 1 ? p->head_dim : dv;
+        const size_t blk = sdpa_block_elems(ts[i]->dtype), dim = i == 1 ? p->head_dim : dv;
         const ptrdiff_t st[3] = {ts[i]->batch_stride, ts[i]->head_stride, ts[i]->token_stride};
         static const char *const sn[3] = {"batch_stride", "head_stride", "token_stride"};
         if (blk == 1) continue;
@@ -263,9 +265,9 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
         t > (size_t)PTRDIFF_MAX / 2 || /* positions and window edges are signed sums of these */
         !add_sz(p->head_dim, 2, &t) || !mul_sz(t, sizeof(float) * 1024, &t) ||
         !add_sz(dv, 2, &t) || !mul_sz(t, sizeof(float) * 1024, &t))
-        return fail(c, SDPA_ERR_OVERFLOW, "sizes overflow (batch %zu, heads %zu/%zu, lengths %zu/%zu,"
-                    " dims %zu/%zu)", p->batch, p->q_heads, p->kv_heads, p->q_len, p->kv_len,
-                    p->head_dim, dv);
+        return fail(c, SDPA_ERR_OVERFLOW,
+                    "sizes overflow (batch %zu, heads %zu/%zu, lengths %zu/%zu, dims %zu/%zu)",
+                    p->batch, p->q_heads, p->kv_heads, p->q_len, p->kv_len, p->head_dim, dv);
 
     sdpa_status s;
     size_t q_tok, k_tok; /* packed: the tokens of all sequences */
@@ -304,8 +306,9 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
     if (p->alibi_slopes)
         for (size_t h = 0; h < p->q_heads; h++)
             if (!isfinite(p->alibi_slopes[h]))
-                return fail(c, SDPA_ERR_INVALID_ARGUMENT, "alibi_slopes[%zu] is %g: slopes must be finite",
-                            h, (double)p->alibi_slopes[h]);
+                return fail(c, SDPA_ERR_INVALID_ARGUMENT,
+                            "alibi_slopes[%zu] is %g: slopes must be finite", h,
+                            (double)p->alibi_slopes[h]);
     if (p->sinks)
         for (size_t h = 0; h < p->q_heads; h++)
             if (isnan(p->sinks[h]) || p->sinks[h] == INFINITY)
@@ -317,19 +320,22 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
         if (!mk->data) return fail(c, SDPA_ERR_INVALID_ARGUMENT, "mask has NULL data");
         if (mk->dtype != SDPA_F32 && mk->dtype != SDPA_F16 && mk->dtype != SDPA_BF16)
             return fail(c, SDPA_ERR_INVALID_ARGUMENT,
-                        "mask has dtype %d: it must be SDPA_F32, SDPA_F16 or SDPA_BF16", (int)mk->dtype);
+                        "mask has dtype %d: it must be SDPA_F32, SDPA_F16 or SDPA_BF16",
+                        (int)mk->dtype);
         extent em;
         /* indexed per sequence, whatever the layout */
         const size_t nm[3] = {p->batch, p->q_heads, p->q_len};
         if ((s = view_extent(c, "mask", mk, nm, p->kv_len, &em)) != SDPA_OK) return s;
         if (overlaps(mk->data, em, o->data, eo))
             return fail(c, SDPA_ERR_INVALID_ARGUMENT, "mask overlaps o");
-        if (p->lse && overlaps(mk->data, em, p->lse, (extent){0, (ptrdiff_t)(rows * sizeof(float))}))
+        if (p->lse &&
+            overlaps(mk->data, em, p->lse, (extent){0, (ptrdiff_t)(rows * sizeof(float))}))
             return fail(c, SDPA_ERR_INVALID_ARGUMENT, "mask overlaps lse");
     }
     if (p->workspace && p->workspace_bytes) {
-        const extent ew = {0, p->workspace_bytes > (size_t)PTRDIFF_MAX ? PTRDIFF_MAX
-                                                                        : (ptrdiff_t)p->workspace_bytes};
+        const extent ew = {0, p->workspace_bytes > (size_t)PTRDIFF_MAX
+                                  ? PTRDIFF_MAX
+                                  : (ptrdiff_t)p->workspace_bytes};
         if (overlaps(p->workspace, ew, o->data, eo) || overlaps(p->workspace, ew, q->data, eq) ||
             overlaps(p->workspace, ew, k->data, ek) || overlaps(p->workspace, ew, v->data, ev) ||
             (p->lse && overlaps(p->workspace, ew, p->lse,

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-# isa_names.py -- fails when a tracked source outside the registry's places quotes an implementation's name
+# isa_names.py -- fails when a tracked source outside the registry's places quotes an
+# implementation's name
 """Usage: isa_names.py SOURCE_ROOT NAME...
 
 An implementation is described by its registry row (dispatch/registry.c) and lives in its kernel
@@ -12,15 +13,12 @@ import re
 import subprocess
 import sys
 
-# Where an implementation's name belongs, or files owned elsewhere, by path prefix.
+# Where an implementation's name belongs, by path prefix.
 ALLOWED = (
     "kernels/",             # the kernel folders
     "dispatch/registry.c",  # the rows
     "docs/", "README.md",   # prose for readers
     "tools/cross/",         # cross files name their target
-    "tests/fuzz/",          # owned by the fuzzing work, checked there
-    "tools/ab/",            # the A/B read tool: its own ISA read kernels (target attributes)
-    "tools/bench_table.py", # plots results, colours per peak class
 )
 
 
@@ -28,8 +26,6 @@ def allowed(path):
     base = os.path.basename(path)
     if base in ("meson.build", "meson_options.txt"):
         return True  # the meson lines of each ISA
-    if path.startswith("tools/test") and path.endswith(".sh"):
-        return True  # the test runner picks implementations for emulators
     return path.startswith(ALLOWED)
 
 

@@ -1,4 +1,5 @@
-/* test_guard.c -- no kernel reads or writes past either end of its buffers (PROT_NONE guard pages) */
+/* test_guard.c -- no kernel reads or writes past either end of its buffers (PROT_NONE guard
+   pages) */
 #include "attn.h"
 
 #include <signal.h>
@@ -17,9 +18,10 @@
 #define DMAX 127
 #define PAD  3
 
-static const size_t guard_dims[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13, 14, 15, 16, 17, 18,
-                                    19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36,
-                                    37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 64, 127};
+static const size_t guard_dims[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13,
+                                    14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26,
+                                    27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39,
+                                    40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 64, 127};
 #define N_GUARD_DIMS (sizeof guard_dims / sizeof guard_dims[0])
 
 /* one guarded region per buffer role, reused by every case */
@@ -38,7 +40,8 @@ static size_t current_len;
 
 static void announce(const char *what, size_t n, size_t d, size_t stride, bool end)
 {
-    int len = snprintf(current, sizeof current, "# FAULT %s: %s n=%zu d=%zu stride=%zu, buffers at the %s of their region\n",
+    int len = snprintf(current, sizeof current,
+                       "# FAULT %s: %s n=%zu d=%zu stride=%zu, buffers at the %s of their region\n",
                        tl_label, what, n, d, stride, end ? "end" : "start");
     current_len = len > 0 ? ((size_t)len < sizeof current ? (size_t)len : sizeof current - 1) : 0;
 }
@@ -60,9 +63,11 @@ static void test_primitives_guard(const sdpa_impl *impl)
             for (size_t di = 0; di < N_GUARD_DIMS; di++) {
                 const size_t d = guard_dims[di];
                 for (size_t pad = 0; pad <= PAD; pad += PAD) {
-                    const size_t st = d + pad, kn = (n - 1) * st + d; /* the last row ends at the guard */
+                    const size_t st = d + pad;
+                    const size_t kn = (n - 1) * st + d; /* the last row ends at the guard */
                     announce("score", n, d, st, end);
-                    float *q = place(&g_q, d, end), *k = place(&g_k, kn, end), *s = place(&g_s, n, end);
+                    float *q = place(&g_q, d, end), *k = place(&g_k, kn, end),
+                          *s = place(&g_s, n, end);
                     tl_fill(&r, q, d, -1.0f, 1.0f);
                     tl_fill(&r, k, kn, -1.0f, 1.0f);
                     sdpa_impl_score_f32(impl, q, k, st, n, d, 0.5f, s);
@@ -70,8 +75,9 @@ static void test_primitives_guard(const sdpa_impl *impl)
                         double ref = 0;
                         for (size_t i = 0; i < d; i++) ref += (double)q[i] * k[j * st + i];
                         ref *= 0.5;
-                        CHECK(fabs(s[j] - ref) <= 1e-5 * (double)d, "score n=%zu d=%zu stride=%zu %s: s[%zu]=%g want %g",
-                              n, d, st, end ? "end" : "start", j, s[j], ref);
+                        CHECK(fabs(s[j] - ref) <= 1e-5 * (double)d,
+                              "score n=%zu d=%zu stride=%zu %s: s[%zu]=%g want %g", n, d, st,
+                              end ? "end" : "start", j, s[j], ref);
                     }
 
                     announce("softmax", n, d, st, end);
@@ -81,7 +87,8 @@ static void test_primitives_guard(const sdpa_impl *impl)
                           "softmax n=%zu %s: alpha=%g l=%g", n, end ? "end" : "start", alpha, l);
 
                     announce("accumulate", n, d, st, end);
-                    float *o = place(&g_o, d, end), *p = place(&g_p, n, end), *v = place(&g_v, kn, end);
+                    float *o = place(&g_o, d, end), *p = place(&g_p, n, end),
+                          *v = place(&g_v, kn, end);
                     tl_fill(&r, p, n, 0.0f, 1.0f);
                     tl_fill(&r, v, kn, -1.0f, 1.0f);
                     for (size_t c = 0; c < d; c++) o[c] = 1.0f;
@@ -89,8 +96,9 @@ static void test_primitives_guard(const sdpa_impl *impl)
                     const size_t c = d - 1; /* the last column touches the guard */
                     double ref = 0.5;
                     for (size_t j = 0; j < n; j++) ref += (double)p[j] * v[j * st + c];
-                    CHECK(fabs(o[c] - ref) <= 1e-5 * (double)(n + 1), "accumulate n=%zu dv=%zu %s: o[%zu]=%g want %g",
-                          n, d, end ? "end" : "start", c, o[c], ref);
+                    CHECK(fabs(o[c] - ref) <= 1e-5 * (double)(n + 1),
+                          "accumulate n=%zu dv=%zu %s: o[%zu]=%g want %g", n, d,
+                          end ? "end" : "start", c, o[c], ref);
                 }
             }
             announce("exp", n, 0, 0, end);
@@ -113,8 +121,10 @@ static void test_forward_guard(const sdpa_impl *impl)
     for (size_t ki = 0; ki < sizeof kvls / sizeof kvls[0] && !tl_give_up(); ki++) {
         for (size_t qi = 0; qi < sizeof qls / sizeof qls[0]; qi++) {
             for (int causal = 0; causal < 2; causal++, n++) {
-                const size_t d = guard_dims[(n * 7) % N_GUARD_DIMS], dv = guard_dims[(n * 11 + 3) % N_GUARD_DIMS];
-                const sdpa_dtype kt = (sdpa_dtype)(n % 3), vt = (sdpa_dtype)((n / 3) % 3);
+                const size_t d = guard_dims[(n * 7) % N_GUARD_DIMS],
+                             dv = guard_dims[(n * 11 + 3) % N_GUARD_DIMS];
+                static const sdpa_dtype kv_types[3] = {SDPA_F32, SDPA_F16, SDPA_BF16};
+                const sdpa_dtype kt = kv_types[n % 3], vt = kv_types[(n / 3) % 3];
                 sdpa_params p = {0};
                 p.batch = 1, p.q_heads = 2, p.kv_heads = 1, p.q_len = qls[qi], p.kv_len = kvls[ki];
                 p.head_dim = d, p.v_dim = dv, p.causal = causal;
@@ -123,8 +133,10 @@ static void test_forward_guard(const sdpa_impl *impl)
                 tview_layout(&k, 1, 1, p.kv_len, d, kt, L_DENSE, 0);
                 tview_layout(&v, 1, 1, p.kv_len, dv, vt, L_DENSE, 0);
                 tview_layout(&o, 1, 2, p.q_len, dv, SDPA_F32, L_DENSE, 0);
-                tl_guard gq = tl_guard_alloc(q.n_elems * q.es), gk = tl_guard_alloc(k.n_elems * k.es),
-                         gv = tl_guard_alloc(v.n_elems * v.es), go = tl_guard_alloc(o.n_elems * o.es),
+                tl_guard gq = tl_guard_alloc(q.n_elems * q.es),
+                         gk = tl_guard_alloc(k.n_elems * k.es),
+                         gv = tl_guard_alloc(v.n_elems * v.es),
+                         go = tl_guard_alloc(o.n_elems * o.es),
                          gl = tl_guard_alloc(2 * p.q_len * sizeof(float));
                 tview_place(&q, tl_guard_end(&gq, q.n_elems * q.es));
                 tview_place(&k, tl_guard_end(&gk, k.n_elems * k.es));
@@ -139,8 +151,8 @@ static void test_forward_guard(const sdpa_impl *impl)
                             to = tview_tensor(&o);
                 announce("forward", p.kv_len, d, dv, true);
                 char what[160];
-                snprintf(what, sizeof what, "forward q_len=%zu kv_len=%zu d=%zu dv=%zu K %d V %d%s", p.q_len, p.kv_len,
-                         d, dv, (int)kt, (int)vt, causal ? " causal" : "");
+                snprintf(what, sizeof what, "forward q_len=%zu kv_len=%zu d=%zu dv=%zu K %d V %d%s",
+                         p.q_len, p.kv_len, d, dv, (int)kt, (int)vt, causal ? " causal" : "");
                 sdpa_status st = sdpa_impl_forward(impl, &p, &tq, &tk, &tv, &to);
                 if (CHECK(st == SDPA_OK, "%s: status %s", what, sdpa_status_str(st))) {
                     attn_ref ref;

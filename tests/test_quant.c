@@ -1,4 +1,5 @@
-/* test_quant.c -- q8_0/q4_0 K and V, fast q8 scores and the block conversions, on every implementation against float64 */
+/* test_quant.c -- q8_0/q4_0 K and V, fast q8 scores and the block conversions, on every
+   implementation against float64 */
 #include "problem.h"
 
 /*
@@ -36,15 +37,16 @@
  * The forward problems are batches of sequences (lq_b queries, lk_b keys) in one of the forms
  * of sdpa_params: queries each / padded / packed; keys each (dense, strided token-major,
  * reversed), padded, packed or paged (pages of 16 and 32 keys, which the library stages, 64
- * and 128; shuffled, or in order so that consecutive pages form runs). Storage no sequence owns holds NaN (a block with a NaN scale), o and lse are sentinel-
- * filled and everything no row owns must stay so.
+ * and 128; shuffled, or in order so that consecutive pages form runs). Storage no sequence owns
+ * holds NaN (a block with a NaN scale), o and lse are sentinel-filled and everything no row owns
+ * must stay so.
  */
 
 /* ------------------------------------------------------------------------------------------ */
 /* The forward cases                                                                            */
 /* ------------------------------------------------------------------------------------------ */
-static qcase mk(const char *name, size_t B, size_t qh, size_t kvh, size_t d, size_t dv, size_t lq, size_t lk,
-                sdpa_dtype kt, sdpa_dtype vt)
+static qcase mk(const char *name, size_t B, size_t qh, size_t kvh, size_t d, size_t dv, size_t lq,
+                size_t lk, sdpa_dtype kt, sdpa_dtype vt)
 {
     qcase c;
     memset(&c, 0, sizeof c);
@@ -55,7 +57,8 @@ static qcase mk(const char *name, size_t B, size_t qh, size_t kvh, size_t d, siz
 
 static const struct {
     sdpa_dtype k, v;
-} g_types[] = {{Q8, F32}, {Q4, F16}, {F32, Q8}, {F16, Q4}, {Q8, Q8}, {Q4, Q4}, {Q8, Q4}, {Q4, Q8}, {BF16, Q8}, {Q4, BF16}};
+} g_types[] = {{Q8, F32}, {Q4, F16}, {F32, Q8}, {F16, Q4}, {Q8, Q8}, {Q4, Q4}, {Q8, Q4}, {Q4, Q8},
+               {BF16, Q8}, {Q4, BF16}};
 enum { N_TYPES = sizeof g_types / sizeof g_types[0] };
 
 /* head_dim / v_dim pairs */
@@ -67,11 +70,13 @@ static void t_types(const sdpa_impl *impl)
 {
     for (size_t i = 0; i < N_TYPES; i++) {
         const size_t *dm = g_dims[i % 5];
-        qcase a = mk("prefill", 1, 8, 2, dm[0], dm[1], i % 3 == 2 ? 70 : 40, 70, g_types[i].k, g_types[i].v);
+        qcase a = mk("prefill", 1, 8, 2, dm[0], dm[1], i % 3 == 2 ? 70 : 40, 70, g_types[i].k,
+                     g_types[i].v);
         a.causal = i % 2 == 0;
         a.kf = (int)(i % 3); /* dense, strided, reversed */
         qprob_case(impl, &a, 100 + i);
-        qcase b = mk("decode", 2, 8, 2, dm[0], dm[1], 1 + i % 4, 300 + 37 * i, g_types[i].k, g_types[i].v);
+        qcase b = mk("decode", 2, 8, 2, dm[0], dm[1], 1 + i % 4, 300 + 37 * i, g_types[i].k,
+                     g_types[i].v);
         b.causal = i % 4 != 0;
         b.kf = (int)((i + 1) % 3);
         qprob_case(impl, &b, 200 + i);
@@ -146,7 +151,8 @@ static void t_ragged(const sdpa_impl *impl)
 static void t_variants(const sdpa_impl *impl)
 {
     qcase a = mk("all variants", 1, 8, 2, 64, 64, 40, 70, Q4, Q8);
-    a.causal = true, a.window = 12, a.mask = true, a.softcap = 20.0f, a.alibi = true, a.sinks = true;
+    a.causal = true, a.window = 12, a.mask = true;
+    a.softcap = 20.0f, a.alibi = true, a.sinks = true;
     qprob_case(impl, &a, 500);
     qcase b = mk("mask and sinks, decode", 2, 8, 2, 128, 64, 4, 300, Q8, F32);
     b.mask = true, b.sinks = true;
@@ -160,7 +166,8 @@ static void t_variants(const sdpa_impl *impl)
     d.softcap = 5.0f, d.alibi = true, d.krange = 4.0f, d.kf = KV_REVERSED;
     qprob_case(impl, &d, 504);
     qcase e = a;
-    e.name = "paged variants", e.B = 3, e.qf = Q_PACKED, e.kf = KV_PAGED, e.page = 16, e.kt = Q8, e.vt = Q4;
+    e.name = "paged variants", e.B = 3, e.qf = Q_PACKED, e.kf = KV_PAGED, e.page = 16;
+    e.kt = Q8, e.vt = Q4;
     e.lq[1] = 1, e.lk[1] = 130, e.lq[2] = 0, e.lk[2] = 9;
     qprob_case(impl, &e, 505);
     e.page = 128, e.kt = Q4, e.vt = F16, e.d = 128, e.dv = 64;
@@ -174,7 +181,8 @@ static void t_fast(const sdpa_impl *impl)
     qcase a = mk("fast decode", 2, 8, 2, 128, 128, 1, 300, Q8, F32);
     a.fast = 1;
     qprob_case(impl, &a, 600);
-    a.kt = Q4, a.vt = F16, a.d = 64, a.dv = 64, a.lq[0] = a.lq[1] = 4, a.causal = true, a.lk[1] = 257;
+    a.kt = Q4, a.vt = F16, a.d = 64, a.dv = 64;
+    a.lq[0] = a.lq[1] = 4, a.causal = true, a.lk[1] = 257;
     a.kf = KV_STRIDED;
     qprob_case(impl, &a, 601);
     qcase b = mk("fast prefill", 1, 8, 2, 64, 64, 40, 70, Q8, Q8);
@@ -193,16 +201,16 @@ static void t_fast(const sdpa_impl *impl)
     qprob_case(impl, &c, 606);
     qcase d = mk("fast paged prefill, variants", 2, 4, 2, 64, 64, 0, 0, Q4, Q8);
     d.lq[0] = 40, d.lq[1] = 7, d.lk[0] = 70, d.lk[1] = 7;
-    d.fast = 1, d.qf = Q_PADDED, d.kf = KV_PAGED, d.page = 16, d.causal = true, d.mask = true, d.sinks = true,
-    d.softcap = 10.0f, d.alibi = true;
+    d.fast = 1, d.qf = Q_PADDED, d.kf = KV_PAGED, d.page = 16, d.causal = true, d.mask = true,
+    d.sinks = true, d.softcap = 10.0f, d.alibi = true;
     qprob_case(impl, &d, 607);
     d.kf = KV_PACKED, d.qf = Q_PACKED, d.kt = Q8, d.window = 9;
     qprob_case(impl, &d, 608);
     qcase e = mk("fast long decode", 1, 8, 2, 128, 128, 2, 2100, Q4, Q8);
     e.fast = 1, e.causal = true;
     qprob_case(impl, &e, 609);
-    printf("# %s: fast mode: worst |o_fast - o| / bound %.3f (worst |o_fast - o| %.3g), worst |o_fast - model| / "
-           "tolerance %.3f\n",
+    printf("# %s: fast mode: worst |o_fast - o| / bound %.3f (worst |o_fast - o| %.3g), "
+           "worst |o_fast - model| / tolerance %.3f\n",
            tl_label, g_worst_fast, g_fast_err, g_worst_model);
 }
 
@@ -218,8 +226,8 @@ static void t_bad(const sdpa_impl *impl)
     for (size_t e = 0; e < BIG; e++) qb[e] = 0.5f;
     float *ob = tl_xmalloc(OUT * sizeof(float)), *lb = tl_xmalloc(OUT * sizeof(float));
     tl_fill_sentinel(ob, OUT), tl_fill_sentinel(lb, OUT);
-    const sdpa_params base = {.batch = 2, .q_heads = 2, .kv_heads = 1, .q_len = 3, .kv_len = LK, .head_dim = 32,
-                              .lse = lb + 64};
+    const sdpa_params base = {.batch = 2, .q_heads = 2, .kv_heads = 1, .q_len = 3, .kv_len = LK,
+                              .head_dim = 32, .lse = lb + 64};
     typedef struct bad {
         const char *why;
         sdpa_params p;
@@ -228,29 +236,36 @@ static void t_bad(const sdpa_impl *impl)
     } bad;
     bad cases[20];
     size_t n = 0;
-#define BAD(w, st, stmt)                                                                                     \
-    do {                                                                                                     \
-        bad *x = &cases[n++];                                                                                \
-        x->why = w, x->want = st, x->p = base;                                                               \
-        x->q = (sdpa_tensor){qb, F32, 6 * 128, 3 * 128, 128};                                                \
-        x->o = (sdpa_tensor){ob + 64, F32, 6 * 128, 3 * 128, 128};                                           \
-        x->k = (sdpa_tensor){kb, Q8, LK * 128, LK * 128, 32};                                                \
-        x->v = (sdpa_tensor){vb, Q4, LK * 128, LK * 128, 32};                                                \
-        sdpa_params *p = &x->p;                                                                              \
-        sdpa_tensor *k = &x->k, *v = &x->v, *q = &x->q, *o = &x->o;                                          \
-        (void)p, (void)k, (void)v, (void)q, (void)o;                                                         \
-        stmt;                                                                                                \
+#define BAD(w, st, stmt)                                                                           \
+    do {                                                                                           \
+        bad *x = &cases[n++];                                                                      \
+        x->why = w, x->want = st, x->p = base;                                                     \
+        x->q = (sdpa_tensor){qb, F32, 6 * 128, 3 * 128, 128};                                      \
+        x->o = (sdpa_tensor){ob + 64, F32, 6 * 128, 3 * 128, 128};                                 \
+        x->k = (sdpa_tensor){kb, Q8, LK * 128, LK * 128, 32};                                      \
+        x->v = (sdpa_tensor){vb, Q4, LK * 128, LK * 128, 32};                                      \
+        sdpa_params *p = &x->p;                                                                    \
+        sdpa_tensor *k = &x->k, *v = &x->v, *q = &x->q, *o = &x->o;                                \
+        (void)p, (void)k, (void)v, (void)q, (void)o;                                               \
+        stmt;                                                                                      \
     } while (0)
-    BAD("head_dim 48, k q8_0", SDPA_ERR_INVALID_ARGUMENT, (p->head_dim = 48, k->token_stride = 64, v->token_stride = 64));
-    BAD("head_dim 48, v q4_0 (k f32)", SDPA_ERR_INVALID_ARGUMENT, (p->head_dim = 48, k->dtype = F32, k->token_stride = 48));
+    BAD("head_dim 48, k q8_0", SDPA_ERR_INVALID_ARGUMENT,
+        (p->head_dim = 48, k->token_stride = 64, v->token_stride = 64));
+    BAD("head_dim 48, v q4_0 (k f32)", SDPA_ERR_INVALID_ARGUMENT,
+        (p->head_dim = 48, k->dtype = F32, k->token_stride = 48));
     BAD("v_dim 48, v q4_0", SDPA_ERR_INVALID_ARGUMENT, (p->v_dim = 48, v->token_stride = 64));
     BAD("v_dim 16, v q8_0", SDPA_ERR_INVALID_ARGUMENT, (p->v_dim = 16, v->dtype = Q8));
     BAD("k token_stride 40, head_dim 32", SDPA_ERR_INVALID_ARGUMENT, k->token_stride = 40);
-    BAD("v token_stride -40", SDPA_ERR_INVALID_ARGUMENT, (v->token_stride = -40, v->data = vb + 4096));
-    BAD("k head_stride not a multiple of 32", SDPA_ERR_INVALID_ARGUMENT, k->head_stride = LK * 32 + 16);
-    BAD("v head_stride not a multiple of 32", SDPA_ERR_INVALID_ARGUMENT, v->head_stride = LK * 32 + 48);
-    BAD("k batch_stride not a multiple of 32", SDPA_ERR_INVALID_ARGUMENT, k->batch_stride = LK * 32 + 8);
-    BAD("v batch_stride not a multiple of 32", SDPA_ERR_INVALID_ARGUMENT, (p->kv_len = 33, v->batch_stride = 33 * 32 + 1));
+    BAD("v token_stride -40", SDPA_ERR_INVALID_ARGUMENT,
+        (v->token_stride = -40, v->data = vb + 4096));
+    BAD("k head_stride not a multiple of 32", SDPA_ERR_INVALID_ARGUMENT,
+        k->head_stride = LK * 32 + 16);
+    BAD("v head_stride not a multiple of 32", SDPA_ERR_INVALID_ARGUMENT,
+        v->head_stride = LK * 32 + 48);
+    BAD("k batch_stride not a multiple of 32", SDPA_ERR_INVALID_ARGUMENT,
+        k->batch_stride = LK * 32 + 8);
+    BAD("v batch_stride not a multiple of 32", SDPA_ERR_INVALID_ARGUMENT,
+        (p->kv_len = 33, v->batch_stride = 33 * 32 + 1));
     BAD("q8_scores on f16 k", SDPA_ERR_UNSUPPORTED, (p->q8_scores = 1, k->dtype = F16));
     BAD("q8_scores on f32 k (v q4_0)", SDPA_ERR_UNSUPPORTED, (p->q8_scores = 1, k->dtype = F32));
     BAD("q8_scores on bf16 k", SDPA_ERR_UNSUPPORTED, (p->q8_scores = 1, k->dtype = BF16));
@@ -266,10 +281,12 @@ static void t_bad(const sdpa_impl *impl)
         size_t ws = 12345;
         const sdpa_status st = sdpa_impl_forward(impl, &x->p, &x->q, &x->k, &x->v, &x->o);
         const sdpa_status sv = sdpa_validate(&x->p, &x->q, &x->k, &x->v, &x->o, msg, sizeof msg);
-        const sdpa_status sw = sdpa_impl_workspace_size(impl, &x->p, &x->q, &x->k, &x->v, &x->o, &ws);
+        const sdpa_status sw =
+            sdpa_impl_workspace_size(impl, &x->p, &x->q, &x->k, &x->v, &x->o, &ws);
         CHECK(st == x->want && sv == x->want && sw == x->want && msg[0] && strcmp(msg, "ok") != 0,
-              "%s: status %s (validate %s \"%s\", workspace_size %s), want %s", x->why, sdpa_status_str(st),
-              sdpa_status_str(sv), msg, sdpa_status_str(sw), sdpa_status_str(x->want));
+              "%s: status %s (validate %s \"%s\", workspace_size %s), want %s", x->why,
+              sdpa_status_str(st), sdpa_status_str(sv), msg, sdpa_status_str(sw),
+              sdpa_status_str(x->want));
         size_t wrote = 0;
         for (size_t e = 0; e < OUT; e++) wrote += !tl_is_sentinel(ob[e]) + !tl_is_sentinel(lb[e]);
         CHECK(wrote == 0, "%s: the refused call wrote %zu elements of o and lse", x->why, wrote);
@@ -279,12 +296,14 @@ static void t_bad(const sdpa_impl *impl)
     for (int fast = 0; fast < 2; fast++) {
         sdpa_params p = base;
         p.q8_scores = fast;
-        const sdpa_tensor q = {qb, F32, 6 * 128, 3 * 128, 128}, o = {ob + 64, F32, 6 * 128, 3 * 128, 128};
-        const sdpa_tensor k = {kb, Q8, LK * 128, LK * 128, 32}, v = {vb, Q4, LK * 128, LK * 128, 32};
+        const sdpa_tensor q = {qb, F32, 6 * 128, 3 * 128, 128};
+        const sdpa_tensor o = {ob + 64, F32, 6 * 128, 3 * 128, 128};
+        const sdpa_tensor k = {kb, Q8, LK * 128, LK * 128, 32};
+        const sdpa_tensor v = {vb, Q4, LK * 128, LK * 128, 32};
         const sdpa_status st = sdpa_impl_forward(impl, &p, &q, &k, &v, &o);
         CHECK(st == SDPA_OK && ob[64] == 0.0f && fabsf(lb[64] - logf((float)LK)) < 1e-5f,
-              "the valid base call (q8_scores %d): status %s, o[0] %g, lse %g", fast, sdpa_status_str(st), ob[64],
-              lb[64]);
+              "the valid base call (q8_scores %d): status %s, o[0] %g, lse %g", fast,
+              sdpa_status_str(st), ob[64], lb[64]);
     }
     free(qb), free(kb), free(vb), free(ob), free(lb);
 }
@@ -308,11 +327,13 @@ static void conv_block(tl_rng *r, size_t k, sdpa_dtype t, float *x)
         break;
     }
     case 2: /* q8_0 ties: d = 1, x * id = n + 0.5 exactly (half away from zero) */
-        for (int i = 0; i < QK; i++) x[i] = (float)((int)tl_below(r, 253) - 126) + (i % 2 ? 0.5f : -0.5f);
+        for (int i = 0; i < QK; i++)
+            x[i] = (float)((int)tl_below(r, 253) - 126) + (i % 2 ? 0.5f : -0.5f);
         x[tl_below(r, QK)] = k % 32 < 16 ? 127.0f : -127.0f;
         break;
     case 3: /* q4_0 ties: m = -8 first, d = 1: x + 8.5 an integer or n + 0.5 */
-        for (int i = 0; i < QK; i++) x[i] = (float)((int)tl_below(r, 15) - 7) + (i % 3 ? 0.5f : -0.5f);
+        for (int i = 0; i < QK; i++)
+            x[i] = (float)((int)tl_below(r, 15) - 7) + (i % 3 ? 0.5f : -0.5f);
         x[3] = -8.0f, x[20] = 8.0f; /* +8 later: the first of largest magnitude is -8 */
         break;
     case 4: /* zeros, then negative zeros */
@@ -346,7 +367,8 @@ static void conv_block(tl_rng *r, size_t k, sdpa_dtype t, float *x)
     case 11: /* large, in range for both */
         for (int i = 0; i < QK; i++) x[i] = 4.0e5f * tl_uniform(r, -1.0f, 1.0f);
         break;
-    case 12: /* q4_0 scale exactly between two f16 values: ties to even (1 + 2^-11 -> 1, 1 + 3 2^-11 -> 1 + 2^-9) */
+    case 12: /* q4_0 scale exactly between two f16 values: ties to even
+                (1 + 2^-11 -> 1, 1 + 3 2^-11 -> 1 + 2^-9) */
         for (int i = 0; i < QK; i++) x[i] = tl_uniform(r, -7.0f, 7.0f);
         x[0] = -8.0f * (k % 32 < 16 ? 1.0f + 0x1p-11f : 1.0f + 3 * 0x1p-11f);
         break;
@@ -358,7 +380,8 @@ static void conv_block(tl_rng *r, size_t k, sdpa_dtype t, float *x)
         x[tl_below(r, QK)] = k % 32 < 16 ? 1000.0f : -1000.0f;
         break;
     default: /* magnitudes spread over the block */
-        for (int i = 0; i < QK; i++) x[i] = ldexpf(tl_uniform(r, -1.0f, 1.0f), (int)tl_below(r, 40) - 20);
+        for (int i = 0; i < QK; i++)
+            x[i] = ldexpf(tl_uniform(r, -1.0f, 1.0f), (int)tl_below(r, 40) - 20);
         break;
     }
 }
@@ -367,12 +390,16 @@ static void t_convert(void)
 {
     tl_start("quant: conversions byte-identical to the reference, dtype sizes", "api");
     /* sizes */
-    static const size_t blk[5] = {1, 1, 1, 32, 32}, bytes[5] = {4, 2, 2, 34, 18};
-    for (int t = 0; t < 5; t++) {
-        CHECK(sdpa_dtype_block((sdpa_dtype)t) == blk[t], "sdpa_dtype_block(%s) = %zu, want %zu", dtn((sdpa_dtype)t),
-              sdpa_dtype_block((sdpa_dtype)t), blk[t]);
-        CHECK(sdpa_dtype_size((sdpa_dtype)t) == bytes[t], "sdpa_dtype_size(%s) = %zu, want %zu", dtn((sdpa_dtype)t),
-              sdpa_dtype_size((sdpa_dtype)t), bytes[t]);
+    static const struct {
+        sdpa_dtype t;
+        size_t     blk, bytes;
+    } sizes[] = {{F32, 1, 4}, {F16, 1, 2}, {BF16, 1, 2}, {Q8, 32, 34}, {Q4, 32, 18}};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        const sdpa_dtype t = sizes[i].t;
+        CHECK(sdpa_dtype_block(t) == sizes[i].blk, "sdpa_dtype_block(%s) = %zu, want %zu", dtn(t),
+              sdpa_dtype_block(t), sizes[i].blk);
+        CHECK(sdpa_dtype_size(t) == sizes[i].bytes, "sdpa_dtype_size(%s) = %zu, want %zu", dtn(t),
+              sdpa_dtype_size(t), sizes[i].bytes);
     }
     CHECK(sdpa_dtype_block((sdpa_dtype)5) == 0 && sdpa_dtype_size((sdpa_dtype)5) == 0 &&
               sdpa_dtype_block((sdpa_dtype)-1) == 0 && sdpa_dtype_size((sdpa_dtype)-1) == 0,
@@ -381,12 +408,13 @@ static void t_convert(void)
         sdpa_dtype t;
         size_t     n, want;
     } nb[] = {{Q8, 32, 34},   {Q8, 64, 68},         {Q4, 32000, 18000}, {Q8, 33, 0},   {Q4, 16, 0},
-              {Q8, 0, 0},     {F32, 5, 20},         {F16, 7, 14},       {BF16, 3, 6},  {(sdpa_dtype)5, 32, 0},
-              {F32, SIZE_MAX / 2, 0}, {Q8, SIZE_MAX / 32 * 32, 0},
+              {Q8, 0, 0},     {F32, 5, 20},         {F16, 7, 14},       {BF16, 3, 6},
+              {(sdpa_dtype)5, 32, 0}, {F32, SIZE_MAX / 2, 0}, {Q8, SIZE_MAX / 32 * 32, 0},
               {Q4, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 18}}; /* q4_0: the largest n fits */
     for (size_t i = 0; i < sizeof nb / sizeof nb[0]; i++)
-        CHECK(sdpa_dtype_bytes(nb[i].t, nb[i].n) == nb[i].want, "sdpa_dtype_bytes(%s, %zu) = %zu, want %zu",
-              dtn(nb[i].t), nb[i].n, sdpa_dtype_bytes(nb[i].t, nb[i].n), nb[i].want);
+        CHECK(sdpa_dtype_bytes(nb[i].t, nb[i].n) == nb[i].want,
+              "sdpa_dtype_bytes(%s, %zu) = %zu, want %zu", dtn(nb[i].t), nb[i].n,
+              sdpa_dtype_bytes(nb[i].t, nb[i].n), nb[i].want);
 
     /* quantizers: byte for byte, every kind of block, each at several positions in a row */
     tl_rng r = {700};
@@ -399,11 +427,14 @@ static void t_convert(void)
             const size_t bb = ref_block_bytes(t);
             for (size_t b = 0; b < NBLK; b++) conv_block(&r, b + (size_t)round * 7, t, x + b * QK);
             memset(got, 0xa5, NBLK * Q8_BYTES + 64);
-            const sdpa_status st = f ? sdpa_quantize_q4_0(x, NBLK * QK, got) : sdpa_quantize_q8_0(x, NBLK * QK, got);
-            if (!CHECK(st == SDPA_OK, "%s quantize: status %s", dtn(t), sdpa_status_str(st))) continue;
+            const sdpa_status st =
+                f ? sdpa_quantize_q4_0(x, NBLK * QK, got) : sdpa_quantize_q8_0(x, NBLK * QK, got);
+            if (!CHECK(st == SDPA_OK, "%s quantize: status %s", dtn(t), sdpa_status_str(st)))
+                continue;
             size_t past = 0;
             for (size_t e = NBLK * bb; e < NBLK * Q8_BYTES + 64; e++) past += got[e] != 0xa5;
-            CHECK(past == 0, "%s quantize wrote %zu bytes past the %zu blocks", dtn(t), past, (size_t)NBLK);
+            CHECK(past == 0, "%s quantize wrote %zu bytes past the %zu blocks", dtn(t), past,
+                  (size_t)NBLK);
             for (size_t b = 0; b < NBLK; b++) {
                 if (f) ref_q4_0(x + b * QK, want + b * bb);
                 else ref_q8_0(x + b * QK, want + b * bb);
@@ -411,19 +442,22 @@ static void t_convert(void)
                     size_t e = 0;
                     while (got[b * bb + e] == want[b * bb + e]) e++;
                     const size_t el = e < 2 ? 0 : e - 2; /* the element (q4_0: and el + 16) */
-                    (void)CHECK(false, "%s block %zu (kind %zu): byte %zu is 0x%02x, the reference 0x%02x (x[%zu] = %.9g)",
-                          dtn(t), b, (b + (size_t)round * 7) % 16, e, got[b * bb + e], want[b * bb + e], el,
-                          x[b * QK + el]);
+                    (void)CHECK(false,
+                                "%s block %zu (kind %zu): byte %zu is 0x%02x, the reference 0x%02x "
+                                "(x[%zu] = %.9g)",
+                                dtn(t), b, (b + (size_t)round * 7) % 16, e, got[b * bb + e],
+                                want[b * bb + e], el, x[b * QK + el]);
                 }
             }
             /* dequantize: exactly d q, from the bytes of the reference */
             for (size_t b = 0; b < NBLK; b++) ref_deq(t, want + b * bb, yr + b * QK);
             tl_fill_sentinel(y, NBLK * QK);
-            const sdpa_status sd = f ? sdpa_dequantize_q4_0(want, NBLK * QK, y) : sdpa_dequantize_q8_0(want, NBLK * QK, y);
+            const sdpa_status sd = f ? sdpa_dequantize_q4_0(want, NBLK * QK, y)
+                                     : sdpa_dequantize_q8_0(want, NBLK * QK, y);
             CHECK(sd == SDPA_OK, "%s dequantize: status %s", dtn(t), sdpa_status_str(sd));
             for (size_t e = 0; e < NBLK * QK; e++)
-                if (!CHECK(tl_bits(y[e]) == tl_bits(yr[e]), "%s dequantize[%zu] = %.9g, d q = %.9g", dtn(t), e, y[e],
-                           yr[e]))
+                if (!CHECK(tl_bits(y[e]) == tl_bits(yr[e]), "%s dequantize[%zu] = %.9g, d q = %.9g",
+                           dtn(t), e, y[e], yr[e]))
                     break;
         }
     }
@@ -431,10 +465,13 @@ static void t_convert(void)
     {
         float z[QK] = {0};
         unsigned char b4[Q4_BYTES], b8[Q8_BYTES];
-        CHECK(sdpa_quantize_q4_0(z, QK, b4) == SDPA_OK && b4[0] == 0x00 && b4[1] == 0x80 && b4[2] == 0x88,
-              "q4_0 of zeros: scale bytes %02x %02x, first quants 0x%02x; want 00 80 and 0x88", b4[0], b4[1], b4[2]);
+        CHECK(sdpa_quantize_q4_0(z, QK, b4) == SDPA_OK && b4[0] == 0x00 && b4[1] == 0x80 &&
+                  b4[2] == 0x88,
+              "q4_0 of zeros: scale bytes %02x %02x, first quants 0x%02x; want 00 80 and 0x88",
+              b4[0], b4[1], b4[2]);
         CHECK(sdpa_quantize_q8_0(z, QK, b8) == SDPA_OK && b8[0] == 0 && b8[1] == 0 && b8[2] == 0,
-              "q8_0 of zeros: scale bytes %02x %02x, first quant %02x; want 00 00 00", b8[0], b8[1], b8[2]);
+              "q8_0 of zeros: scale bytes %02x %02x, first quant %02x; want 00 00 00", b8[0], b8[1],
+              b8[2]);
     }
     /* a block so small that 1 / d overflows float (max |x| below 127 / FLT_MAX, 8 / FLT_MAX):
        accepted, and the scale is 0 in f16, so every value is 0 (ggml's formula then converts
@@ -445,11 +482,13 @@ static void t_convert(void)
         unsigned char bq[Q8_BYTES];
         float yz[QK];
         const sdpa_status st = f ? sdpa_quantize_q4_0(z, QK, bq) : sdpa_quantize_q8_0(z, QK, bq);
-        bool zero = st == SDPA_OK && (f ? sdpa_dequantize_q4_0(bq, QK, yz) : sdpa_dequantize_q8_0(bq, QK, yz)) == SDPA_OK;
+        bool zero = st == SDPA_OK && (f ? sdpa_dequantize_q4_0(bq, QK, yz)
+                                        : sdpa_dequantize_q8_0(bq, QK, yz)) == SDPA_OK;
         for (int i = 0; i < QK && zero; i++) zero = yz[i] == 0.0f;
         CHECK(st == SDPA_OK && zero && (bq[0] | (bq[1] & 0x7f)) == 0,
-              "%s of subnormal inputs: status %s, scale bytes %02x %02x, want accepted with scale +-0", f ? "q4_0" : "q8_0",
-              sdpa_status_str(st), bq[0], bq[1]);
+              "%s of subnormal inputs: status %s, scale bytes %02x %02x, "
+              "want accepted with scale +-0",
+              f ? "q4_0" : "q8_0", sdpa_status_str(st), bq[0], bq[1]);
     }
     /* dequantize random bytes (any finite scale, any quants) exactly; a non-finite scale gives
        non-finite values */
@@ -463,14 +502,19 @@ static void t_convert(void)
         want[5 * bb + 1] = 0x7c, want[5 * bb] = 0;        /* +inf */
         want[6 * bb + 1] = 0xfe, want[6 * bb] = 0x01;     /* NaN */
         for (size_t b = 0; b < NBLK; b++) ref_deq(t, want + b * bb, yr + b * QK);
-        const sdpa_status sd = f ? sdpa_dequantize_q4_0(want, NBLK * QK, y) : sdpa_dequantize_q8_0(want, NBLK * QK, y);
-        CHECK(sd == SDPA_OK, "%s dequantize of random bytes: status %s", dtn(t), sdpa_status_str(sd));
+        const sdpa_status sd =
+            f ? sdpa_dequantize_q4_0(want, NBLK * QK, y) : sdpa_dequantize_q8_0(want, NBLK * QK, y);
+        CHECK(sd == SDPA_OK, "%s dequantize of random bytes: status %s", dtn(t),
+              sdpa_status_str(sd));
         for (size_t e = 0; e < NBLK * QK; e++) {
             const bool nonfinite_scale = e / QK == 5 || e / QK == 6;
             if (nonfinite_scale) {
-                if (!CHECK(!isfinite(y[e]), "%s dequantize with a non-finite scale: y[%zu] = %g", dtn(t), e, y[e])) break;
-            } else if (!CHECK(tl_bits(y[e]) == tl_bits(yr[e]), "%s dequantize of random bytes: y[%zu] = %.9g, d q = %.9g",
-                              dtn(t), e, y[e], yr[e])) {
+                if (!CHECK(!isfinite(y[e]), "%s dequantize with a non-finite scale: y[%zu] = %g",
+                           dtn(t), e, y[e]))
+                    break;
+            } else if (!CHECK(tl_bits(y[e]) == tl_bits(yr[e]),
+                              "%s dequantize of random bytes: y[%zu] = %.9g, d q = %.9g", dtn(t), e,
+                              y[e], yr[e])) {
                 break;
             }
         }
@@ -478,8 +522,10 @@ static void t_convert(void)
     /* refusals: nothing written */
     for (int f = 0; f < 2; f++) {
         const sdpa_dtype t = f ? Q4 : Q8;
-        sdpa_status (*quant)(const float *, size_t, void *) = f ? sdpa_quantize_q4_0 : sdpa_quantize_q8_0;
-        sdpa_status (*deq)(const void *, size_t, float *) = f ? sdpa_dequantize_q4_0 : sdpa_dequantize_q8_0;
+        sdpa_status (*quant)(const float *, size_t, void *) =
+            f ? sdpa_quantize_q4_0 : sdpa_quantize_q8_0;
+        sdpa_status (*deq)(const void *, size_t, float *) =
+            f ? sdpa_dequantize_q4_0 : sdpa_dequantize_q8_0;
         for (size_t e = 0; e < 4 * QK; e++) x[e] = tl_uniform(&r, -1.0f, 1.0f);
         const struct {
             const char *why;
@@ -489,13 +535,15 @@ static void t_convert(void)
         } rq[] = {{"NaN in the second block", QK + 3, NAN, 4 * QK},
                   {"+inf in the last block", 4 * QK - 1, INFINITY, 4 * QK},
                   {"-inf in the first block", 0, -INFINITY, 4 * QK},
-                  {"a scale over the f16 range (q8_0: 65520 * 127)", 2 * QK + 7, 8321040.0f, 4 * QK},
+                  {"a scale over the f16 range (q8_0: 65520 * 127)", 2 * QK + 7, 8321040.0f,
+                   4 * QK},
                   {"a scale over the f16 range (q4_0: 65520 * 8)", 3 * QK, -524160.0f, 4 * QK},
                   {"a huge finite value", QK, 3e38f, 4 * QK},
                   {"n = 33", 0, 0.5f, 33},
                   {"n = 16", 0, 0.5f, 16}};
         for (size_t i = 0; i < sizeof rq / sizeof rq[0]; i++) {
-            /* the q8_0 threshold is inside q4_0's range and the other way round: each only for its own */
+            /* the q8_0 threshold is inside q4_0's range and the other way round: each only
+               for its own */
             if ((strstr(rq[i].why, "q8_0") && f) || (strstr(rq[i].why, "q4_0") && !f)) continue;
             const float keep = x[rq[i].at];
             x[rq[i].at] = rq[i].val;
@@ -503,20 +551,25 @@ static void t_convert(void)
             const sdpa_status st = quant(x, rq[i].n, got);
             size_t wrote = 0;
             for (size_t e = 0; e < 4 * Q8_BYTES; e++) wrote += got[e] != 0xa5;
-            CHECK(st == SDPA_ERR_INVALID_ARGUMENT && wrote == 0, "%s quantize, %s: status %s, %zu bytes written",
-                  dtn(t), rq[i].why, sdpa_status_str(st), wrote);
+            CHECK(st == SDPA_ERR_INVALID_ARGUMENT && wrote == 0,
+                  "%s quantize, %s: status %s, %zu bytes written", dtn(t), rq[i].why,
+                  sdpa_status_str(st), wrote);
             x[rq[i].at] = keep;
         }
         /* just inside the range: accepted, scale 65504 */
         x[QK] = f ? -524152.0f : 8320913.0f;
-        CHECK(quant(x, 4 * QK, got) == SDPA_OK && got[ref_block_bytes(t)] == 0xff && got[ref_block_bytes(t) + 1] == 0x7b,
+        CHECK(quant(x, 4 * QK, got) == SDPA_OK && got[ref_block_bytes(t)] == 0xff &&
+                  got[ref_block_bytes(t) + 1] == 0x7b,
               "%s quantize: a scale rounding down to 65504 must be accepted", dtn(t));
         memset(got, 0xa5, 4 * Q8_BYTES);
-        CHECK(quant(NULL, QK, got) == SDPA_ERR_INVALID_ARGUMENT && quant(x, QK, NULL) == SDPA_ERR_INVALID_ARGUMENT,
+        CHECK(quant(NULL, QK, got) == SDPA_ERR_INVALID_ARGUMENT &&
+                  quant(x, QK, NULL) == SDPA_ERR_INVALID_ARGUMENT,
               "%s quantize: a NULL pointer accepted", dtn(t));
         tl_fill_sentinel(y, 4 * QK);
-        CHECK(deq(NULL, QK, y) == SDPA_ERR_INVALID_ARGUMENT && deq(want, QK, NULL) == SDPA_ERR_INVALID_ARGUMENT &&
-                  deq(want, 31, y) == SDPA_ERR_INVALID_ARGUMENT && deq(want, QK + 16, y) == SDPA_ERR_INVALID_ARGUMENT,
+        CHECK(deq(NULL, QK, y) == SDPA_ERR_INVALID_ARGUMENT &&
+                  deq(want, QK, NULL) == SDPA_ERR_INVALID_ARGUMENT &&
+                  deq(want, 31, y) == SDPA_ERR_INVALID_ARGUMENT &&
+                  deq(want, QK + 16, y) == SDPA_ERR_INVALID_ARGUMENT,
               "%s dequantize: NULL or a bad n accepted", dtn(t));
         size_t wrote = 0;
         for (size_t e = 0; e < 4 * Q8_BYTES; e++) wrote += got[e] != 0xa5;
@@ -528,11 +581,15 @@ static void t_convert(void)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-static void run_test(const char *name, tl_impl_fn fn) { tl_for_each_impl_worst(name, fn, &g_worst); }
+static void run_test(const char *name, tl_impl_fn fn)
+{
+    tl_for_each_impl_worst(name, fn, &g_worst);
+}
 
 int main(void)
 {
-    tl_header("q8_0/q4_0 K and V (exact and fast q8 scores) against float64 attention, and the conversions");
+    tl_header("q8_0/q4_0 K and V (exact and fast q8 scores) against float64 attention, and the "
+              "conversions");
     if (!tl_pools_create(g_pool, 2, 2, 17)) return 1;
     t_convert();
     run_test("quant: K only, V only, both; prefill, decode, GQA, head dims", t_types);

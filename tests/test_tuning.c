@@ -1,11 +1,11 @@
-/* test_tuning.c -- the values in force: cache sizes and their sources, planner and implementation tunables, peak classes */
+/* test_tuning.c -- the values in force: cache sizes and their sources, planner and implementation
+   tunables, peak classes */
 #include "testlib.h"
 
 #include <sys/stat.h>
 
 /* white-box: the cache sources and the tuning table, tested directly */
 #include "../dispatch/internal.h"
-#include "../driver/driver.h"
 
 static const char *const sources[] = {"cpu_features", "sysconf", "sysfs", "default"};
 
@@ -66,7 +66,8 @@ static void test_parse_size(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const size_t got = sdpa_cache_parse_size(cases[i].s);
-        CHECK(got == cases[i].want, "\"%s\" parsed as %zu, want %zu", cases[i].s, got, cases[i].want);
+        CHECK(got == cases[i].want, "\"%s\" parsed as %zu, want %zu", cases[i].s, got,
+              cases[i].want);
     }
     CHECK(sdpa_cache_parse_size(NULL) == 0, "NULL is not 0");
     tl_end();
@@ -213,8 +214,9 @@ static void test_in_force(void)
             CHECK(now[e][l] == 0, "%s: taken from %s although %s knows it (%zu bytes)", level[l],
                   src[l], sources[e], now[e][l]);
     }
-    CHECK(ci.l2_bytes == sdpa_cached_l2_bytes(), "the planner's L2 (%zu) is not the one reported (%zu)",
-          sdpa_cached_l2_bytes(), ci.l2_bytes);
+    CHECK(ci.l2_bytes == sdpa_cached_l2_bytes(),
+          "the planner's L2 (%zu) is not the one reported (%zu)", sdpa_cached_l2_bytes(),
+          ci.l2_bytes);
     tl_end();
 }
 
@@ -314,15 +316,16 @@ static void test_impls(void)
         for (size_t j = 0; j < sdpa_impl_count(); j++)
             is_class |= strcmp(sdpa_impl_peak_class(sdpa_impl_at(j)), name) == 0;
         if (is_class)
-            CHECK(pc && strcmp(pc, name) == 0, "%s has a peak kernel of its own but is judged against %s",
-                  name, str(pc));
+            CHECK(pc && strcmp(pc, name) == 0,
+                  "%s has a peak kernel of its own but is judged against %s", name, str(pc));
         printf("# %s: peak class %s, %zu tunables\n", name, str(pc), n);
         for (size_t k = 0; k < n && k < 64; k++) printf("#   %s = %zu\n", t[k].name, t[k].value);
         tl_end();
     }
     tl_start("tunables and peak class", "NULL");
     sdpa_tunable t[2] = {untouched, untouched};
-    CHECK(sdpa_impl_tunables(NULL, t, 2) == 0 && is_untouched(&t[0]), "a NULL impl lists something");
+    CHECK(sdpa_impl_tunables(NULL, t, 2) == 0 && is_untouched(&t[0]),
+          "a NULL impl lists something");
     CHECK(sdpa_impl_peak_class(NULL) && strcmp(sdpa_impl_peak_class(NULL), "") == 0,
           "sdpa_impl_peak_class(NULL) is not \"\"");
     tl_end();

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""bench_table.py -- turns sdpa-bench's JSON output into a Markdown table (and optionally a bar chart).
+"""bench_table.py -- turns sdpa-bench's JSON output into a Markdown table (and optionally a bar
+chart).
 
 Usage:
     sdpa-bench --benchmark_format=json --benchmark_out=run.json ...
@@ -32,7 +33,8 @@ import sys
 
 
 def parse_name(name):
-    """'<kind>/<impl>/<shape>[/threads:N][/real_time|/manual_time]' -> (kind, impl, shape, threads)."""
+    """'<kind>/<impl>/<shape>[/threads:N][/real_time|/manual_time]'
+    -> (kind, impl, shape, threads)."""
     parts = [p for p in name.split("/") if p not in ("real_time", "manual_time")]
     threads = 1
     if parts and parts[-1].startswith("threads:"):
@@ -115,7 +117,8 @@ def load_rows(doc):
     blas = {r["shape"]: r["gflops"] for r in rows if r["kind"] == "blas" and r["gflops"]}
     for r in rows:
         r["x_blas"] = None
-        if r["kind"] in ("prefill", "blas") and r["threads"] == 1 and r["gflops"] and blas.get(r["shape"]):
+        if (r["kind"] in ("prefill", "blas") and r["threads"] == 1 and r["gflops"]
+                and blas.get(r["shape"])):
             r["x_blas"] = r["gflops"] / blas[r["shape"]]
     return rows
 
@@ -135,7 +138,8 @@ def print_context(ctx):
     if "openblas_core" in ctx:
         print(f"OpenBLAS core: {ctx['openblas_core']} ({ctx.get('openblas_config', '')})")
     if "sdpa_implementations" in ctx:
-        print(f"Implementations: {ctx['sdpa_implementations']} (active: {ctx.get('sdpa_active', '?')})")
+        print(f"Implementations: {ctx['sdpa_implementations']} "
+              f"(active: {ctx.get('sdpa_active', '?')})")
     print()
 
 
@@ -214,7 +218,8 @@ def quant_table(doc):
                 base, fmt_name = base[: -len(f) - 1], f
         if not ok:
             err = reps[0].get("error_message", "error")
-            print(f"| {impl} | {kind} {base} | {fmt_name} | {mode} | {threads} | error: {err} |" + " |" * (len(head) - 6))
+            print(f"| {impl} | {kind} {base} | {fmt_name} | {mode} | {threads} | error: {err} |"
+                  + " |" * (len(head) - 6))
             continue
         decode = kind == "decode"
         med = lambda key: median([b.get(key) for b in ok])
@@ -227,7 +232,8 @@ def quant_table(doc):
         if target and ratio is not None:
             verdict = f">= {target:.2f} x f16 {'met' if ratio >= target else '**missed**'}"
         elif target_exact and ratio_exact is not None:
-            verdict = f">= {target_exact:.2f} x exact {'met' if ratio_exact >= target_exact else '**missed**'}"
+            met = "met" if ratio_exact >= target_exact else "**missed**"
+            verdict = f">= {target_exact:.2f} x exact {met}"
         gbs = med("bytes_per_second")
         cells = [impl, f"{kind} {base}", fmt_name, mode, str(threads),
                  fmt(gbs / 1e9, 2) if gbs else "", fmt((med("FLOP") or 0) / 1e9, 1), fmt(pct),
@@ -236,11 +242,26 @@ def quant_table(doc):
         print("| " + " | ".join(cells) + " |")
 
 
-# Bar colours by ISA: one hue per ISA, lighter for 1 thread and darker for 2, so that the
-# two bars of an ISA read as a pair.
-ISA_COLOURS = {"avx512": ("#9ecae1", "#2171b5"), "avx2": ("#fdae6b", "#d94801"),
-               "sve": ("#bcbddc", "#6a51a3"), "neon": ("#fa9fb5", "#c51b8a"),
-               "scalar": ("#bdbdbd", "#525252"), "openblas": ("#a1d99b", "#238b45")}
+# Bar colours, each a pair: lighter for 1 thread and darker for 2, so that the two bars of an
+# implementation read as a pair. The implementations take the hues in the registry's order, as
+# the run lists them; its last row, the portable reference, is grey, and a row of no
+# implementation (the BLAS baseline) green.
+IMPL_COLOURS = [("#9ecae1", "#2171b5"), ("#fdae6b", "#d94801"), ("#bcbddc", "#6a51a3"),
+                ("#fa9fb5", "#c51b8a"), ("#fdd0a2", "#a63603"), ("#c7e9c0", "#006d2c")]
+REFERENCE_COLOURS = ("#bdbdbd", "#525252")
+BASELINE_COLOURS = ("#a1d99b", "#238b45")
+
+
+def registry_order(ctx):
+    """The run's implementations, in the registry's order (best first, the reference last)."""
+    return [n.split("(")[0] for n in ctx.get("sdpa_implementations", "").split(",") if n]
+
+
+def impl_colours(impl, order):
+    if impl not in order:
+        return BASELINE_COLOURS
+    i = order.index(impl)
+    return REFERENCE_COLOURS if i == len(order) - 1 else IMPL_COLOURS[i % len(IMPL_COLOURS)]
 
 
 def stamp_text(ctx):
@@ -276,6 +297,7 @@ def write_png(rows, path, ctx=None):
               f"skipping {path}", file=sys.stderr)
         return
     ctx = ctx or {}
+    order = registry_order(ctx)
     panels = [("prefill", "pct_peak", "% of the FMA peak"),
               ("decode", "pct_roof", "% of the roofline (read bandwidth or FMA peak)")]
     fig, axes = plt.subplots(1, len(panels), figsize=(15, 5.5))
@@ -283,9 +305,9 @@ def write_png(rows, path, ctx=None):
         sel = [r for r in rows if (r["kind"] == kind or (kind == "prefill" and r["kind"] == "blas"))
                and r.get(key) is not None]
         shapes = list(dict.fromkeys(r["shape"] for r in sel))
-        # series grouped by ISA, 1 thread then 2
+        # series grouped by implementation in the registry's order, 1 thread then 2
         series = sorted(dict.fromkeys((r["impl"], r["threads"]) for r in sel),
-                        key=lambda s: (list(ISA_COLOURS).index(s[0]) if s[0] in ISA_COLOURS else 99, s[1]))
+                        key=lambda s: (order.index(s[0]) if s[0] in order else len(order), s[1]))
         width = 0.8 / max(1, len(series))
         for si, (impl, threads) in enumerate(series):
             xs, ys, lo, hi = [], [], [], []
@@ -301,7 +323,7 @@ def write_png(rows, path, ctx=None):
                         ys.append(y)
                         lo.append(y - min(reps) if len(reps) > 1 else 0)
                         hi.append(max(reps) - y if len(reps) > 1 else 0)
-            pair = ISA_COLOURS.get(impl, ("#cccccc", "#666666"))
+            pair = impl_colours(impl, order)
             ax.bar(xs, ys, width, label=f"{impl}, {threads} thread{'s' if threads > 1 else ''}",
                    color=pair[min(threads, 2) - 1], edgecolor="black", linewidth=0.3,
                    yerr=[lo, hi] if any(lo) or any(hi) else None, capsize=2,
@@ -322,8 +344,9 @@ def write_png(rows, path, ctx=None):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("json", nargs="?", help="sdpa-bench --benchmark_format=json output (default: stdin)")
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
+    ap.add_argument("json", nargs="?",
+                    help="sdpa-bench --benchmark_format=json output (default: stdin)")
     ap.add_argument("--png", metavar="FILE", help="also write a bar chart (needs matplotlib)")
     args = ap.parse_args()
     if args.json:

@@ -419,6 +419,22 @@ static size_t dt_bytes(sdpa_dtype t)
 {
     return t == SDPA_F32 ? 4 : t == SDPA_Q8_0 ? 2 + FZ_QK : t == SDPA_Q4_0 ? 2 + FZ_QK / 2 : 2;
 }
+static const char *dt_name(sdpa_dtype t)
+{
+    switch (t) {
+    case SDPA_F32: return "f32";
+    case SDPA_F16: return "f16";
+    case SDPA_BF16: return "bf16";
+    case SDPA_Q8_0: return "q8_0";
+    case SDPA_Q4_0: return "q4_0";
+    }
+    return "?";
+}
+
+/* The float types a spec's dtype and mask bytes select (mod 3), and its block formats (k_format
+   and v_format: 1 q8_0, 2 q4_0). */
+static const sdpa_dtype float_types[3] = {SDPA_F32, SDPA_F16, SDPA_BF16};
+static const sdpa_dtype block_formats[3] = {SDPA_F32, SDPA_Q8_0, SDPA_Q4_0};
 
 typedef struct view {
     size_t n[3], D;   /* [batch or page][head][token], D contiguous */
@@ -2337,9 +2353,10 @@ static void problem_views(problem *P, const fz_spec *spec)
     if (P->cu_q) qn0 = 1, qn2 = (P->cu_q[B] ? P->cu_q[B] : 1) + slack;
     if (P->table) kn0 = P->n_pages, kn2 = P->page_size;
     else if (P->cu_kv) kn0 = 1, kn2 = (P->cu_kv[B] ? P->cu_kv[B] : 1) + slack;
-    static const sdpa_dtype fmts[3] = {SDPA_F32, SDPA_Q8_0, SDPA_Q4_0};
-    const sdpa_dtype kdt = spec->k_format ? fmts[spec->k_format % 3] : (sdpa_dtype)(spec->k_dtype % 3);
-    const sdpa_dtype vdt = spec->v_format ? fmts[spec->v_format % 3] : (sdpa_dtype)(spec->v_dtype % 3);
+    const sdpa_dtype kdt =
+        spec->k_format ? block_formats[spec->k_format % 3] : float_types[spec->k_dtype % 3];
+    const sdpa_dtype vdt =
+        spec->v_format ? block_formats[spec->v_format % 3] : float_types[spec->v_dtype % 3];
     view_layout(&P->q, qn0, Hq, qn2, D, SDPA_F32, spec->layout[0], true);
     view_layout(&P->k, kn0, Hkv, kn2, D, kdt, spec->layout[1], true);
     view_layout(&P->v, kn0, Hkv, kn2, Dv, vdt, spec->layout[2], true);
@@ -2376,7 +2393,8 @@ static void problem_fill(problem *P, const fz_spec *spec)
     }
     view_alloc(&P->o, o_min);
     if (P->has_mask) {
-        mask_layout(&P->mask, B, Hq, Lq, Lk, (sdpa_dtype)((spec->mask ? spec->mask - 1u : 0u) % 3), spec->mask_layout);
+        mask_layout(&P->mask, B, Hq, Lq, Lk, float_types[(spec->mask ? spec->mask - 1u : 0u) % 3],
+                    spec->mask_layout);
         /* room for lse (rows floats) from the mask's first element */
         view_alloc(&P->mask, api == BAD_LSE_MASK ? (size_t)P->mask.origin + rows * 4 / P->mask.es + FZ_MARGIN : 0);
         P->mask_t = view_tensor(&P->mask);
@@ -2510,12 +2528,12 @@ void sdpa_fuzz_describe(const uint8_t *data, size_t size, FILE *f)
     problem_shape(&P, &s);
     problem_views(&P, &s);
     const size_t B = P.B, Hkv = P.Hkv, G = P.G, Lq = P.Lq, Lk = P.Lk, D = P.D, Dv = P.Dv;
-    static const char *const dt[5] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
-    const unsigned kt = s.k_format ? 2u + s.k_format % 3u : s.k_dtype % 3u;
-    const unsigned vt = s.v_format ? 2u + s.v_format % 3u : s.v_dtype % 3u;
-    fprintf(f, "batch %zu, heads %zu/%zu, q_len %zu, kv_len %zu, head_dim %zu, v_dim %zu%s, k %s, v %s, scale %.9g%s%s%s\n",
-            B, Hkv * G, Hkv, Lq, Lk, D, Dv, s.v_dim ? "" : " (0)", dt[kt], dt[vt], (double)P.scale,
-            s.causal ? ", causal" : "", s.lse ? ", lse" : "", P.q8 ? ", q8_scores" : "");
+    fprintf(f,
+            "batch %zu, heads %zu/%zu, q_len %zu, kv_len %zu, head_dim %zu, v_dim %zu%s, "
+            "k %s, v %s, scale %.9g%s%s%s\n",
+            B, Hkv * G, Hkv, Lq, Lk, D, Dv, s.v_dim ? "" : " (0)", dt_name(P.k.dt), dt_name(P.v.dt),
+            (double)P.scale, s.causal ? ", causal" : "", s.lse ? ", lse" : "",
+            P.q8 ? ", q8_scores" : "");
     const char *tn[4] = {"q", "k", "v", "o"};
     const view *vs[4] = {&P.q, &P.k, &P.v, &P.o};
     for (int t = 0; t < 4; t++) {
@@ -2564,9 +2582,10 @@ void sdpa_fuzz_describe(const uint8_t *data, size_t size, FILE *f)
     free(arr);
     if (s.mask) {
         view v;
-        mask_layout(&v, B, Hq, Lq, Lk, (sdpa_dtype)((s.mask - 1u) % 3), s.mask_layout);
-        fprintf(f, "  mask %s, strides (%td, %td, %td), class %u param %u, special %u\n", dt[(s.mask - 1u) % 3], v.st[0],
-                v.st[1], v.st[2], s.mask_class, s.mask_param, s.mask_special);
+        mask_layout(&v, B, Hq, Lq, Lk, float_types[(s.mask - 1u) % 3], s.mask_layout);
+        fprintf(f, "  mask %s, strides (%td, %td, %td), class %u param %u, special %u\n",
+                dt_name(v.dt), v.st[0], v.st[1], v.st[2], s.mask_class, s.mask_param,
+                s.mask_special);
     }
     if (s.poison) {
         static const char *const what[4] = {"K NaN", "V +inf", "V NaN", "K -inf, V NaN"};

@@ -83,7 +83,7 @@ typedef struct fz_inject {
 typedef struct fz_spec {
     unsigned batch, kv_heads, group, q_len, kv_len, head_dim, v_dim; /* v_dim 0: head_dim */
     unsigned causal, lse, workspace /* 0 none, 1 exact size, 2 too small */, threads /* 2, 3 */;
-    unsigned k_dtype, v_dtype;       /* sdpa_dtype */
+    unsigned k_dtype, v_dtype;       /* mod 3: f32, f16, bf16 (fuzz_forward.c float_types) */
     unsigned scale_kind;             /* README: 0 default, 1 raw bits, 2..7 classes */
     uint32_t scale_param;
     uint8_t  layout[4];              /* q, k, v, o selectors */

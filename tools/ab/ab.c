@@ -1,11 +1,12 @@
-/* ab.c -- the harness of tools/ab/ab.sh: two libsdpa builds timed in turn in one process, on the same buffers */
+/* ab.c -- the harness of tools/ab/ab.sh: two libsdpa builds timed in turn in one process, on the
+   same buffers */
 /*
  * ab.sh renames every global symbol of build A's libsdpa.a to a_<name> and of build B's to
  * b_<name>, then compiles this file three times: with AB_SIDE_PREFIX=a_ against A's own sdpa.h,
  * with AB_SIDE_PREFIX=b_ against B's, and plainly for the harness. A side turns the public API
- * into plain calls (struct ab_call in, a status out), so the harness never includes sdpa.h and
- * each build is called through the header it was built from (the two may differ, e.g. by a new
- * field in sdpa_params).
+ * into plain calls (struct ab_call in, a status out), so the harness calls no function of sdpa.h
+ * (convert.h brings this tree's, for its inline conversions alone) and each build is called
+ * through the header it was built from (the two may differ, e.g. by a new field in sdpa_params).
  *
  * Why one process: on a shared machine two processes differ by where their pages landed and by
  * what else ran at the time, which moves the speed of a memory-bound call by more than most
@@ -81,7 +82,9 @@ static int side_forward(size_t i, const ab_call *c, char *msg, size_t msg_len)
     p.kv_len = c->kv_len;
     p.head_dim = c->head_dim;
     p.causal = c->causal;
-    const sdpa_dtype kt = c->kv_type == AB_F16 ? SDPA_F16 : c->kv_type == AB_BF16 ? SDPA_BF16 : SDPA_F32;
+    const sdpa_dtype kt = c->kv_type == AB_F16    ? SDPA_F16
+                          : c->kv_type == AB_BF16 ? SDPA_BF16
+                                                  : SDPA_F32;
     const sdpa_tensor q = side_view(c->q, SDPA_F32, c->q_heads, c->q_len, c->head_dim);
     const sdpa_tensor k = side_view(c->k, kt, c->kv_heads, c->kv_len, c->head_dim);
     const sdpa_tensor v = side_view(c->v, kt, c->kv_heads, c->kv_len, c->head_dim);
@@ -95,7 +98,8 @@ static int side_forward(size_t i, const ab_call *c, char *msg, size_t msg_len)
     return (int)s;
 }
 
-const ab_side AB_CAT(ab_side_, AB_SIDE_PREFIX) = {side_count, side_name, side_supported, side_forward};
+const ab_side AB_CAT(ab_side_, AB_SIDE_PREFIX) = {side_count, side_name, side_supported,
+                                                  side_forward};
 
 #else
 /* ---- the harness ----------------------------------------------------------------------- */
@@ -226,8 +230,8 @@ static void *alloc_random(ab_dtype t, size_t n, uint64_t seed)
 typedef float ab_v16 __attribute__((vector_size(64)));
 typedef float (*read_fn)(const float *p, size_t n);
 
-#define AB_READ_KERNELS(isa, attr)                                                                \
-    attr static float read1_##isa(const float *p, size_t n)                                       \
+#define AB_READ_KERNELS(kind, attr)                                                               \
+    attr static float read1_##kind(const float *p, size_t n)                                      \
     {                                                                                             \
         const ab_v16 *a = (const ab_v16 *)p;                                                      \
         ab_v16 s0 = {0}, s1 = {0};                                                                \
@@ -240,7 +244,7 @@ typedef float (*read_fn)(const float *p, size_t n);
         for (int k = 0; k < 16; k++) r += s0[k];                                                  \
         return r;                                                                                 \
     }                                                                                             \
-    attr static float read2_##isa(const float *p, size_t n)                                       \
+    attr static float read2_##kind(const float *p, size_t n)                                      \
     {                                                                                             \
         const size_t h = n / 64 * 2; /* vectors in each half, whole steps */                      \
         const ab_v16 *a = (const ab_v16 *)p, *b = a + h;                                          \
@@ -259,10 +263,11 @@ typedef float (*read_fn)(const float *p, size_t n);
 
 AB_READ_KERNELS(base, )
 #ifdef AB_X86
-/* per-function targets: the harness itself is built for the baseline and runs these only
-   after cpu_features has confirmed the CPU and OS support them */
-AB_READ_KERNELS(avx2, __attribute__((target("avx2"))))
-AB_READ_KERNELS(avx512, __attribute__((target("avx512f"))))
+/* per-function targets, named by the width of their loads: the harness itself is built for the
+   baseline and runs these only after cpu_features has confirmed the CPU and OS support them.
+   Float loads and adds are all they use, which AVX has at 256 bits and AVX-512F at 512. */
+AB_READ_KERNELS(w256, __attribute__((target("avx"))))
+AB_READ_KERNELS(w512, __attribute__((target("avx512f"))))
 #endif
 
 typedef struct reader {
@@ -292,13 +297,14 @@ static int reader_init(reader *r, size_t bytes)
     for (size_t i = 0; i < r->floats; i++)
         r->buf[i] = (float)((uint32_t)(i * 2654435761u) >> 24) * (1.0f / 256.0f);
     read_fn one = read1_base, two = read2_base;
-    const char *isa = "baseline";
+    const char *loads = "baseline";
 #ifdef AB_X86
-    const X86Features f = GetX86Info().features; /* cleared when the OS does not save the registers */
+    /* cleared when the OS does not save the registers */
+    const X86Features f = GetX86Info().features;
     if (f.avx512f) {
-        one = read1_avx512, two = read2_avx512, isa = "avx512";
-    } else if (f.avx2) {
-        one = read1_avx2, two = read2_avx2, isa = "avx2";
+        one = read1_w512, two = read2_w512, loads = "512-bit";
+    } else if (f.avx) {
+        one = read1_w256, two = read2_w256, loads = "256-bit";
     }
 #endif
     /* in turns, best of four each: the faster kernel is the most one core can pull */
@@ -313,7 +319,7 @@ static int reader_init(reader *r, size_t bytes)
     }
     r->fn = bw2 > bw1 ? two : one;
     static char desc[96];
-    snprintf(desc, sizeof desc, "%s loads, %d stream%s, %zu MiB", isa, bw2 > bw1 ? 2 : 1,
+    snprintf(desc, sizeof desc, "%s loads, %d stream%s, %zu MiB", loads, bw2 > bw1 ? 2 : 1,
              bw2 > bw1 ? "s" : "", r->floats * sizeof(float) >> 20);
     r->desc = desc;
     return 0;
@@ -371,11 +377,12 @@ static void usage(FILE *f)
             "  --calls N          timed calls per build and row (default 15)\n"
             "  --quick            5 calls per build and row\n"
             "  --row-seconds S    fewer calls (not below 5) where N pairs would take longer than\n"
-            "                     S seconds, judged by the untimed first calls (default 60; 0: off)\n"
+            "                     S seconds, judged by the untimed first calls\n"
+            "                     (default 60; 0: off)\n"
             "  --csv FILE         every timed call: row, pair, build, wall and CPU ms, and the\n"
             "                     read bandwidth before it (GB/s, decode)\n"
             "  --order abba|abab  the order of each pair of calls (default abba: AB BA AB ...)\n"
-            "  --filter REGEX     rows whose kind/impl/shape matches, e.g. '^decode/avx512/'\n"
+            "  --filter REGEX     rows whose kind/impl/shape matches, e.g. '^decode/.*_f16$'\n"
             "  --impl LIST        implementations, comma-separated (default: all both builds run)\n"
             "  --read-mib N       the read before each decode call (default 512)\n"
             "  --tolerance X      largest |B - A| of an output taken as agreement (default 1e-5)\n"
@@ -630,7 +637,8 @@ int main(int argc, char **argv)
         size_t idx[2];
         if (!impl_wanted(&opt, name)) continue;
         if (!impl_index(name, idx)) {
-            if (opt.impls) fprintf(stderr, "ab: %s: not run by both builds on this CPU, left out\n", name);
+            if (opt.impls)
+                fprintf(stderr, "ab: %s: not run by both builds on this CPU, left out\n", name);
             continue;
         }
         for (size_t k = 0; k < N_SHAPES && n_rows < sizeof rows / sizeof rows[0]; k++) {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# ab.sh -- two libsdpa builds timed in turn in one process, on the same buffers: builds, renames, links and runs tools/ab/ab.c
+# ab.sh -- two libsdpa builds timed in turn in one process, on the same buffers: builds, renames,
+# links and runs tools/ab/ab.c
 # usage: tools/ab/ab.sh A B [--workdir DIR] [--keep] [harness options]   (--help: all options)
 set -euo pipefail
 export LC_ALL=C # sort and comm must agree on the order
@@ -30,7 +31,7 @@ options of the harness:
                      judged by the untimed first calls (default 60; 0: no limit)
   --csv FILE         every timed call: row, pair, build, wall and CPU ms, and the read
                      bandwidth before it (GB/s, decode)
-  --filter REGEX     rows whose kind/impl/shape matches (extended regex), e.g. '^decode/avx512/'
+  --filter REGEX     rows whose kind/impl/shape matches (extended regex), e.g. '^decode/.*_f16$'
   --impl LIST        implementations, comma-separated (default: every one both builds run here)
   --order abba|abab  the order within each pair of calls (default abba: AB BA AB BA ...)
   --read-mib N       size of the read before each decode call (default 512)
@@ -64,18 +65,22 @@ if [ -n "$workdir" ]; then
 else
   work=$(mktemp -d "${TMPDIR:-/tmp}/sdpa-ab.XXXXXX")
 fi
-cleanup() { if [ "$keep" = 1 ]; then echo "ab: work directory kept: $work" >&2; else rm -rf "$work"; fi; }
+cleanup() {
+  if [ "$keep" = 1 ]; then echo "ab: work directory kept: $work" >&2; else rm -rf "$work"; fi
+}
 trap cleanup EXIT
 
 cpuf=$($CC -print-file-name=libcpu_features.a)
 # as the project's meson.build finds it: a static library in the compiler's own search path
-[ "$cpuf" != libcpu_features.a ] || die "no static libcpu_features.a where $CC looks (tools/deps.sh installs it)"
+[ "$cpuf" != libcpu_features.a ] ||
+  die "no static libcpu_features.a where $CC looks (tools/deps.sh installs it)"
 
 # the source directory a meson build directory was configured from, or nothing
 meson_source() {
   local info=$1/meson-info/meson-info.json
   [ -f "$info" ] || return 0
-  python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["directories"]["source"])' "$info"
+  python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["directories"]["source"])' \
+    "$info"
 }
 
 # Sets archive[i], src[i] and label[i] for argument i (0: A, 1: B).
@@ -99,7 +104,8 @@ resolve() {
       mkdir -p "$dir/src"
       echo "ab: building $arg ($(git -C "$root" rev-parse --short "$sha")) in $dir" >&2
       git -C "$root" archive "$sha" | tar -x -C "$dir/src"
-      if ! { meson setup "$dir/build" "$dir/src" -Dbuildtype=release -Dtests=false -Dbench=disabled &&
+      if ! { meson setup "$dir/build" "$dir/src" -Dbuildtype=release -Dtests=false \
+               -Dbench=disabled &&
              ninja -C "$dir/build" libsdpa.a; } >"$dir/build.log" 2>&1; then
         tail -n 30 "$dir/build.log" >&2
         die "$arg: the build failed (log: $dir/build.log)"
@@ -127,7 +133,8 @@ rename() {
   nm --defined-only "$in" | awk 'NF == 3 { print $3 }' | sort -u | comm -23 - "$out.outside" |
     awk -v p="$p" '{ print $1, p $1 }' >"$out.map"
   objcopy --redefine-syms="$out.map" "$in" "$out"
-  bad=$(nm --defined-only -g "$out" | awk -v p="$p" 'NF == 3 && index($3, p) != 1 { print $3 }' | sort -u)
+  bad=$(nm --defined-only -g "$out" |
+        awk -v p="$p" 'NF == 3 && index($3, p) != 1 { print $3 }' | sort -u)
   [ -z "$bad" ] || die "$out: globals left without the prefix $p: $bad"
   bad=$(nm -u "$out" | awk 'NF == 2 { print $2 }' | sort -u | comm -12 - "$out.names")
   [ -z "$bad" ] || die "$out: references left under their old names: $bad"
@@ -136,7 +143,8 @@ rename() {
 # Revisions are resolved to commits before anything is built: a branch may move meanwhile.
 sha_of=("" "")
 for i in 0 1; do
-  [ -e "${args[i]}" ] || sha_of[i]=$(git -C "$root" rev-parse --verify --quiet "${args[i]}^{commit}") || true
+  [ -e "${args[i]}" ] ||
+    sha_of[i]=$(git -C "$root" rev-parse --verify --quiet "${args[i]}^{commit}") || true
 done
 
 prefix=(a_ b_)
@@ -150,7 +158,8 @@ for i in 0 1; do
     inc[i]=${src[i]}/include
   else
     inc[i]=$root/include
-    echo "ab: ${args[i]}: source tree unknown, its calls are compiled against $root/include/sdpa.h" >&2
+    echo "ab: ${args[i]}: source tree unknown, its calls are compiled against" \
+      "$root/include/sdpa.h" >&2
   fi
 done
 cmp -s "${inc[0]}/sdpa.h" "${inc[1]}/sdpa.h" ||
@@ -159,7 +168,8 @@ cmp -s "${inc[0]}/sdpa.h" "${inc[1]}/sdpa.h" ||
 cflags=(-std=c11 -O2 -Wall -Wextra)
 $CC "${cflags[@]}" -DAB_SIDE_PREFIX=a_ -I"${inc[0]}" -c "$here/ab.c" -o "$work/side_a.o"
 $CC "${cflags[@]}" -DAB_SIDE_PREFIX=b_ -I"${inc[1]}" -c "$here/ab.c" -o "$work/side_b.o"
-$CC "${cflags[@]}" -I"$root/kernels/generic" -c "$here/ab.c" -o "$work/ab.o"
+# the harness: convert.h and the sdpa.h it includes, of this tree (it calls no function of it)
+$CC "${cflags[@]}" -I"$root/kernels/generic" -I"$root/include" -c "$here/ab.c" -o "$work/ab.o"
 $CC -o "$work/ab" "$work/ab.o" "$work/side_a.o" "$work/side_b.o" "${lib[0]}" "${lib[1]}" "$cpuf" \
   -lm -lpthread
 
