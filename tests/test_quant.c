@@ -258,7 +258,7 @@ static void t_bad(const sdpa_impl *impl)
     BAD("q8_scores -1", SDPA_ERR_INVALID_ARGUMENT, p->q8_scores = -1);
     BAD("q in q8_0", SDPA_ERR_UNSUPPORTED, q->dtype = Q8);
     BAD("o in q4_0", SDPA_ERR_UNSUPPORTED, o->dtype = Q4);
-    BAD("k of an unknown dtype", SDPA_ERR_INVALID_ARGUMENT, k->dtype = (sdpa_dtype)5);
+    BAD("k of an unknown dtype", SDPA_ERR_INVALID_ARGUMENT, k->dtype = (sdpa_dtype)99);
 #undef BAD
     for (size_t i = 0; i < n; i++) {
         bad *x = &cases[i];
@@ -366,27 +366,36 @@ static void conv_block(tl_rng *r, size_t k, sdpa_dtype t, float *x)
 static void t_convert(void)
 {
     tl_start("quant: conversions byte-identical to the reference, dtype sizes", "api");
-    /* sizes */
-    static const size_t blk[5] = {1, 1, 1, 32, 32}, bytes[5] = {4, 2, 2, 34, 18};
-    for (int t = 0; t < 5; t++) {
-        CHECK(sdpa_dtype_block((sdpa_dtype)t) == blk[t], "sdpa_dtype_block(%s) = %zu, want %zu", dtn((sdpa_dtype)t),
+    /* sizes, as sdpa.h states them; 9 is past the last type */
+    static const size_t blk[9] = {1, 1, 1, 32, 32, 32, 32, 32, 32};
+    static const size_t bytes[9] = {4, 2, 2, 34, 18, 20, 22, 24, 18};
+    static const char *const names[9] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"};
+    for (int t = 0; t < 9; t++) {
+        CHECK(sdpa_dtype_block((sdpa_dtype)t) == blk[t], "sdpa_dtype_block(%s) = %zu, want %zu", names[t],
               sdpa_dtype_block((sdpa_dtype)t), blk[t]);
-        CHECK(sdpa_dtype_size((sdpa_dtype)t) == bytes[t], "sdpa_dtype_size(%s) = %zu, want %zu", dtn((sdpa_dtype)t),
+        CHECK(sdpa_dtype_size((sdpa_dtype)t) == bytes[t], "sdpa_dtype_size(%s) = %zu, want %zu", names[t],
               sdpa_dtype_size((sdpa_dtype)t), bytes[t]);
+        CHECK(strcmp(sdpa_dtype_name((sdpa_dtype)t), names[t]) == 0, "sdpa_dtype_name(%d) = \"%s\", want \"%s\"",
+              t, sdpa_dtype_name((sdpa_dtype)t), names[t]);
     }
-    CHECK(sdpa_dtype_block((sdpa_dtype)5) == 0 && sdpa_dtype_size((sdpa_dtype)5) == 0 &&
-              sdpa_dtype_block((sdpa_dtype)-1) == 0 && sdpa_dtype_size((sdpa_dtype)-1) == 0,
-          "an unknown dtype must have block and size 0");
+    CHECK(sdpa_dtype_block((sdpa_dtype)9) == 0 && sdpa_dtype_size((sdpa_dtype)9) == 0 &&
+              sdpa_dtype_block((sdpa_dtype)-1) == 0 && sdpa_dtype_size((sdpa_dtype)-1) == 0 &&
+              strcmp(sdpa_dtype_name((sdpa_dtype)9), "unknown") == 0 &&
+              strcmp(sdpa_dtype_name((sdpa_dtype)-1), "unknown") == 0,
+          "an unknown dtype must have block and size 0 and the name \"unknown\"");
     const struct {
         sdpa_dtype t;
         size_t     n, want;
     } nb[] = {{Q8, 32, 34},   {Q8, 64, 68},         {Q4, 32000, 18000}, {Q8, 33, 0},   {Q4, 16, 0},
-              {Q8, 0, 0},     {F32, 5, 20},         {F16, 7, 14},       {BF16, 3, 6},  {(sdpa_dtype)5, 32, 0},
+              {Q8, 0, 0},     {F32, 5, 20},         {F16, 7, 14},       {BF16, 3, 6},  {(sdpa_dtype)9, 32, 0},
+              {SDPA_Q4_1, 64, 40}, {SDPA_Q5_0, 96, 66}, {SDPA_Q5_1, 32, 24}, {SDPA_IQ4_NL, 320, 180},
+              {SDPA_Q5_1, 48, 0}, {SDPA_IQ4_NL, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 18},
+              {SDPA_Q5_1, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 24},
               {F32, SIZE_MAX / 2, 0}, {Q8, SIZE_MAX / 32 * 32, 0},
               {Q4, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 18}}; /* q4_0: the largest n fits */
     for (size_t i = 0; i < sizeof nb / sizeof nb[0]; i++)
         CHECK(sdpa_dtype_bytes(nb[i].t, nb[i].n) == nb[i].want, "sdpa_dtype_bytes(%s, %zu) = %zu, want %zu",
-              dtn(nb[i].t), nb[i].n, sdpa_dtype_bytes(nb[i].t, nb[i].n), nb[i].want);
+              sdpa_dtype_name(nb[i].t), nb[i].n, sdpa_dtype_bytes(nb[i].t, nb[i].n), nb[i].want);
 
     /* quantizers: byte for byte, every kind of block, each at several positions in a row */
     tl_rng r = {700};

@@ -1977,7 +1977,7 @@ static void run_invalid(size_t impl_i, const sdpa_impl *impl, problem *P, const 
         break;
     case 12: p.lse = (float *)o.data; break;
     case 13: q.dtype = SDPA_F16; break;
-    case 14: k.dtype = (sdpa_dtype)7; break;
+    case 14: k.dtype = (sdpa_dtype)99; break;
     case 15: v.data = NULL; break;
     case 16: p.softcap = fz_bits_f32(0x7fc00000u); break;
     case 17: p.softcap = P->softcap > 0 ? -P->softcap : -1.0f; break;
@@ -1997,7 +1997,7 @@ static void run_invalid(size_t impl_i, const sdpa_impl *impl, problem *P, const 
         P->mask_t.batch_stride = P->o.st[0], P->mask_t.head_stride = P->o.st[1], P->mask_t.token_stride = P->o.st[2];
         p.mask = &P->mask_t;
         break;
-    case 25: P->mask_t.dtype = (sdpa_dtype)7; p.mask = &P->mask_t; break;
+    case 25: P->mask_t.dtype = (sdpa_dtype)99; p.mask = &P->mask_t; break;
     default: make_invalid_api(P, &p, &q, &k, &o, kind - FZ_INVALID_API_FIRST); break;
     }
     reset_outputs(P);
