@@ -292,38 +292,61 @@ static void t_bad(const sdpa_impl *impl)
 /* ------------------------------------------------------------------------------------------ */
 /* The conversions and the dtype sizes (no implementation involved: one test point)             */
 /* ------------------------------------------------------------------------------------------ */
-enum { NBLK = 64 };
+enum { NKIND = 20, NBLK = 4 * NKIND };
 
-/* Block k of the conversion data: each kind of block the formulas have an edge at. */
-static void conv_block(tl_rng *r, size_t k, sdpa_dtype t, float *x)
+/* The API's conversions of each block format, and the values at its scale's edge: top, one
+   element that puts d just under the f16 maximum (65519 rounds to 65504), over, one that
+   puts it at 65520 or beyond (refused); the rest of the block in [-1, 1] (has_min: [0, 1], so
+   that the span is at most top and over less 1). */
+typedef sdpa_status (*quant_fn)(const float *, size_t, void *);
+typedef sdpa_status (*deq_fn)(const void *, size_t, float *);
+static const struct {
+    sdpa_dtype t;
+    quant_fn   quant;
+    deq_fn     deq;
+    float      top, over;
+} g_api[] = {
+    {Q8, sdpa_quantize_q8_0, sdpa_dequantize_q8_0, 8320913.0f, 8321040.0f},        /* 65519, 65520 x 127 */
+    {Q4, sdpa_quantize_q4_0, sdpa_dequantize_q4_0, -524152.0f, -524160.0f},        /* x -8 */
+    {Q41, sdpa_quantize_q4_1, sdpa_dequantize_q4_1, 982785.0f, 982816.0f},         /* 65519, 65521 x 15 */
+    {Q50, sdpa_quantize_q5_0, sdpa_dequantize_q5_0, -1048304.0f, -1048320.0f},     /* x -16 */
+    {Q51, sdpa_quantize_q5_1, sdpa_dequantize_q5_1, 2031089.0f, 2031151.0f},       /* 65519, 65521 x 31 */
+    {IQ4, sdpa_quantize_iq4_nl, sdpa_dequantize_iq4_nl, -7.0e6f, -9.0e6f},         /* d near |x| / 127 */
+};
+_Static_assert(sizeof g_api / sizeof g_api[0] == N_FORMATS, "a row of g_api per block format");
+
+/* Block k of the conversion data for type t: each kind of block the formulas have an edge at. */
+static void conv_block(tl_rng *r, size_t k, sdpa_dtype t, float top, float *x)
 {
-    const size_t kind = k % 16;
+    const size_t kind = k % NKIND;
+    const bool other = k / NKIND % 2 != 0; /* the second variant of a kind */
+    const bool has_min = ref_format_of(t)->has_min;
     switch (kind) {
     case 0: /* plain */
         for (int i = 0; i < QK; i++) x[i] = tl_uniform(r, -1.0f, 1.0f);
         break;
-    case 1: { /* a random magnitude, 1e-7 .. 1e5 */
-        const float m = powf(10.0f, tl_uniform(r, -7.0f, 5.0f));
+    case 1: { /* a random magnitude, 1e-7 .. 1e5 (has_min: the minimum within f16, 6e4) */
+        const float m = fminf(powf(10.0f, tl_uniform(r, -7.0f, 5.0f)), has_min ? 6.0e4f : 1e5f);
         for (int i = 0; i < QK; i++) x[i] = m * tl_uniform(r, -1.0f, 1.0f);
         break;
     }
     case 2: /* q8_0 ties: d = 1, x * id = n + 0.5 exactly (half away from zero) */
         for (int i = 0; i < QK; i++) x[i] = (float)((int)tl_below(r, 253) - 126) + (i % 2 ? 0.5f : -0.5f);
-        x[tl_below(r, QK)] = k % 32 < 16 ? 127.0f : -127.0f;
+        x[tl_below(r, QK)] = other ? -127.0f : 127.0f;
         break;
     case 3: /* q4_0 ties: m = -8 first, d = 1: x + 8.5 an integer or n + 0.5 */
         for (int i = 0; i < QK; i++) x[i] = (float)((int)tl_below(r, 15) - 7) + (i % 3 ? 0.5f : -0.5f);
         x[3] = -8.0f, x[20] = 8.0f; /* +8 later: the first of largest magnitude is -8 */
         break;
     case 4: /* zeros, then negative zeros */
-        for (int i = 0; i < QK; i++) x[i] = k % 32 < 16 ? 0.0f : -0.0f;
+        for (int i = 0; i < QK; i++) x[i] = other ? -0.0f : 0.0f;
         break;
     case 5: /* all equal */
-        for (int i = 0; i < QK; i++) x[i] = k % 32 < 16 ? 0.3f : -0.7f;
+        for (int i = 0; i < QK; i++) x[i] = other ? -0.7f : 0.3f;
         break;
     case 6: /* the largest magnitude negative; with +a = -a, the first wins */
         for (int i = 0; i < QK; i++) x[i] = tl_uniform(r, -1.0f, 1.0f);
-        x[9] = -2.5f, x[k % 32 < 16 ? 25 : 2] = 2.5f;
+        x[9] = -2.5f, x[other ? 2 : 25] = 2.5f;
         break;
     case 7: /* tiny: d an f16 subnormal */
         for (int i = 0; i < QK; i++) x[i] = 1e-5f * tl_uniform(r, -1.0f, 1.0f);
@@ -331,34 +354,52 @@ static void conv_block(tl_rng *r, size_t k, sdpa_dtype t, float *x)
     case 8: /* tiny: d rounds to 0 in f16, the quants do not */
         for (int i = 0; i < QK; i++) x[i] = 1e-9f * tl_uniform(r, -1.0f, 1.0f);
         break;
-    case 9: /* tiny: f32 normal, far below f16 */
+    case 9: /* tiny: f32 normal, far below f16 (iq4_nl: below 1e-15, a zero block) */
         for (int i = 0; i < QK; i++) x[i] = 1e-30f * tl_uniform(r, -1.0f, 1.0f);
         break;
-    case 10: /* large: the scale just under the f16 maximum (65519 rounds down to 65504) */
-        if (t == Q8) {
-            for (int i = 0; i < QK; i++) x[i] = 8.0e6f * tl_uniform(r, -1.0f, 1.0f);
-            x[5] = 8320913.0f; /* 65519 * 127 */
-        } else {
-            for (int i = 0; i < QK; i++) x[i] = 5.0e5f * tl_uniform(r, -1.0f, 1.0f);
-            x[30] = -524152.0f; /* 65519 * -8 */
-        }
+    case 10: /* large: the scale just under the f16 maximum */
+        for (int i = 0; i < QK; i++) x[i] = has_min ? tl_uniform(r, 0.0f, top) : 0.9f * top * tl_uniform(r, -1.0f, 1.0f);
+        x[5] = top;
+        if (has_min) x[17] = 0.0f;
         break;
-    case 11: /* large, in range for both */
-        for (int i = 0; i < QK; i++) x[i] = 4.0e5f * tl_uniform(r, -1.0f, 1.0f);
+    case 11: /* large, in range (has_min: the minimum within f16) */
+        for (int i = 0; i < QK; i++) x[i] = (has_min ? 6.0e4f : 4.0e5f) * tl_uniform(r, -1.0f, 1.0f);
         break;
     case 12: /* q4_0 scale exactly between two f16 values: ties to even (1 + 2^-11 -> 1, 1 + 3 2^-11 -> 1 + 2^-9) */
         for (int i = 0; i < QK; i++) x[i] = tl_uniform(r, -7.0f, 7.0f);
-        x[0] = -8.0f * (k % 32 < 16 ? 1.0f + 0x1p-11f : 1.0f + 3 * 0x1p-11f);
+        x[0] = -8.0f * (other ? 1.0f + 3 * 0x1p-11f : 1.0f + 0x1p-11f);
         break;
     case 13: /* a small integer grid: most x * id exact */
         for (int i = 0; i < QK; i++) x[i] = (float)((int)tl_below(r, 17) - 8);
         break;
     case 14: /* one element far larger than the rest */
         for (int i = 0; i < QK; i++) x[i] = tl_uniform(r, -1e-3f, 1e-3f);
-        x[tl_below(r, QK)] = k % 32 < 16 ? 1000.0f : -1000.0f;
+        x[tl_below(r, QK)] = other ? -1000.0f : 1000.0f;
         break;
-    default: /* magnitudes spread over the block */
-        for (int i = 0; i < QK; i++) x[i] = ldexpf(tl_uniform(r, -1.0f, 1.0f), (int)tl_below(r, 40) - 20);
+    case 15: /* magnitudes spread over the block (has_min: below 2^15, the minimum in f16) */
+        for (int i = 0; i < QK; i++)
+            x[i] = ldexpf(tl_uniform(r, -1.0f, 1.0f), (int)tl_below(r, has_min ? 36 : 40) - 20);
+        break;
+    case 16: { /* q4_1 / q5_1 ties: lo = -3, hi = lo + 15 (31), d = 1: (x - lo) + 0.5 = n + 1 */
+        const int top_n = t == Q51 || other ? 31 : 15;
+        for (int i = 0; i < QK; i++) x[i] = -3.0f + (float)tl_below(r, (size_t)top_n) + 0.5f;
+        x[7] = -3.0f, x[26] = -3.0f + (float)top_n;
+        break;
+    }
+    case 17: /* iq4_nl ties: m = -127 first, d = 1: x halfway between two table values (the
+                upper one wins) or on one */
+        for (int i = 0; i < QK; i++) {
+            const size_t j = tl_below(r, 15);
+            x[i] = 0.5f * (float)(ref_iq4nl_table[j] + ref_iq4nl_table[j + (i % 3 ? 1 : 0)]);
+        }
+        x[1] = -127.0f, x[other ? 30 : 0] = 127.0f;
+        break;
+    case 18: /* the minimum far from 0, a small spread: d n + m is rounded */
+        for (int i = 0; i < QK; i++) x[i] = (other ? 60000.0f : -60000.0f) + tl_uniform(r, 0.0f, 2.0f);
+        break;
+    default: /* subnormal: 1 / d overflows float, every stored integer 0 (iq4_nl: a zero block) */
+        for (int i = 0; i < QK; i++) x[i] = 1e-39f * tl_uniform(r, -1.0f, 1.0f);
+        x[4] = other ? 0x1p-126f : -0x1p-140f;
         break;
     }
 }
@@ -377,6 +418,8 @@ static void t_convert(void)
               sdpa_dtype_size((sdpa_dtype)t), bytes[t]);
         CHECK(strcmp(sdpa_dtype_name((sdpa_dtype)t), names[t]) == 0, "sdpa_dtype_name(%d) = \"%s\", want \"%s\"",
               t, sdpa_dtype_name((sdpa_dtype)t), names[t]);
+        CHECK(strcmp(dtn((sdpa_dtype)t), names[t]) == 0 && (t < 3 || ref_block_bytes((sdpa_dtype)t) == bytes[t]),
+              "the test's own table disagrees with sdpa.h on %s", names[t]);
     }
     CHECK(sdpa_dtype_block((sdpa_dtype)9) == 0 && sdpa_dtype_size((sdpa_dtype)9) == 0 &&
               sdpa_dtype_block((sdpa_dtype)-1) == 0 && sdpa_dtype_size((sdpa_dtype)-1) == 0 &&
@@ -388,149 +431,161 @@ static void t_convert(void)
         size_t     n, want;
     } nb[] = {{Q8, 32, 34},   {Q8, 64, 68},         {Q4, 32000, 18000}, {Q8, 33, 0},   {Q4, 16, 0},
               {Q8, 0, 0},     {F32, 5, 20},         {F16, 7, 14},       {BF16, 3, 6},  {(sdpa_dtype)9, 32, 0},
-              {SDPA_Q4_1, 64, 40}, {SDPA_Q5_0, 96, 66}, {SDPA_Q5_1, 32, 24}, {SDPA_IQ4_NL, 320, 180},
-              {SDPA_Q5_1, 48, 0}, {SDPA_IQ4_NL, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 18},
-              {SDPA_Q5_1, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 24},
+              {Q41, 64, 40}, {Q50, 96, 66}, {Q51, 32, 24}, {IQ4, 320, 180}, {Q51, 48, 0},
+              {IQ4, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 18}, {Q51, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 24},
               {F32, SIZE_MAX / 2, 0}, {Q8, SIZE_MAX / 32 * 32, 0},
               {Q4, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 18}}; /* q4_0: the largest n fits */
     for (size_t i = 0; i < sizeof nb / sizeof nb[0]; i++)
         CHECK(sdpa_dtype_bytes(nb[i].t, nb[i].n) == nb[i].want, "sdpa_dtype_bytes(%s, %zu) = %zu, want %zu",
-              sdpa_dtype_name(nb[i].t), nb[i].n, sdpa_dtype_bytes(nb[i].t, nb[i].n), nb[i].want);
+              dtn(nb[i].t), nb[i].n, sdpa_dtype_bytes(nb[i].t, nb[i].n), nb[i].want);
 
-    /* quantizers: byte for byte, every kind of block, each at several positions in a row */
+    /* quantizers: byte for byte, every kind of block, each at several positions in a row; the
+       per-type functions and sdpa_quantize in turn */
     tl_rng r = {700};
     float *x = tl_xmalloc(NBLK * QK * sizeof(float)), *y = tl_xmalloc(NBLK * QK * sizeof(float)),
           *yr = tl_xmalloc(NBLK * QK * sizeof(float));
-    unsigned char *got = tl_xmalloc(NBLK * Q8_BYTES + 64), *want = tl_xmalloc(NBLK * Q8_BYTES);
+    enum { GOT = NBLK * QMAX_BYTES + 64 };
+    unsigned char *got = tl_xmalloc(GOT), *want = tl_xmalloc(NBLK * QMAX_BYTES);
     for (int round = 0; round < 4; round++) {
-        for (int f = 0; f < 2; f++) {
-            const sdpa_dtype t = f ? Q4 : Q8;
+        for (size_t f = 0; f < N_FORMATS; f++) {
+            const sdpa_dtype t = g_api[f].t;
             const size_t bb = ref_block_bytes(t);
-            for (size_t b = 0; b < NBLK; b++) conv_block(&r, b + (size_t)round * 7, t, x + b * QK);
-            memset(got, 0xa5, NBLK * Q8_BYTES + 64);
-            const sdpa_status st = f ? sdpa_quantize_q4_0(x, NBLK * QK, got) : sdpa_quantize_q8_0(x, NBLK * QK, got);
-            if (!CHECK(st == SDPA_OK, "%s quantize: status %s", dtn(t), sdpa_status_str(st))) continue;
+            for (size_t b = 0; b < NBLK; b++) conv_block(&r, b + (size_t)round * 7, t, g_api[f].top, x + b * QK);
+            memset(got, 0xa5, GOT);
+            const sdpa_status st = round % 2 ? sdpa_quantize(t, x, NBLK * QK, got) : g_api[f].quant(x, NBLK * QK, got);
+            if (!CHECK(st == SDPA_OK, "%s quantize: status %s", dtn(t), sdpa_status_str(st))) {
+                for (size_t b = 0; b < NBLK; b++)
+                    if (sdpa_quantize(t, x + b * QK, QK, got) != SDPA_OK)
+                        (void)CHECK(false, "%s block %zu (kind %zu) refused", dtn(t), b, (b + (size_t)round * 7) % NKIND);
+                continue;
+            }
             size_t past = 0;
-            for (size_t e = NBLK * bb; e < NBLK * Q8_BYTES + 64; e++) past += got[e] != 0xa5;
+            for (size_t e = NBLK * bb; e < GOT; e++) past += got[e] != 0xa5;
             CHECK(past == 0, "%s quantize wrote %zu bytes past the %zu blocks", dtn(t), past, (size_t)NBLK);
             for (size_t b = 0; b < NBLK; b++) {
-                if (f) ref_q4_0(x + b * QK, want + b * bb);
-                else ref_q8_0(x + b * QK, want + b * bb);
+                ref_format_of(t)->quant(x + b * QK, want + b * bb);
                 if (memcmp(got + b * bb, want + b * bb, bb) != 0) {
                     size_t e = 0;
                     while (got[b * bb + e] == want[b * bb + e]) e++;
-                    const size_t el = e < 2 ? 0 : e - 2; /* the element (q4_0: and el + 16) */
-                    (void)CHECK(false, "%s block %zu (kind %zu): byte %zu is 0x%02x, the reference 0x%02x (x[%zu] = %.9g)",
-                          dtn(t), b, (b + (size_t)round * 7) % 16, e, got[b * bb + e], want[b * bb + e], el,
-                          x[b * QK + el]);
+                    (void)CHECK(false, "%s block %zu (kind %zu): byte %zu is 0x%02x, the reference 0x%02x", dtn(t), b,
+                                (b + (size_t)round * 7) % NKIND, e, got[b * bb + e], want[b * bb + e]);
                 }
             }
-            /* dequantize: exactly d q, from the bytes of the reference */
-            for (size_t b = 0; b < NBLK; b++) ref_deq(t, want + b * bb, yr + b * QK);
+            /* dequantize: exactly d n (+ m), from the bytes of the reference */
+            for (size_t b = 0; b < NBLK; b++) ref_deq(t, want + b * bb, yr + b * QK, NULL);
             tl_fill_sentinel(y, NBLK * QK);
-            const sdpa_status sd = f ? sdpa_dequantize_q4_0(want, NBLK * QK, y) : sdpa_dequantize_q8_0(want, NBLK * QK, y);
+            const sdpa_status sd = round % 2 ? g_api[f].deq(want, NBLK * QK, y) : sdpa_dequantize(t, want, NBLK * QK, y);
             CHECK(sd == SDPA_OK, "%s dequantize: status %s", dtn(t), sdpa_status_str(sd));
             for (size_t e = 0; e < NBLK * QK; e++)
-                if (!CHECK(tl_bits(y[e]) == tl_bits(yr[e]), "%s dequantize[%zu] = %.9g, d q = %.9g", dtn(t), e, y[e],
-                           yr[e]))
+                if (!CHECK(tl_bits(y[e]) == tl_bits(yr[e]), "%s dequantize[%zu] = %.9g, d n (+ m) = %.9g", dtn(t), e,
+                           y[e], yr[e]))
                     break;
         }
     }
-    /* the sign of zero: q4_0 of an all-zero block has d = 0 / -8 = -0 (f16 0x8000), as ggml */
-    {
-        float z[QK] = {0};
-        unsigned char b4[Q4_BYTES], b8[Q8_BYTES];
-        CHECK(sdpa_quantize_q4_0(z, QK, b4) == SDPA_OK && b4[0] == 0x00 && b4[1] == 0x80 && b4[2] == 0x88,
-              "q4_0 of zeros: scale bytes %02x %02x, first quants 0x%02x; want 00 80 and 0x88", b4[0], b4[1], b4[2]);
-        CHECK(sdpa_quantize_q8_0(z, QK, b8) == SDPA_OK && b8[0] == 0 && b8[1] == 0 && b8[2] == 0,
-              "q8_0 of zeros: scale bytes %02x %02x, first quant %02x; want 00 00 00", b8[0], b8[1], b8[2]);
-    }
-    /* a block so small that 1 / d overflows float (max |x| below 127 / FLT_MAX, 8 / FLT_MAX):
-       accepted, and the scale is 0 in f16, so every value is 0 (ggml's formula then converts
-       x * inf or 0 * inf to int8, undefined in C: the quant bytes are not checked) */
-    for (int f = 0; f < 2; f++) {
-        float z[QK];
-        for (int i = 0; i < QK; i++) z[i] = (i % 2 ? 1e-39f : -3e-40f) * (float)(i % 5);
-        unsigned char bq[Q8_BYTES];
-        float yz[QK];
-        const sdpa_status st = f ? sdpa_quantize_q4_0(z, QK, bq) : sdpa_quantize_q8_0(z, QK, bq);
-        bool zero = st == SDPA_OK && (f ? sdpa_dequantize_q4_0(bq, QK, yz) : sdpa_dequantize_q8_0(bq, QK, yz)) == SDPA_OK;
-        for (int i = 0; i < QK && zero; i++) zero = yz[i] == 0.0f;
-        CHECK(st == SDPA_OK && zero && (bq[0] | (bq[1] & 0x7f)) == 0,
-              "%s of subnormal inputs: status %s, scale bytes %02x %02x, want accepted with scale +-0", f ? "q4_0" : "q8_0",
-              sdpa_status_str(st), bq[0], bq[1]);
-    }
-    /* dequantize random bytes (any finite scale, any quants) exactly; a non-finite scale gives
-       non-finite values */
-    for (int f = 0; f < 2; f++) {
-        const sdpa_dtype t = f ? Q4 : Q8;
+    /* dequantize random bytes (any finite scale and minimum, any quants) exactly; a non-finite
+       scale (or minimum) gives non-finite values */
+    for (size_t f = 0; f < N_FORMATS; f++) {
+        const sdpa_dtype t = g_api[f].t;
         const size_t bb = ref_block_bytes(t);
+        const bool has_min = ref_format_of(t)->has_min;
         for (size_t b = 0; b < NBLK; b++) {
             for (size_t e = 0; e < bb; e++) want[b * bb + e] = (unsigned char)tl_next(&r);
             if ((want[b * bb + 1] & 0x7c) == 0x7c) want[b * bb + 1] ^= 0x04; /* finite */
+            if (has_min && (want[b * bb + 3] & 0x7c) == 0x7c) want[b * bb + 3] ^= 0x04;
         }
         want[5 * bb + 1] = 0x7c, want[5 * bb] = 0;        /* +inf */
         want[6 * bb + 1] = 0xfe, want[6 * bb] = 0x01;     /* NaN */
-        for (size_t b = 0; b < NBLK; b++) ref_deq(t, want + b * bb, yr + b * QK);
-        const sdpa_status sd = f ? sdpa_dequantize_q4_0(want, NBLK * QK, y) : sdpa_dequantize_q8_0(want, NBLK * QK, y);
+        if (has_min) want[7 * bb + 3] = 0xfc, want[7 * bb + 2] = 0; /* a minimum of -inf */
+        for (size_t b = 0; b < NBLK; b++) ref_deq(t, want + b * bb, yr + b * QK, NULL);
+        const sdpa_status sd = g_api[f].deq(want, NBLK * QK, y);
         CHECK(sd == SDPA_OK, "%s dequantize of random bytes: status %s", dtn(t), sdpa_status_str(sd));
         for (size_t e = 0; e < NBLK * QK; e++) {
-            const bool nonfinite_scale = e / QK == 5 || e / QK == 6;
-            if (nonfinite_scale) {
+            const bool nonfinite = e / QK == 5 || e / QK == 6 || (has_min && e / QK == 7);
+            if (nonfinite) {
                 if (!CHECK(!isfinite(y[e]), "%s dequantize with a non-finite scale: y[%zu] = %g", dtn(t), e, y[e])) break;
-            } else if (!CHECK(tl_bits(y[e]) == tl_bits(yr[e]), "%s dequantize of random bytes: y[%zu] = %.9g, d q = %.9g",
+            } else if (!CHECK(tl_bits(y[e]) == tl_bits(yr[e]), "%s dequantize of random bytes: y[%zu] = %.9g, d n (+ m) = %.9g",
                               dtn(t), e, y[e], yr[e])) {
                 break;
             }
         }
     }
     /* refusals: nothing written */
-    for (int f = 0; f < 2; f++) {
-        const sdpa_dtype t = f ? Q4 : Q8;
-        sdpa_status (*quant)(const float *, size_t, void *) = f ? sdpa_quantize_q4_0 : sdpa_quantize_q8_0;
-        sdpa_status (*deq)(const void *, size_t, float *) = f ? sdpa_dequantize_q4_0 : sdpa_dequantize_q8_0;
-        for (size_t e = 0; e < 4 * QK; e++) x[e] = tl_uniform(&r, -1.0f, 1.0f);
+    for (size_t f = 0; f < N_FORMATS; f++) {
+        const sdpa_dtype t = g_api[f].t;
+        const bool has_min = ref_format_of(t)->has_min;
+        const quant_fn quant = g_api[f].quant;
+        const deq_fn deq = g_api[f].deq;
+        enum { N4 = 4 * QK, W = 4 * QMAX_BYTES };
         const struct {
             const char *why;
             size_t      at;
             float       val;
             size_t      n;
-        } rq[] = {{"NaN in the second block", QK + 3, NAN, 4 * QK},
-                  {"+inf in the last block", 4 * QK - 1, INFINITY, 4 * QK},
-                  {"-inf in the first block", 0, -INFINITY, 4 * QK},
-                  {"a scale over the f16 range (q8_0: 65520 * 127)", 2 * QK + 7, 8321040.0f, 4 * QK},
-                  {"a scale over the f16 range (q4_0: 65520 * 8)", 3 * QK, -524160.0f, 4 * QK},
-                  {"a huge finite value", QK, 3e38f, 4 * QK},
+        } rq[] = {{"NaN in the second block", QK + 3, NAN, N4},
+                  {"+inf in the last block", N4 - 1, INFINITY, N4},
+                  {"-inf in the first block", 0, -INFINITY, N4},
+                  {"a scale over the f16 range", 2 * QK + 7, g_api[f].over, N4},
+                  {"a minimum over the f16 range (-65520)", 3 * QK + 1, -65520.0f, N4},
+                  {"a huge finite value", QK, 3e38f, N4},
                   {"n = 33", 0, 0.5f, 33},
                   {"n = 16", 0, 0.5f, 16}};
         for (size_t i = 0; i < sizeof rq / sizeof rq[0]; i++) {
-            /* the q8_0 threshold is inside q4_0's range and the other way round: each only for its own */
-            if ((strstr(rq[i].why, "q8_0") && f) || (strstr(rq[i].why, "q4_0") && !f)) continue;
-            const float keep = x[rq[i].at];
+            if (strstr(rq[i].why, "minimum") && !has_min) continue;
+            for (size_t e = 0; e < N4; e++) x[e] = tl_uniform(&r, has_min ? 0.0f : -1.0f, 1.0f);
             x[rq[i].at] = rq[i].val;
-            memset(got, 0xa5, 4 * Q8_BYTES);
-            const sdpa_status st = quant(x, rq[i].n, got);
-            size_t wrote = 0;
-            for (size_t e = 0; e < 4 * Q8_BYTES; e++) wrote += got[e] != 0xa5;
-            CHECK(st == SDPA_ERR_INVALID_ARGUMENT && wrote == 0, "%s quantize, %s: status %s, %zu bytes written",
-                  dtn(t), rq[i].why, sdpa_status_str(st), wrote);
-            x[rq[i].at] = keep;
+            for (int api = 0; api < 2; api++) {
+                memset(got, 0xa5, W);
+                const sdpa_status st = api ? sdpa_quantize(t, x, rq[i].n, got) : quant(x, rq[i].n, got);
+                size_t wrote = 0;
+                for (size_t e = 0; e < W; e++) wrote += got[e] != 0xa5;
+                CHECK(st == SDPA_ERR_INVALID_ARGUMENT && wrote == 0, "%s %s, %s: status %s, %zu bytes written", dtn(t),
+                      api ? "sdpa_quantize" : "quantize", rq[i].why, sdpa_status_str(st), wrote);
+            }
         }
-        /* just inside the range: accepted, scale 65504 */
-        x[QK] = f ? -524152.0f : 8320913.0f;
-        CHECK(quant(x, 4 * QK, got) == SDPA_OK && got[ref_block_bytes(t)] == 0xff && got[ref_block_bytes(t) + 1] == 0x7b,
-              "%s quantize: a scale rounding down to 65504 must be accepted", dtn(t));
-        memset(got, 0xa5, 4 * Q8_BYTES);
-        CHECK(quant(NULL, QK, got) == SDPA_ERR_INVALID_ARGUMENT && quant(x, QK, NULL) == SDPA_ERR_INVALID_ARGUMENT,
+        /* just inside the range: accepted, the scale (or minimum) rounding down to 65504 */
+        for (size_t e = 0; e < N4; e++) x[e] = tl_uniform(&r, has_min ? 0.0f : -1.0f, 1.0f);
+        x[QK + 5] = g_api[f].top;
+        if (has_min) x[2 * QK + 9] = -65519.0f;
+        bool same = quant(x, N4, got) == SDPA_OK;
+        for (size_t b = 0; b < 4 && same; b++) {
+            unsigned char ref[QMAX_BYTES];
+            ref_format_of(t)->quant(x + b * QK, ref);
+            same = memcmp(ref, got + b * ref_block_bytes(t), ref_block_bytes(t)) == 0;
+        }
+        CHECK(same, "%s quantize: a scale (or minimum) rounding down to the f16 maximum must be accepted, as the reference",
+              dtn(t));
+        memset(got, 0xa5, W);
+        CHECK(quant(NULL, QK, got) == SDPA_ERR_INVALID_ARGUMENT && quant(x, QK, NULL) == SDPA_ERR_INVALID_ARGUMENT &&
+                  sdpa_quantize(t, NULL, QK, got) == SDPA_ERR_INVALID_ARGUMENT &&
+                  sdpa_quantize(t, x, QK, NULL) == SDPA_ERR_INVALID_ARGUMENT,
               "%s quantize: a NULL pointer accepted", dtn(t));
-        tl_fill_sentinel(y, 4 * QK);
+        tl_fill_sentinel(y, N4);
         CHECK(deq(NULL, QK, y) == SDPA_ERR_INVALID_ARGUMENT && deq(want, QK, NULL) == SDPA_ERR_INVALID_ARGUMENT &&
-                  deq(want, 31, y) == SDPA_ERR_INVALID_ARGUMENT && deq(want, QK + 16, y) == SDPA_ERR_INVALID_ARGUMENT,
+                  deq(want, 31, y) == SDPA_ERR_INVALID_ARGUMENT && deq(want, QK + 16, y) == SDPA_ERR_INVALID_ARGUMENT &&
+                  sdpa_dequantize(t, NULL, QK, y) == SDPA_ERR_INVALID_ARGUMENT &&
+                  sdpa_dequantize(t, want, 48, y) == SDPA_ERR_INVALID_ARGUMENT,
               "%s dequantize: NULL or a bad n accepted", dtn(t));
+        /* n = 0: an empty conversion */
+        CHECK(quant(x, 0, got) == SDPA_OK && deq(want, 0, y) == SDPA_OK, "%s: n = 0 must be an empty conversion", dtn(t));
         size_t wrote = 0;
-        for (size_t e = 0; e < 4 * Q8_BYTES; e++) wrote += got[e] != 0xa5;
-        for (size_t e = 0; e < 4 * QK; e++) wrote += !tl_is_sentinel(y[e]);
-        CHECK(wrote == 0, "%s: refused conversions wrote %zu elements", dtn(t), wrote);
+        for (size_t e = 0; e < W; e++) wrote += got[e] != 0xa5;
+        for (size_t e = 0; e < N4; e++) wrote += !tl_is_sentinel(y[e]);
+        CHECK(wrote == 0, "%s: refused or empty conversions wrote %zu elements", dtn(t), wrote);
+    }
+    /* sdpa_quantize and sdpa_dequantize refuse a type that is not a block format */
+    static const sdpa_dtype not_blocks[] = {F32, F16, BF16, (sdpa_dtype)9, (sdpa_dtype)-1, (sdpa_dtype)99};
+    for (size_t i = 0; i < sizeof not_blocks / sizeof not_blocks[0]; i++) {
+        for (size_t e = 0; e < QK; e++) x[e] = 0.25f;
+        memset(got, 0xa5, GOT);
+        tl_fill_sentinel(y, QK);
+        const sdpa_status sq = sdpa_quantize(not_blocks[i], x, QK, got);
+        const sdpa_status sd = sdpa_dequantize(not_blocks[i], want, QK, y);
+        size_t wrote = 0;
+        for (size_t e = 0; e < GOT; e++) wrote += got[e] != 0xa5;
+        for (size_t e = 0; e < QK; e++) wrote += !tl_is_sentinel(y[e]);
+        CHECK(sq == SDPA_ERR_INVALID_ARGUMENT && sd == SDPA_ERR_INVALID_ARGUMENT && wrote == 0,
+              "sdpa_quantize / sdpa_dequantize of type %d: status %s / %s, %zu elements written", (int)not_blocks[i],
+              sdpa_status_str(sq), sdpa_status_str(sd), wrote);
     }
     free(x), free(y), free(yr), free(got), free(want);
     tl_end();
