@@ -592,6 +592,93 @@ static void t_convert(void)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Fixed blocks: bytes and values written out, derived apart from the library and from the     */
+/* reference codec above (tests/quant_bytes.py, from sdpa.h's formulas)                         */
+/* ------------------------------------------------------------------------------------------ */
+typedef struct qb_input {
+    const char *name;
+    sdpa_dtype  only; /* the one block format it is for; F32: every one */
+    float       x[QK];
+} qb_input;
+typedef struct qb_case {
+    sdpa_dtype    t;
+    size_t        input; /* into qb_inputs */
+    size_t        nbytes;
+    unsigned char bytes[QMAX_BYTES];
+    float         y[QK]; /* the values sdpa.h states, exactly */
+} qb_case;
+#include "quant_bytes.h"
+
+enum { N_QB_INPUTS = sizeof qb_inputs / sizeof qb_inputs[0], N_QB_CASES = sizeof qb_cases / sizeof qb_cases[0] };
+
+static void hex_bytes(const unsigned char *b, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++) snprintf(out + 3 * i, 4, "%02x ", b[i]);
+}
+
+static void t_fixed_bytes(void)
+{
+    tl_start("quant: fixed blocks, bytes and values written out", "api");
+    size_t per_type[N_FORMATS] = {0};
+    for (size_t c = 0; c < N_QB_CASES; c++) {
+        const qb_case *k = &qb_cases[c];
+        const qb_input *in = &qb_inputs[k->input];
+        const sdpa_dtype t = k->t;
+        size_t f = 0;
+        while (g_api[f].t != t) f++;
+        per_type[f]++;
+        CHECK(k->nbytes == sdpa_dtype_size(t), "%s: the table's block is %zu bytes, sdpa_dtype_size %zu", dtn(t),
+              k->nbytes, sdpa_dtype_size(t));
+        unsigned char got[2][QMAX_BYTES + 8], ref[QMAX_BYTES];
+        memset(got, 0xa5, sizeof got);
+        const sdpa_status s0 = sdpa_quantize(t, in->x, QK, got[0]), s1 = g_api[f].quant(in->x, QK, got[1]);
+        ref_format_of(t)->quant(in->x, ref);
+        for (int a = 0; a < 2; a++) {
+            char g[3 * QMAX_BYTES + 1], w[3 * QMAX_BYTES + 1];
+            hex_bytes(got[a], k->nbytes, g), hex_bytes(k->bytes, k->nbytes, w);
+            CHECK((a ? s1 : s0) == SDPA_OK && memcmp(got[a], k->bytes, k->nbytes) == 0 &&
+                      got[a][k->nbytes] == 0xa5,
+                  "%s of \"%s\" (%s): status %s, bytes\n#   %s\n# want %s", dtn(t), in->name,
+                  a ? "per-type function" : "sdpa_quantize", sdpa_status_str(a ? s1 : s0), g, w);
+        }
+        CHECK(memcmp(ref, k->bytes, k->nbytes) == 0, "%s of \"%s\": the test's reference quantizer disagrees",
+              dtn(t), in->name);
+        float y[2][QK], yr[QK];
+        tl_fill_sentinel(y[0], 2 * QK);
+        const sdpa_status d0 = sdpa_dequantize(t, k->bytes, QK, y[0]), d1 = g_api[f].deq(k->bytes, QK, y[1]);
+        ref_deq(t, k->bytes, yr, NULL);
+        for (int i = 0; i < QK; i++) {
+            if (!CHECK(d0 == SDPA_OK && d1 == SDPA_OK && tl_bits(y[0][i]) == tl_bits(k->y[i]) &&
+                           tl_bits(y[1][i]) == tl_bits(k->y[i]),
+                       "%s dequantize of \"%s\": element %d = %a / %a, want %a", dtn(t), in->name, i, y[0][i],
+                       y[1][i], k->y[i]))
+                break;
+            if (!CHECK(tl_bits(yr[i]) == tl_bits(k->y[i]), "%s of \"%s\": the test's decoder gives %a at %d, want %a",
+                       dtn(t), in->name, yr[i], i, k->y[i]))
+                break;
+        }
+    }
+    /* every type's blocks in one row: the same bytes at every position */
+    for (size_t f = 0; f < N_FORMATS; f++) {
+        const sdpa_dtype t = g_api[f].t;
+        const size_t bb = ref_block_bytes(t);
+        float x[N_QB_CASES * QK];
+        unsigned char want[N_QB_CASES * QMAX_BYTES], got[N_QB_CASES * QMAX_BYTES];
+        size_t n = 0;
+        for (size_t c = N_QB_CASES; c-- > 0;) /* last to first: other neighbours than the table's */
+            if (qb_cases[c].t == t) {
+                memcpy(x + n * QK, qb_inputs[qb_cases[c].input].x, sizeof(float) * QK);
+                memcpy(want + n * bb, qb_cases[c].bytes, bb);
+                n++;
+            }
+        CHECK(n == per_type[f] && n >= 10, "%s: %zu fixed blocks", dtn(t), n);
+        CHECK(g_api[f].quant(x, n * QK, got) == SDPA_OK && memcmp(got, want, n * bb) == 0,
+              "%s: the fixed blocks in one row of %zu give other bytes", dtn(t), n);
+    }
+    tl_end();
+}
+
+/* ------------------------------------------------------------------------------------------ */
 static void run_test(const char *name, tl_impl_fn fn) { tl_for_each_impl_worst(name, fn, &g_worst); }
 
 int main(void)
@@ -599,6 +686,7 @@ int main(void)
     tl_header("q8_0/q4_0 K and V (exact and fast q8 scores) against float64 attention, and the conversions");
     if (!tl_pools_create(g_pool, 2, 2, 17)) return 1;
     t_convert();
+    t_fixed_bytes();
     run_test("quant: K only, V only, both; prefill, decode, GQA, head dims", t_types);
     run_test("quant: ragged and paged (pages of 16 to 128 keys)", t_ragged);
     run_test("quant: window, mask, softcap, alibi, sinks, lse", t_variants);
