@@ -398,7 +398,8 @@ typedef struct qcase {
     bool        alibi, mask, sinks;
     sdpa_dtype  mt;     /* the mask's type: f32 or f16 */
     int         fast;   /* q8_scores */
-    float       krange; /* raw K and V uniform in [-krange, krange); 0: 1 */
+    float       krange; /* raw K and V uniform in [kshift - krange, kshift + krange); 0: 1 */
+    float       kshift; /* (a block minimum far from 0: q4_1 and q5_1's m carries the values) */
 } qcase;
 
 typedef struct qprob {
@@ -562,7 +563,7 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
                     } else {
                         off = (ptrdiff_t)b * kb->bs + (ptrdiff_t)h * kb->hs + (ptrdiff_t)j * kb->ts;
                     }
-                    for (size_t e = 0; e < dims[s]; e++) raw[e] = tl_uniform(&r, -kr, kr);
+                    for (size_t e = 0; e < dims[s]; e++) raw[e] = c->kshift + tl_uniform(&r, -kr, kr);
                     const size_t at = ((b * Hk + h) * Lk + j) * dims[s];
                     kvbuf_put(kvs[s], off, raw, logical + at, s == 0 && pr->km ? pr->km + at : NULL);
                 }
@@ -604,7 +605,7 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
     if (c->alibi) MORE(" alibi");
     if (c->mask) MORE(" mask %s", dtn(c->mt));
     if (c->sinks) MORE(" sinks");
-    if (c->krange > 0) MORE(" |k|,|v|<%g", c->krange);
+    if (c->krange > 0 || c->kshift != 0) MORE(" k,v in %g+-%g", c->kshift, kr);
     MORE("%s]", c->fast ? " q8_scores" : "");
 #undef MORE
 }

@@ -1,43 +1,50 @@
-/* test_quant.c -- q8_0/q4_0 K and V, fast q8 scores and the block conversions, on every implementation against float64 */
+/* test_quant.c -- block-format K and V, fast q8 scores and the block conversions, on every implementation against float64 */
 #include "problem.h"
 
 /*
- * The block storage types of sdpa.h (SDPA_Q8_0, SDPA_Q4_0: ggml's block_q8_0 and block_q4_0)
- * checked on every implementation of the registry against code written here from the
- * published formulas, never the library's:
+ * The block storage types of sdpa.h (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl: ggml's block types
+ * of those names) checked on every implementation of the registry against code written here
+ * from the published formulas, never the library's. Every check that takes a block format
+ * loops over problem.h's table of them (ref_formats), or takes its types in turn:
  *
- *   - the conversions: sdpa_quantize_* must give byte for byte what ggml's reference
- *     quantizers give (ref_q8_0 / ref_q4_0 in problem.h, with their own f16 rounding), the
- *     dequantizers d q exactly, and the refusals write nothing;
- *   - exact mode (q8_scores 0): every stored value enters as d q, so the output must meet the
- *     float64 oracle computed on the dequantized K and V within the tolerance the f16 tests
- *     use (problem.h: attn_row_tol times sum_j w_j |v_jc| / l, plus what the modifiers
- *     add, 2 ds (sum w|v| / l + |o|) with ds = 3 u (|softcap(s)| + |bias| + |mask|) + the
- *     softcap's own error);
+ *   - the conversions: sdpa_quantize and the per-type functions must give byte for byte what
+ *     ggml's reference quantizers give (problem.h's reference codec, with its own f16
+ *     rounding), the dequantizers d n (+ m) exactly, and the refusals write nothing; and a
+ *     fixed table of blocks whose bytes and values are written out (quant_bytes.h, derived by
+ *     tests/quant_bytes.py from the formulas alone);
+ *   - exact mode (q8_scores 0): every stored value enters as its exact f32 value, so the
+ *     output must meet the float64 oracle computed on the dequantized K and V within the
+ *     tolerance the f16 tests use (problem.h: attn_row_tol times sum_j w_j |v_jc| / l, plus
+ *     what the modifiers add, 2 ds (sum w|v| / l + |o|) with ds = 3 u (|softcap(s)| + |bias| +
+ *     |mask|) + the softcap's own error);
  *   - fast mode (q8_scores 1): sdpa.h's bound. With x = scale q (the row), every score of the
  *     row is off by at most D_row = max_j sum_b (max_{c in b} |x_c| / 254) sum_{c in b} |k_jc|
- *     (over the keys the row sees) plus float rounding, taken here as (D / 32 + 8) u (A + D_row)
- *     (the f32 scale of each block, its product with d_k, the sum over blocks, x itself;
- *     A = max_j sum_c |x_c k_jc|); the output is then within (e^(2 D_row) - 1) max |v| of the
- *     exact one, on top of the exact-mode tolerance, and lse within D_row of it. That bound
- *     is a worst case, which a coarser quantization (a 7-bit grid, truncation) still meets on
- *     random data, so the output is also held to a float64 model of the stated algorithm:
- *     d_b = max_{c in b} |x_c| / 127, q_c = round(x_c / d_b) clamped to +-127, score
- *     sum_c d_b q_c k_c, within the exact-mode tolerance plus (e^(2 T_row) - 1) max |v|, where
- *     T_row = max_j sum over the elements whose x_c / d_b lies within 2^-13 of a rounding tie
- *     (where f32 rounding of scale q, d_b and the quotient may legitimately pick the other
- *     integer) of d_b |k_jc|, plus the float rounding above. Fast mode must also differ from
- *     exact mode somewhere (q is not on the int8 grid), and both give the same bits on 1, 2
- *     and 3 threads;
- *   - refusals: block formats with a dim or a stride not a multiple of 32, q8_scores on a K
- *     that is not a block format or a value other than 0 and 1: a status, a message from
- *     sdpa_validate, and o and lse untouched.
+ *     (over the keys the row sees) plus float rounding, taken here as (D / 32 + 8) u (A + D_row
+ *     + 2 R) (the f32 scale of each block, its products with d_k and m_k, the sum over blocks,
+ *     x itself; A = max_j sum_c |x_c k_jc|, R = max_j sum_b sum_{c in b} |x_c| max_{c in b}
+ *     |k_jc| for K with a minimum, whose terms d_k dot and m_k sum q may each exceed the score
+ *     by far); the output is then within (e^(2 D_row) - 1) max |v| of the exact one, on top of
+ *     the exact-mode tolerance, and lse within D_row of it. That bound is a worst case, which a
+ *     coarser quantization (a 7-bit grid, truncation) still meets on random data, so the output
+ *     is also held to a float64 model of the stated algorithm: d_b = max_{c in b} |x_c| / 127,
+ *     q_c = round(x_c / d_b) clamped to +-127, score sum_b d_b (d_k dot(q, n) + m_k sum q) =
+ *     sum_c d_b q_c (d_k n_c + m_k), K's d n + m unrounded, within the exact-mode tolerance
+ *     plus (e^(2 T_row) - 1) max |v|, where T_row = max_j sum over the elements whose x_c / d_b
+ *     lies within 2^-13 of a rounding tie (where f32 rounding of scale q, d_b and the quotient
+ *     may legitimately pick the other integer) of d_b |k_jc|, plus the float rounding above.
+ *     Fast mode must also differ from exact mode somewhere (q is not on the int8 grid), and
+ *     both give the same bits on 1, 2 and 3 threads;
+ *   - refusals: every block format with a dim or a stride not a multiple of 32, as q or o,
+ *     q8_scores on a K that is not a block format or a value other than 0 and 1: a status, a
+ *     message from sdpa_validate, and o and lse untouched.
  *
  * The forward problems are batches of sequences (lq_b queries, lk_b keys) in one of the forms
  * of sdpa_params: queries each / padded / packed; keys each (dense, strided token-major,
  * reversed), padded, packed or paged (pages of 16 and 32 keys, which the library stages, 64
- * and 128; shuffled, or in order so that consecutive pages form runs). Storage no sequence owns holds NaN (a block with a NaN scale), o and lse are sentinel-
- * filled and everything no row owns must stay so.
+ * and 128; shuffled, or in order so that consecutive pages form runs). Storage no sequence
+ * owns holds NaN (a block with a NaN scale), o and lse are sentinel-filled and everything no
+ * row owns must stay so. Under SDPA_TEST_SAMPLE the loops over types and page sizes run every
+ * Nth case.
  */
 
 /* ------------------------------------------------------------------------------------------ */
@@ -53,42 +60,63 @@ static qcase mk(const char *name, size_t B, size_t qh, size_t kvh, size_t d, siz
     return c;
 }
 
+/* Block format i of the table, cyclically: the cases that take one run over all of them. */
+static sdpa_dtype blk(size_t i) { return ref_formats[i % N_FORMATS].t; }
+
+/* K and V type pairs: every block format as K and as V, beside f32, f16 and bf16, with an
+   older format and with another new one; in an order in which the sampled runs
+   (SDPA_TEST_SAMPLE 2 or 4: prefills of some pairs, decodes of others) still meet each one. */
 static const struct {
     sdpa_dtype k, v;
-} g_types[] = {{Q8, F32}, {Q4, F16}, {F32, Q8}, {F16, Q4}, {Q8, Q8}, {Q4, Q4}, {Q8, Q4}, {Q4, Q8}, {BF16, Q8}, {Q4, BF16}};
+} g_types[] = {{Q41, Q50}, {Q8, F32}, {IQ4, F16}, {Q4, F16}, {F32, Q51}, {F32, Q8},  {Q51, Q41}, {Q8, Q4},
+               {Q50, IQ4}, {F16, Q4}, {IQ4, Q8},  {Q4, Q4},  {Q4, Q51},  {BF16, Q8}, {Q41, BF16}, {Q50, F32},
+               {F16, IQ4}, {Q8, Q41}};
 enum { N_TYPES = sizeof g_types / sizeof g_types[0] };
 
-/* head_dim / v_dim pairs */
-static const size_t g_dims[][2] = {{32, 32}, {64, 64}, {128, 128}, {64, 32}, {32, 64}};
+/* head_dim / v_dim pairs, 32 to 256, odd multiples of 32 among them */
+static const size_t g_dims[][2] = {{32, 32},   {96, 96},   {64, 64}, {160, 160}, {128, 128}, {224, 224},
+                                   {256, 256}, {64, 32},   {32, 64}, {96, 160},  {224, 64}};
+enum { N_DIMS = sizeof g_dims / sizeof g_dims[0] };
 
 /* K only, V only and both in a block format, over head dims, prefill and decode, GQA, dense,
    strided and reversed K/V. */
 static void t_types(const sdpa_impl *impl)
 {
     for (size_t i = 0; i < N_TYPES; i++) {
-        const size_t *dm = g_dims[i % 5];
-        qcase a = mk("prefill", 1, 8, 2, dm[0], dm[1], i % 3 == 2 ? 70 : 40, 70, g_types[i].k, g_types[i].v);
+        const size_t *dm = g_dims[i % N_DIMS];
+        const bool big = dm[0] + dm[1] > 256; /* fewer rows for the large head dims */
+        qcase a = mk("prefill", 1, big ? 4 : 8, 2, dm[0], dm[1], big ? 24 : i % 3 == 2 ? 70 : 40, 70, g_types[i].k,
+                     g_types[i].v);
         a.causal = i % 2 == 0;
         a.kf = (int)(i % 3); /* dense, strided, reversed */
-        qprob_case(impl, &a, 100 + i);
-        qcase b = mk("decode", 2, 8, 2, dm[0], dm[1], 1 + i % 4, 300 + 37 * i, g_types[i].k, g_types[i].v);
+        if (!tl_sampled_out(i)) qprob_case(impl, &a, 100 + i);
+        const size_t *dn = g_dims[(i + 4) % N_DIMS];
+        qcase b = mk("decode", dn[0] + dn[1] > 256 ? 1 : 2, 8, 2, dn[0], dn[1], 1 + i % 4, 120 + 31 * (i % 11),
+                     g_types[i].k, g_types[i].v);
         b.causal = i % 4 != 0;
         b.kf = (int)((i + 1) % 3);
-        qprob_case(impl, &b, 200 + i);
+        if (!tl_sampled_out(i + 1)) qprob_case(impl, &b, 200 + i);
     }
-    /* a long decode: split into KV chunks and merged */
-    qcase c = mk("long decode", 1, 8, 2, 128, 128, 1, 2100, Q8, Q4);
-    qprob_case(impl, &c, 300);
-    c.kt = Q4, c.vt = Q8, c.kf = KV_REVERSED, c.dv = 64, c.lq[0] = 3, c.causal = true;
-    qprob_case(impl, &c, 301);
-    /* larger values (scores of several units, weights far from uniform) */
-    qcase d = mk("prefill, wide values", 1, 4, 4, 64, 64, 40, 70, Q4, Q8);
-    d.krange = 4.0f, d.causal = true;
-    qprob_case(impl, &d, 302);
+    /* a long decode: split into KV chunks and merged; every block format as K or as V */
+    for (size_t s = 0; s < N_FORMATS / 2; s++) {
+        if (tl_sampled_out(s)) continue;
+        qcase c = mk("long decode", 1, 8, 2, 128, 128, 1, 2100, blk(s), blk(s + N_FORMATS / 2));
+        if (s % 2) c.kf = KV_REVERSED, c.dv = 64, c.lq[0] = 3, c.causal = true;
+        qprob_case(impl, &c, 300 + s);
+    }
+    /* larger values (scores of several units, weights far from uniform), and values far from
+       0 (the minimum of q4_1 and q5_1 carries them) */
+    for (size_t s = 0; s < N_FORMATS; s++) {
+        if (tl_sampled_out(s + 1)) continue;
+        qcase d = mk("prefill, wide values", 1, 4, 4, 64, 64, 40, 70, blk(s + 1), blk(s + 3));
+        d.krange = 4.0f, d.causal = true;
+        if (s % 2) d.krange = 0.5f, d.kshift = s % 4 == 1 ? 6.0f : -3.0f;
+        qprob_case(impl, &d, 310 + s);
+    }
 }
 
-/* Ragged: padded and packed sequences; paged K/V with pages of 16, 32, 64 and 128 keys, shuffled
-   or in order. */
+/* Ragged: padded and packed sequences; paged K/V with pages of 16, 32, 64 and 128 keys,
+   shuffled or in order. */
 static void t_ragged(const sdpa_impl *impl)
 {
     qcase a = mk("ragged decodes", 4, 8, 2, 64, 64, 1, 0, Q8, Q4);
@@ -96,111 +124,129 @@ static void t_ragged(const sdpa_impl *impl)
     for (size_t b = 0; b < 4; b++) a.lk[b] = lka[b];
     a.qf = Q_PADDED, a.kf = KV_PADDED;
     qprob_case(impl, &a, 400);
-    qcase b = mk("ragged prefills", 3, 4, 2, 128, 64, 0, 0, Q4, Q8);
+    a.kt = Q41, a.vt = IQ4, a.d = 96, a.dv = 160;
+    qprob_case(impl, &a, 405);
+    qcase b = mk("ragged prefills", 3, 4, 2, 128, 64, 0, 0, Q50, Q51);
     const size_t lqb[3] = {7, 0, 40}, lkb[3] = {7, 50, 70};
     for (size_t s = 0; s < 3; s++) b.lq[s] = lqb[s], b.lk[s] = lkb[s];
     b.qf = Q_PADDED, b.kf = KV_PADDED, b.causal = true;
     qprob_case(impl, &b, 401);
-    b.qf = Q_PACKED, b.kf = KV_PACKED, b.kt = Q8, b.vt = F16, b.d = 64, b.dv = 32;
+    b.qf = Q_PACKED, b.kf = KV_PACKED, b.kt = IQ4, b.vt = F16, b.d = 64, b.dv = 32;
     qprob_case(impl, &b, 402);
-    b.qf = Q_PADDED, b.kf = KV_PACKED, b.kt = F32, b.vt = Q4, b.d = 32, b.dv = 32, b.causal = false;
+    b.qf = Q_PADDED, b.kf = KV_PACKED, b.kt = F32, b.vt = Q41, b.d = 32, b.dv = 32, b.causal = false;
     qprob_case(impl, &b, 403);
-    a.qf = Q_PACKED, a.kf = KV_PACKED, a.kt = Q4, a.vt = Q4, a.d = 32;
+    a.qf = Q_PACKED, a.kf = KV_PACKED, a.kt = Q51, a.vt = Q50, a.d = 32, a.dv = 64;
     qprob_case(impl, &a, 404);
 
-    static const size_t pages[3] = {16, 32, 128};
-    for (size_t i = 0; i < 3; i++) {
+    /* per page size: decodes and prefills, K and V of types that go round the formats */
+    static const size_t pages[4] = {16, 32, 64, 128};
+    static const sdpa_dtype pk[4] = {Q8, F16, Q41, IQ4}, pv[4] = {Q4, Q50, F32, Q51};
+    static const sdpa_dtype qk[4] = {Q51, Q4, IQ4, Q50}, qv[4] = {Q41, F32, Q8, Q4};
+    for (size_t i = 0; i < 4; i++) {
         qcase p = a;
         p.name = "paged decodes";
-        p.qf = Q_PADDED, p.kf = KV_PAGED, p.page = pages[i];
-        p.kt = i == 1 ? F16 : i == 0 ? Q8 : Q4, p.vt = i == 2 ? F32 : i == 0 ? Q4 : Q8;
+        p.qf = Q_PADDED, p.kf = KV_PAGED, p.page = pages[i], p.kt = pk[i], p.vt = pv[i];
         p.d = g_dims[i][0], p.dv = g_dims[i][1];
-        qprob_case(impl, &p, 410 + i);
+        if (!tl_sampled_out(i)) qprob_case(impl, &p, 410 + i);
         qcase q = b;
         q.name = "paged prefills";
         q.qf = i == 1 ? Q_PACKED : Q_PADDED, q.kf = KV_PAGED, q.page = pages[i], q.causal = i != 2;
-        q.kt = i == 1 ? Q4 : Q8, q.vt = i == 2 ? Q4 : i == 0 ? Q8 : F32;
-        q.d = g_dims[2 - i][0], q.dv = g_dims[3 + i % 2][1];
+        q.kt = qk[i], q.vt = qv[i];
+        q.d = g_dims[6 - i][0], q.dv = g_dims[7 + i % 2][1];
         q.lk[2] = 300; /* 40 queries over 300 keys: many pages */
-        qprob_case(impl, &q, 420 + i);
+        if (!tl_sampled_out(i + 1)) qprob_case(impl, &q, 420 + i);
     }
     /* more query rows than a decode unit takes, so the prefill paths page too */
-    qcase c = mk("paged prefill, 8 heads per KV head", 2, 16, 2, 64, 64, 0, 0, Q8, Q8);
+    qcase c = mk("paged prefill, 8 heads per KV head", 2, 16, 2, 64, 64, 0, 0, Q8, Q50);
     c.lq[0] = 40, c.lq[1] = 17, c.lk[0] = 300, c.lk[1] = 17;
     c.qf = Q_PADDED, c.kf = KV_PAGED, c.page = 16, c.causal = true;
     qprob_case(impl, &c, 430);
-    c.page = 128, c.kt = Q4, c.vt = Q4;
+    c.page = 128, c.kt = IQ4, c.vt = Q4;
     qprob_case(impl, &c, 431);
     /* pages in order: with one KV head consecutive pages are one run of key rows; with two,
        consecutive page numbers whose rows of a head are not adjacent */
-    c.kvh = 1, c.inorder = true, c.page = 16, c.kt = Q8, c.vt = Q4;
+    c.kvh = 1, c.inorder = true, c.page = 16, c.kt = Q51, c.vt = Q8;
     qprob_case(impl, &c, 432);
-    c.page = 128, c.kt = Q4, c.vt = Q8;
+    c.page = 128, c.kt = Q50, c.vt = IQ4;
     qprob_case(impl, &c, 433);
-    c.kvh = 2, c.page = 64, c.kt = Q4, c.vt = F16;
+    c.kvh = 2, c.page = 64, c.kt = Q41, c.vt = F16;
     qprob_case(impl, &c, 434);
 }
 
-/* The variants with block-format K and V: window, mask (f32, -inf holes), softcap, ALiBi,
-   sinks (lse is written by every case). */
+/* The variants with block-format K and V: window, mask (f32 or f16, -inf holes), softcap,
+   ALiBi, sinks (lse is written by every case). */
 static void t_variants(const sdpa_impl *impl)
 {
-    qcase a = mk("all variants", 1, 8, 2, 64, 64, 40, 70, Q4, Q8);
-    a.causal = true, a.window = 12, a.mask = true, a.softcap = 20.0f, a.alibi = true, a.sinks = true;
-    qprob_case(impl, &a, 500);
+    for (size_t s = 0; s < N_FORMATS; s++) { /* all of them at once, K of every block format */
+        qcase a = mk("all variants", 1, 8, 2, 64, 64, 40, 70, blk(s), blk(s + 1));
+        a.causal = true, a.window = 12, a.mask = true, a.softcap = 20.0f, a.alibi = true, a.sinks = true;
+        a.mt = s % 2 ? F16 : F32;
+        qprob_case(impl, &a, 500 + 10 * s);
+    }
     qcase b = mk("mask and sinks, decode", 2, 8, 2, 128, 64, 4, 300, Q8, F32);
     b.mask = true, b.sinks = true;
     qprob_case(impl, &b, 501);
-    qcase c = mk("window", 1, 4, 1, 32, 32, 40, 300, Q8, Q8);
+    b.kt = Q51, b.vt = Q41, b.d = 160, b.dv = 96;
+    qprob_case(impl, &b, 511);
+    qcase c = mk("window", 1, 4, 1, 32, 32, 40, 300, Q50, Q8);
     c.window = 50, c.kf = KV_STRIDED;
     qprob_case(impl, &c, 502);
-    c.causal = true, c.window = 20, c.kt = F16, c.vt = Q4;
+    c.causal = true, c.window = 20, c.kt = F16, c.vt = IQ4;
     qprob_case(impl, &c, 503);
     qcase d = mk("softcap and alibi", 1, 8, 2, 64, 32, 70, 70, Q4, Q4);
     d.softcap = 5.0f, d.alibi = true, d.krange = 4.0f, d.kf = KV_REVERSED;
     qprob_case(impl, &d, 504);
-    qcase e = a;
-    e.name = "paged variants", e.B = 3, e.qf = Q_PACKED, e.kf = KV_PAGED, e.page = 16, e.kt = Q8, e.vt = Q4;
+    d.kt = Q41, d.vt = Q51, d.d = 224, d.dv = 64;
+    qprob_case(impl, &d, 514);
+    qcase e = mk("paged variants", 3, 8, 2, 64, 64, 40, 70, IQ4, Q4);
+    e.causal = true, e.window = 12, e.mask = true, e.softcap = 20.0f, e.alibi = true, e.sinks = true;
+    e.qf = Q_PACKED, e.kf = KV_PAGED, e.page = 16;
     e.lq[1] = 1, e.lk[1] = 130, e.lq[2] = 0, e.lk[2] = 9;
     qprob_case(impl, &e, 505);
-    e.page = 128, e.kt = Q4, e.vt = F16, e.d = 128, e.dv = 64;
+    e.page = 128, e.kt = Q50, e.vt = F16, e.d = 128, e.dv = 64;
     qprob_case(impl, &e, 506);
 }
 
-/* q8_scores 1: within sdpa.h's bound, different from exact mode, deterministic over threads. */
+/* q8_scores 1 on K of every block format: within sdpa.h's bound and the float64 model,
+   different from exact mode, deterministic over threads. */
 static void t_fast(const sdpa_impl *impl)
 {
     g_worst_fast = 0, g_fast_err = 0, g_worst_model = 0;
-    qcase a = mk("fast decode", 2, 8, 2, 128, 128, 1, 300, Q8, F32);
-    a.fast = 1;
-    qprob_case(impl, &a, 600);
-    a.kt = Q4, a.vt = F16, a.d = 64, a.dv = 64, a.lq[0] = a.lq[1] = 4, a.causal = true, a.lk[1] = 257;
-    a.kf = KV_STRIDED;
-    qprob_case(impl, &a, 601);
-    qcase b = mk("fast prefill", 1, 8, 2, 64, 64, 40, 70, Q8, Q8);
-    b.fast = 1, b.causal = true;
-    qprob_case(impl, &b, 602);
-    b.kt = Q4, b.vt = Q4, b.d = 32, b.dv = 64, b.lq[0] = 70, b.causal = false, b.kf = KV_REVERSED;
-    qprob_case(impl, &b, 603);
-    b.kt = Q8, b.vt = Q4, b.d = 128, b.dv = 32, b.krange = 4.0f, b.lq[0] = 40, b.causal = true;
-    qprob_case(impl, &b, 604);
-    qcase c = mk("fast paged decodes", 4, 8, 2, 64, 64, 1, 0, Q8, Q8);
+    for (size_t s = 0; s < N_FORMATS; s++) {
+        const size_t *dm = g_dims[(2 * s) % N_DIMS];
+        qcase a = mk("fast decode", 2, 8, 2, dm[0], dm[0], 1, 200, blk(s), s % 2 ? F16 : blk(s + 2));
+        a.fast = 1;
+        if (s % 2) a.lq[0] = a.lq[1] = 4, a.causal = true, a.lk[1] = 257, a.kf = KV_STRIDED;
+        qprob_case(impl, &a, 600 + 10 * s);
+        qcase b = mk("fast prefill", 1, 8, 2, 64, 64, 40, 70, blk(s), blk(s + 3));
+        b.fast = 1, b.causal = true;
+        if (s % 3 == 1) b.d = 32, b.lq[0] = 70, b.causal = false, b.kf = KV_REVERSED;
+        if (s % 3 == 2) b.d = 128, b.dv = 32, b.krange = 4.0f;
+        if (!tl_sampled_out(s)) qprob_case(impl, &b, 602 + 10 * s);
+        /* values far from 0 on a small spread: with q4_1 and q5_1 the score is mostly m_k sum q */
+        qcase c = mk("fast prefill, values far from 0", 1, 4, 2, 96, 64, 24, 70, blk(s), F32);
+        c.fast = 1, c.krange = 0.5f, c.kshift = s % 2 ? -6.0f : 8.0f;
+        if (!tl_sampled_out(s + 1)) qprob_case(impl, &c, 604 + 10 * s);
+    }
+    qcase c = mk("fast paged decodes", 4, 8, 2, 64, 64, 1, 0, Q41, Q8);
     const size_t lkc[4] = {1, 100, 0, 700};
     for (size_t s = 0; s < 4; s++) c.lk[s] = lkc[s];
     c.fast = 1, c.qf = Q_PADDED, c.kf = KV_PAGED, c.page = 32;
     qprob_case(impl, &c, 605);
-    c.page = 128, c.kt = Q4, c.qf = Q_PACKED;
+    c.page = 128, c.kt = Q51, c.qf = Q_PACKED;
     qprob_case(impl, &c, 606);
-    qcase d = mk("fast paged prefill, variants", 2, 4, 2, 64, 64, 0, 0, Q4, Q8);
+    qcase d = mk("fast paged prefill, variants", 2, 4, 2, 64, 64, 0, 0, IQ4, Q8);
     d.lq[0] = 40, d.lq[1] = 7, d.lk[0] = 70, d.lk[1] = 7;
     d.fast = 1, d.qf = Q_PADDED, d.kf = KV_PAGED, d.page = 16, d.causal = true, d.mask = true, d.sinks = true,
     d.softcap = 10.0f, d.alibi = true;
     qprob_case(impl, &d, 607);
-    d.kf = KV_PACKED, d.qf = Q_PACKED, d.kt = Q8, d.window = 9;
+    d.kf = KV_PACKED, d.qf = Q_PACKED, d.kt = Q50, d.window = 9;
     qprob_case(impl, &d, 608);
     qcase e = mk("fast long decode", 1, 8, 2, 128, 128, 2, 2100, Q4, Q8);
     e.fast = 1, e.causal = true;
     qprob_case(impl, &e, 609);
+    e.kt = Q41, e.vt = Q51, e.kshift = 3.0f, e.d = e.dv = 64;
+    qprob_case(impl, &e, 619);
     printf("# %s: fast mode: worst |o_fast - o| / bound %.3f (worst |o_fast - o| %.3g), worst |o_fast - model| / "
            "tolerance %.3f\n",
            tl_label, g_worst_fast, g_fast_err, g_worst_model);
@@ -226,7 +272,8 @@ static void t_bad(const sdpa_impl *impl)
         sdpa_tensor q, k, v, o;
         sdpa_status want;
     } bad;
-    bad cases[20];
+    bad cases[96];
+    char whys[96][64];
     size_t n = 0;
 #define BAD(w, st, stmt)                                                                                     \
     do {                                                                                                     \
@@ -259,6 +306,30 @@ static void t_bad(const sdpa_impl *impl)
     BAD("q in q8_0", SDPA_ERR_UNSUPPORTED, q->dtype = Q8);
     BAD("o in q4_0", SDPA_ERR_UNSUPPORTED, o->dtype = Q4);
     BAD("k of an unknown dtype", SDPA_ERR_INVALID_ARGUMENT, k->dtype = (sdpa_dtype)99);
+    /* every block format: dims and strides not multiples of 32 in K and in V, q8_scores with an
+       f16 K beside it, the format for q or o */
+    for (size_t f = 0; f < N_FORMATS; f++) {
+        const sdpa_dtype t = blk(f);
+#define BADT(w, st, stmt)                                      \
+    do {                                                       \
+        snprintf(whys[n], sizeof whys[n], w ", %s", dtn(t));   \
+        BAD(whys[n], st, stmt);                                \
+    } while (0)
+        BADT("head_dim 48, k", SDPA_ERR_INVALID_ARGUMENT,
+             (p->head_dim = 48, k->dtype = t, k->token_stride = 64, v->dtype = F32, v->token_stride = 64));
+        BADT("head_dim 48 (k f32), v", SDPA_ERR_INVALID_ARGUMENT,
+             (p->head_dim = 48, k->dtype = F32, k->token_stride = 48, v->dtype = t, v->token_stride = 64));
+        BADT("v_dim 96 + 16, v", SDPA_ERR_INVALID_ARGUMENT, (p->v_dim = 112, v->dtype = t, v->token_stride = 128));
+        BADT("k token_stride 40, head_dim 32, k", SDPA_ERR_INVALID_ARGUMENT, (k->dtype = t, k->token_stride = 40));
+        BADT("v token_stride -40, v", SDPA_ERR_INVALID_ARGUMENT, (v->dtype = t, v->token_stride = -40, v->data = vb + 4096));
+        BADT("k head_stride not a multiple of 32, k", SDPA_ERR_INVALID_ARGUMENT, (k->dtype = t, k->head_stride = LK * 32 + 16));
+        BADT("v batch_stride not a multiple of 32, v", SDPA_ERR_INVALID_ARGUMENT,
+             (p->kv_len = 33, v->dtype = t, v->batch_stride = 33 * 32 + 1));
+        BADT("q8_scores on f16 k, v", SDPA_ERR_UNSUPPORTED, (p->q8_scores = 1, k->dtype = F16, v->dtype = t));
+        BADT("q in", SDPA_ERR_UNSUPPORTED, q->dtype = t);
+        BADT("o in", SDPA_ERR_UNSUPPORTED, o->dtype = t);
+#undef BADT
+    }
 #undef BAD
     for (size_t i = 0; i < n; i++) {
         bad *x = &cases[i];
@@ -275,17 +346,19 @@ static void t_bad(const sdpa_impl *impl)
         CHECK(wrote == 0, "%s: the refused call wrote %zu elements of o and lse", x->why, wrote);
         tl_fill_sentinel(ob, OUT), tl_fill_sentinel(lb, OUT);
     }
-    /* the base call itself is valid, fast mode too (zero K: every output 0) */
-    for (int fast = 0; fast < 2; fast++) {
-        sdpa_params p = base;
-        p.q8_scores = fast;
-        const sdpa_tensor q = {qb, F32, 6 * 128, 3 * 128, 128}, o = {ob + 64, F32, 6 * 128, 3 * 128, 128};
-        const sdpa_tensor k = {kb, Q8, LK * 128, LK * 128, 32}, v = {vb, Q4, LK * 128, LK * 128, 32};
-        const sdpa_status st = sdpa_impl_forward(impl, &p, &q, &k, &v, &o);
-        CHECK(st == SDPA_OK && ob[64] == 0.0f && fabsf(lb[64] - logf((float)LK)) < 1e-5f,
-              "the valid base call (q8_scores %d): status %s, o[0] %g, lse %g", fast, sdpa_status_str(st), ob[64],
-              lb[64]);
-    }
+    /* the base call itself is valid with K and V of every block format, fast mode too (zero
+       bytes: d = m = 0, every value 0, every output 0) */
+    for (size_t f = 0; f < N_FORMATS; f++)
+        for (int fast = 0; fast < 2; fast++) {
+            sdpa_params p = base;
+            p.q8_scores = fast;
+            const sdpa_tensor q = {qb, F32, 6 * 128, 3 * 128, 128}, o = {ob + 64, F32, 6 * 128, 3 * 128, 128};
+            const sdpa_tensor k = {kb, blk(f), LK * 128, LK * 128, 32}, v = {vb, blk(f + 1), LK * 128, LK * 128, 32};
+            const sdpa_status st = sdpa_impl_forward(impl, &p, &q, &k, &v, &o);
+            CHECK(st == SDPA_OK && ob[64] == 0.0f && fabsf(lb[64] - logf((float)LK)) < 1e-5f,
+                  "the valid base call (k %s, v %s, q8_scores %d): status %s, o[0] %g, lse %g", dtn(k.dtype),
+                  dtn(v.dtype), fast, sdpa_status_str(st), ob[64], lb[64]);
+        }
     free(qb), free(kb), free(vb), free(ob), free(lb);
 }
 
@@ -683,7 +756,8 @@ static void run_test(const char *name, tl_impl_fn fn) { tl_for_each_impl_worst(n
 
 int main(void)
 {
-    tl_header("q8_0/q4_0 K and V (exact and fast q8 scores) against float64 attention, and the conversions");
+    tl_header("block-format K and V (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl; exact and fast q8 scores) against "
+              "float64 attention, and the conversions");
     if (!tl_pools_create(g_pool, 2, 2, 17)) return 1;
     t_convert();
     t_fixed_bytes();
