@@ -321,7 +321,8 @@ static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
                         mv == -INFINITY)
                         continue; /* never read */
                     const float *kr = P->k + ((b * P->Hk + hk) * Lk + j) * D;
-                    const double *km = P->kmodel ? P->kmodel + ((b * P->Hk + hk) * Lk + j) * D : NULL;
+                    const double *km =
+                        P->kmodel ? P->kmodel + ((b * P->Hk + hk) * Lk + j) * D : NULL;
                     double acc = 0, mag = 0, accm = 0, dqj = 0, tj = 0, rj = 0;
                     for (size_t e = 0; e < D; e++) {
                         acc += (double)qr[e] * kr[e];
@@ -333,7 +334,8 @@ static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
                             for (size_t e = bl * QB; e < (bl + 1) * QB; e++) {
                                 ka += fabs((double)kr[e]), kb = fmax(kb, fabs((double)kr[e]));
                                 xa += fabs(x[e]);
-                                accm += xq[e] * (km ? km[e] : kr[e]), tj += tie[e] * fabs((double)kr[e]);
+                                accm += xq[e] * (km ? km[e] : kr[e]);
+                                tj += tie[e] * fabs((double)kr[e]);
                             }
                             dqj += bmax[bl] / 254.0 * ka;
                             rj += xa * kb;

@@ -30,15 +30,15 @@
 
 static bench_pool *g_pool[2]; /* 2 threads, and 3 threads in shuffled order: made by the test */
 
-#define F32 SDPA_F32
-#define F16 SDPA_F16
+#define F32  SDPA_F32
+#define F16  SDPA_F16
 #define BF16 SDPA_BF16
-#define Q8 SDPA_Q8_0
-#define Q4 SDPA_Q4_0
-#define Q41 SDPA_Q4_1
-#define Q50 SDPA_Q5_0
-#define Q51 SDPA_Q5_1
-#define IQ4 SDPA_IQ4_NL
+#define Q8   SDPA_Q8_0
+#define Q4   SDPA_Q4_0
+#define Q41  SDPA_Q4_1
+#define Q50  SDPA_Q5_0
+#define Q51  SDPA_Q5_1
+#define IQ4  SDPA_IQ4_NL
 
 enum { QK = 32, Q8_BYTES = 34, Q4_BYTES = 18, QMAX_BYTES = 34 /* the largest block */ };
 
@@ -78,7 +78,10 @@ static inline int ref_round(float t)
     return (int)(t < 0 ? -a : a);
 }
 
-static inline void ref_put16(unsigned char *p, uint16_t h) { p[0] = (unsigned char)(h & 0xff), p[1] = (unsigned char)(h >> 8); }
+static inline void ref_put16(unsigned char *p, uint16_t h)
+{
+    p[0] = (unsigned char)(h & 0xff), p[1] = (unsigned char)(h >> 8);
+}
 static inline uint16_t ref_get16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
 /* 32 integers of 4 or 5 bits into the block's nibbles qs (element i < 16 the low nibble of
@@ -87,7 +90,8 @@ static inline uint16_t ref_get16(const unsigned char *p) { return (uint16_t)(p[0
 static inline void ref_pack(const int *n, unsigned char *qs, unsigned char *qh)
 {
     uint32_t h = 0;
-    for (int i = 0; i < QK / 2; i++) qs[i] = (unsigned char)((n[i] & 15) | (n[QK / 2 + i] & 15) << 4);
+    for (int i = 0; i < QK / 2; i++)
+        qs[i] = (unsigned char)((n[i] & 15) | (n[QK / 2 + i] & 15) << 4);
     for (int i = 0; i < QK; i++) h |= (uint32_t)(n[i] >> 4 & 1) << i;
     if (qh)
         for (int i = 0; i < 4; i++) qh[i] = (unsigned char)(h >> 8 * i);
@@ -173,7 +177,8 @@ static inline void ref_q4_1(const float *x, unsigned char *y) { ref_qx_1(x, y, 4
 static inline void ref_q5_1(const float *x, unsigned char *y) { ref_qx_1(x, y, 5); }
 
 /* iq4_nl's 16 values, as sdpa.h lists them */
-static const int ref_iq4nl_table[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+static const int ref_iq4nl_table[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                        1,    13,   25,  38,  53,  69,  89,  113};
 
 /* The index of the table value nearest v, the upper one on a tie. The distances are formed
    in double, exactly: where they are close enough to tie, f32 forms them exactly too. */
@@ -259,9 +264,12 @@ typedef struct ref_format {
 } ref_format;
 
 static const ref_format ref_formats[] = {
-    {Q8, "q8_0", 34, false, ref_q8_0, ref_dec_q8_0},       {Q4, "q4_0", 18, false, ref_q4_0, ref_dec_q4_0},
-    {Q41, "q4_1", 20, true, ref_q4_1, ref_dec_q4_1},       {Q50, "q5_0", 22, false, ref_q5_0, ref_dec_q5_0},
-    {Q51, "q5_1", 24, true, ref_q5_1, ref_dec_q5_1},       {IQ4, "iq4_nl", 18, false, ref_iq4_nl, ref_dec_iq4_nl},
+    {Q8, "q8_0", 34, false, ref_q8_0, ref_dec_q8_0},
+    {Q4, "q4_0", 18, false, ref_q4_0, ref_dec_q4_0},
+    {Q41, "q4_1", 20, true, ref_q4_1, ref_dec_q4_1},
+    {Q50, "q5_0", 22, false, ref_q5_0, ref_dec_q5_0},
+    {Q51, "q5_1", 24, true, ref_q5_1, ref_dec_q5_1},
+    {IQ4, "iq4_nl", 18, false, ref_iq4_nl, ref_dec_iq4_nl},
 };
 enum { N_FORMATS = sizeof ref_formats / sizeof ref_formats[0] };
 
@@ -353,7 +361,8 @@ static inline void kvbuf_init(kvbuf *kb, sdpa_dtype t, size_t dim, size_t n, siz
 /* Stores dim raw values at element offset off (from [0][0][0][0]); stored[] gets the values
    the view then holds (quantized and dequantized by the reference codec, or rounded), and
    model[], when not NULL, d n + m unrounded (the stored values for the other types). */
-static inline void kvbuf_put(kvbuf *kb, ptrdiff_t off, const float *raw, float *stored, double *model)
+static inline void kvbuf_put(kvbuf *kb, ptrdiff_t off, const float *raw, float *stored,
+                             double *model)
 {
     const ptrdiff_t at = kb->origin + off;
     const ref_format *f = ref_format_of(kb->t);
@@ -563,9 +572,11 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
                     } else {
                         off = (ptrdiff_t)b * kb->bs + (ptrdiff_t)h * kb->hs + (ptrdiff_t)j * kb->ts;
                     }
-                    for (size_t e = 0; e < dims[s]; e++) raw[e] = c->kshift + tl_uniform(&r, -kr, kr);
+                    for (size_t e = 0; e < dims[s]; e++)
+                        raw[e] = c->kshift + tl_uniform(&r, -kr, kr);
                     const size_t at = ((b * Hk + h) * Lk + j) * dims[s];
-                    kvbuf_put(kvs[s], off, raw, logical + at, s == 0 && pr->km ? pr->km + at : NULL);
+                    double *model = s == 0 && pr->km ? pr->km + at : NULL;
+                    kvbuf_put(kvs[s], off, raw, logical + at, model);
                 }
         if (s == 0) pr->tk = kvbuf_tensor(kvs[s], bs);
         else pr->tv = kvbuf_tensor(kvs[s], bs);
@@ -612,7 +623,8 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
 
 static inline void qprob_free(qprob *pr)
 {
-    free(pr->q), free(pr->k), free(pr->km), free(pr->v), free(pr->mk), free(pr->qbuf), free(pr->obuf), free(pr->lse);
+    free(pr->q), free(pr->k), free(pr->v), free(pr->mk), free(pr->qbuf), free(pr->obuf), free(pr->lse);
+    free(pr->km);
     free(pr->slopes), free(pr->sinks), free(pr->kb.mem), free(pr->vb.mem), free(pr->table), free(pr->mbuf);
 }
 
@@ -633,7 +645,8 @@ static inline void qprob_oracle(const qprob *pr, const sdpa_impl *impl, attn_ref
                             .softcap = c->softcap, .slopes = pr->slopes, .sinks = pr->sinks, .mask = pr->mk,
                             .mbs = c->qh * pr->Lq * pr->Lk, .mhs = pr->Lq * pr->Lk, .mis = pr->Lk,
                             .tanh_ulp = sdpa_impl_tanh_max_ulp(impl), .q8_model = c->fast != 0,
-                            .kmodel = pr->km, .k_min = quantized(c->kt) && ref_format_of(c->kt)->has_min};
+                            .kmodel = pr->km,
+                            .k_min = quantized(c->kt) && ref_format_of(c->kt)->has_min};
     attn_oracle64(&P, r);
 }
 

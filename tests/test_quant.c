@@ -1,4 +1,4 @@
-/* test_quant.c -- block-format K and V, fast q8 scores and the block conversions, on every implementation against float64 */
+/* test_quant.c -- block-format K and V, q8 scores, conversions: every implementation vs float64 */
 #include "problem.h"
 
 /*
@@ -68,14 +68,15 @@ static sdpa_dtype blk(size_t i) { return ref_formats[i % N_FORMATS].t; }
    (SDPA_TEST_SAMPLE 2 or 4: prefills of some pairs, decodes of others) still meet each one. */
 static const struct {
     sdpa_dtype k, v;
-} g_types[] = {{Q41, Q50}, {Q8, F32}, {IQ4, F16}, {Q4, F16}, {F32, Q51}, {F32, Q8},  {Q51, Q41}, {Q8, Q4},
-               {Q50, IQ4}, {F16, Q4}, {IQ4, Q8},  {Q4, Q4},  {Q4, Q51},  {BF16, Q8}, {Q41, BF16}, {Q50, F32},
-               {F16, IQ4}, {Q8, Q41}};
+} g_types[] = {{Q41, Q50}, {Q8, F32},  {IQ4, F16},  {Q4, F16},  {F32, Q51}, {F32, Q8},
+               {Q51, Q41}, {Q8, Q4},   {Q50, IQ4},  {F16, Q4},  {IQ4, Q8},  {Q4, Q4},
+               {Q4, Q51},  {BF16, Q8}, {Q41, BF16}, {Q50, F32}, {F16, IQ4}, {Q8, Q41}};
 enum { N_TYPES = sizeof g_types / sizeof g_types[0] };
 
 /* head_dim / v_dim pairs, 32 to 256, odd multiples of 32 among them */
-static const size_t g_dims[][2] = {{32, 32},   {96, 96},   {64, 64}, {160, 160}, {128, 128}, {224, 224},
-                                   {256, 256}, {64, 32},   {32, 64}, {96, 160},  {224, 64}};
+static const size_t g_dims[][2] = {{32, 32},   {96, 96},   {64, 64},   {160, 160},
+                                   {128, 128}, {224, 224}, {256, 256}, {64, 32},
+                                   {32, 64},   {96, 160},  {224, 64}};
 enum { N_DIMS = sizeof g_dims / sizeof g_dims[0] };
 
 /* K only, V only and both in a block format, over head dims, prefill and decode, GQA, dense,
@@ -85,14 +86,15 @@ static void t_types(const sdpa_impl *impl)
     for (size_t i = 0; i < N_TYPES; i++) {
         const size_t *dm = g_dims[i % N_DIMS];
         const bool big = dm[0] + dm[1] > 256; /* fewer rows for the large head dims */
-        qcase a = mk("prefill", 1, big ? 4 : 8, 2, dm[0], dm[1], big ? 24 : i % 3 == 2 ? 70 : 40, 70, g_types[i].k,
+        const size_t lq = big ? 24 : i % 3 == 2 ? 70 : 40;
+        qcase a = mk("prefill", 1, big ? 4 : 8, 2, dm[0], dm[1], lq, 70, g_types[i].k,
                      g_types[i].v);
         a.causal = i % 2 == 0;
         a.kf = (int)(i % 3); /* dense, strided, reversed */
         if (!tl_sampled_out(i)) qprob_case(impl, &a, 100 + i);
         const size_t *dn = g_dims[(i + 4) % N_DIMS];
-        qcase b = mk("decode", dn[0] + dn[1] > 256 ? 1 : 2, 8, 2, dn[0], dn[1], 1 + i % 4, 120 + 31 * (i % 11),
-                     g_types[i].k, g_types[i].v);
+        qcase b = mk("decode", dn[0] + dn[1] > 256 ? 1 : 2, 8, 2, dn[0], dn[1], 1 + i % 4,
+                     120 + 31 * (i % 11), g_types[i].k, g_types[i].v);
         b.causal = i % 4 != 0;
         b.kf = (int)((i + 1) % 3);
         if (!tl_sampled_out(i + 1)) qprob_case(impl, &b, 200 + i);
@@ -133,7 +135,8 @@ static void t_ragged(const sdpa_impl *impl)
     qprob_case(impl, &b, 401);
     b.qf = Q_PACKED, b.kf = KV_PACKED, b.kt = IQ4, b.vt = F16, b.d = 64, b.dv = 32;
     qprob_case(impl, &b, 402);
-    b.qf = Q_PADDED, b.kf = KV_PACKED, b.kt = F32, b.vt = Q41, b.d = 32, b.dv = 32, b.causal = false;
+    b.qf = Q_PADDED, b.kf = KV_PACKED, b.kt = F32, b.vt = Q41, b.d = 32, b.dv = 32,
+    b.causal = false;
     qprob_case(impl, &b, 403);
     a.qf = Q_PACKED, a.kf = KV_PACKED, a.kt = Q51, a.vt = Q50, a.d = 32, a.dv = 64;
     qprob_case(impl, &a, 404);
@@ -179,7 +182,8 @@ static void t_variants(const sdpa_impl *impl)
 {
     for (size_t s = 0; s < N_FORMATS; s++) { /* all of them at once, K of every block format */
         qcase a = mk("all variants", 1, 8, 2, 64, 64, 40, 70, blk(s), blk(s + 1));
-        a.causal = true, a.window = 12, a.mask = true, a.softcap = 20.0f, a.alibi = true, a.sinks = true;
+        a.causal = true, a.window = 12, a.mask = true, a.softcap = 20.0f, a.alibi = true,
+        a.sinks = true;
         a.mt = s % 2 ? F16 : F32;
         qprob_case(impl, &a, 500 + 10 * s);
     }
@@ -199,7 +203,8 @@ static void t_variants(const sdpa_impl *impl)
     d.kt = Q41, d.vt = Q51, d.d = 224, d.dv = 64;
     qprob_case(impl, &d, 514);
     qcase e = mk("paged variants", 3, 8, 2, 64, 64, 40, 70, IQ4, Q4);
-    e.causal = true, e.window = 12, e.mask = true, e.softcap = 20.0f, e.alibi = true, e.sinks = true;
+    e.causal = true, e.window = 12, e.mask = true, e.softcap = 20.0f, e.alibi = true,
+    e.sinks = true;
     e.qf = Q_PACKED, e.kf = KV_PAGED, e.page = 16;
     e.lq[1] = 1, e.lk[1] = 130, e.lq[2] = 0, e.lk[2] = 9;
     qprob_case(impl, &e, 505);
@@ -214,7 +219,8 @@ static void t_fast(const sdpa_impl *impl)
     g_worst_fast = 0, g_fast_err = 0, g_worst_model = 0;
     for (size_t s = 0; s < N_FORMATS; s++) {
         const size_t *dm = g_dims[(2 * s) % N_DIMS];
-        qcase a = mk("fast decode", 2, 8, 2, dm[0], dm[0], 1, 150, blk(s), s % 2 ? F16 : blk(s + 2));
+        qcase a =
+            mk("fast decode", 2, 8, 2, dm[0], dm[0], 1, 150, blk(s), s % 2 ? F16 : blk(s + 2));
         a.fast = 1;
         if (s % 2) a.lq[0] = a.lq[1] = 4, a.causal = true, a.lk[1] = 257, a.kf = KV_STRIDED;
         qprob_case(impl, &a, 600 + 10 * s);
@@ -310,22 +316,29 @@ static void t_bad(const sdpa_impl *impl)
        f16 K beside it, the format for q or o */
     for (size_t f = 0; f < N_FORMATS; f++) {
         const sdpa_dtype t = blk(f);
-#define BADT(w, st, stmt)                                      \
-    do {                                                       \
-        snprintf(whys[n], sizeof whys[n], w ", %s", dtn(t));   \
-        BAD(whys[n], st, stmt);                                \
+#define BADT(w, st, stmt)                                                                          \
+    do {                                                                                           \
+        snprintf(whys[n], sizeof whys[n], w ", %s", dtn(t));                                       \
+        BAD(whys[n], st, stmt);                                                                    \
     } while (0)
         BADT("head_dim 48, k", SDPA_ERR_INVALID_ARGUMENT,
-             (p->head_dim = 48, k->dtype = t, k->token_stride = 64, v->dtype = F32, v->token_stride = 64));
+             (p->head_dim = 48, k->dtype = t, k->token_stride = 64, v->dtype = F32,
+              v->token_stride = 64));
         BADT("head_dim 48 (k f32), v", SDPA_ERR_INVALID_ARGUMENT,
-             (p->head_dim = 48, k->dtype = F32, k->token_stride = 48, v->dtype = t, v->token_stride = 64));
-        BADT("v_dim 96 + 16, v", SDPA_ERR_INVALID_ARGUMENT, (p->v_dim = 112, v->dtype = t, v->token_stride = 128));
-        BADT("k token_stride 40, head_dim 32, k", SDPA_ERR_INVALID_ARGUMENT, (k->dtype = t, k->token_stride = 40));
-        BADT("v token_stride -40, v", SDPA_ERR_INVALID_ARGUMENT, (v->dtype = t, v->token_stride = -40, v->data = vb + 4096));
-        BADT("k head_stride not a multiple of 32, k", SDPA_ERR_INVALID_ARGUMENT, (k->dtype = t, k->head_stride = LK * 32 + 16));
+             (p->head_dim = 48, k->dtype = F32, k->token_stride = 48, v->dtype = t,
+              v->token_stride = 64));
+        BADT("v_dim 96 + 16, v", SDPA_ERR_INVALID_ARGUMENT,
+             (p->v_dim = 112, v->dtype = t, v->token_stride = 128));
+        BADT("k token_stride 40, head_dim 32, k", SDPA_ERR_INVALID_ARGUMENT,
+             (k->dtype = t, k->token_stride = 40));
+        BADT("v token_stride -40, v", SDPA_ERR_INVALID_ARGUMENT,
+             (v->dtype = t, v->token_stride = -40, v->data = vb + 4096));
+        BADT("k head_stride not a multiple of 32, k", SDPA_ERR_INVALID_ARGUMENT,
+             (k->dtype = t, k->head_stride = LK * 32 + 16));
         BADT("v batch_stride not a multiple of 32, v", SDPA_ERR_INVALID_ARGUMENT,
              (p->kv_len = 33, v->dtype = t, v->batch_stride = 33 * 32 + 1));
-        BADT("q8_scores on f16 k, v", SDPA_ERR_UNSUPPORTED, (p->q8_scores = 1, k->dtype = F16, v->dtype = t));
+        BADT("q8_scores on f16 k, v", SDPA_ERR_UNSUPPORTED,
+             (p->q8_scores = 1, k->dtype = F16, v->dtype = t));
         BADT("q in", SDPA_ERR_UNSUPPORTED, q->dtype = t);
         BADT("o in", SDPA_ERR_UNSUPPORTED, o->dtype = t);
 #undef BADT
@@ -352,12 +365,14 @@ static void t_bad(const sdpa_impl *impl)
         for (int fast = 0; fast < 2; fast++) {
             sdpa_params p = base;
             p.q8_scores = fast;
-            const sdpa_tensor q = {qb, F32, 6 * 128, 3 * 128, 128}, o = {ob + 64, F32, 6 * 128, 3 * 128, 128};
-            const sdpa_tensor k = {kb, blk(f), LK * 128, LK * 128, 32}, v = {vb, blk(f + 1), LK * 128, LK * 128, 32};
+            const sdpa_tensor q = {qb, F32, 6 * 128, 3 * 128, 128},
+                              o = {ob + 64, F32, 6 * 128, 3 * 128, 128};
+            const sdpa_tensor k = {kb, blk(f), LK * 128, LK * 128, 32},
+                              v = {vb, blk(f + 1), LK * 128, LK * 128, 32};
             const sdpa_status st = sdpa_impl_forward(impl, &p, &q, &k, &v, &o);
             CHECK(st == SDPA_OK && ob[64] == 0.0f && fabsf(lb[64] - logf((float)LK)) < 1e-5f,
-                  "the valid base call (k %s, v %s, q8_scores %d): status %s, o[0] %g, lse %g", dtn(k.dtype),
-                  dtn(v.dtype), fast, sdpa_status_str(st), ob[64], lb[64]);
+                  "the valid base call (k %s, v %s, q8_scores %d): status %s, o[0] %g, lse %g",
+                  dtn(k.dtype), dtn(v.dtype), fast, sdpa_status_str(st), ob[64], lb[64]);
         }
     free(qb), free(kb), free(vb), free(ob), free(lb);
 }
@@ -379,12 +394,13 @@ static const struct {
     deq_fn     deq;
     float      top, over;
 } g_api[] = {
-    {Q8, sdpa_quantize_q8_0, sdpa_dequantize_q8_0, 8320913.0f, 8321040.0f},        /* 65519, 65520 x 127 */
-    {Q4, sdpa_quantize_q4_0, sdpa_dequantize_q4_0, -524152.0f, -524160.0f},        /* x -8 */
-    {Q41, sdpa_quantize_q4_1, sdpa_dequantize_q4_1, 982785.0f, 982816.0f},         /* 65519, 65521 x 15 */
-    {Q50, sdpa_quantize_q5_0, sdpa_dequantize_q5_0, -1048304.0f, -1048320.0f},     /* x -16 */
-    {Q51, sdpa_quantize_q5_1, sdpa_dequantize_q5_1, 2031089.0f, 2031151.0f},       /* 65519, 65521 x 31 */
-    {IQ4, sdpa_quantize_iq4_nl, sdpa_dequantize_iq4_nl, -7.0e6f, -9.0e6f},         /* d near |x| / 127 */
+    /* top and over: 65519 and 65520 times 127, -8 and -16; 65519 and 65521 times 15 and 31 */
+    {Q8, sdpa_quantize_q8_0, sdpa_dequantize_q8_0, 8320913.0f, 8321040.0f},
+    {Q4, sdpa_quantize_q4_0, sdpa_dequantize_q4_0, -524152.0f, -524160.0f},
+    {Q41, sdpa_quantize_q4_1, sdpa_dequantize_q4_1, 982785.0f, 982816.0f},
+    {Q50, sdpa_quantize_q5_0, sdpa_dequantize_q5_0, -1048304.0f, -1048320.0f},
+    {Q51, sdpa_quantize_q5_1, sdpa_dequantize_q5_1, 2031089.0f, 2031151.0f},
+    {IQ4, sdpa_quantize_iq4_nl, sdpa_dequantize_iq4_nl, -7.0e6f, -9.0e6f}, /* d near |x| / 127 */
 };
 _Static_assert(sizeof g_api / sizeof g_api[0] == N_FORMATS, "a row of g_api per block format");
 
@@ -431,12 +447,14 @@ static void conv_block(tl_rng *r, size_t k, sdpa_dtype t, float top, float *x)
         for (int i = 0; i < QK; i++) x[i] = 1e-30f * tl_uniform(r, -1.0f, 1.0f);
         break;
     case 10: /* large: the scale just under the f16 maximum */
-        for (int i = 0; i < QK; i++) x[i] = has_min ? tl_uniform(r, 0.0f, top) : 0.9f * top * tl_uniform(r, -1.0f, 1.0f);
+        for (int i = 0; i < QK; i++)
+            x[i] = has_min ? tl_uniform(r, 0.0f, top) : 0.9f * top * tl_uniform(r, -1.0f, 1.0f);
         x[5] = top;
         if (has_min) x[17] = 0.0f;
         break;
     case 11: /* large, in range (has_min: the minimum within f16) */
-        for (int i = 0; i < QK; i++) x[i] = (has_min ? 6.0e4f : 4.0e5f) * tl_uniform(r, -1.0f, 1.0f);
+        for (int i = 0; i < QK; i++)
+            x[i] = (has_min ? 6.0e4f : 4.0e5f) * tl_uniform(r, -1.0f, 1.0f);
         break;
     case 12: /* q4_0 scale exactly between two f16 values: ties to even (1 + 2^-11 -> 1, 1 + 3 2^-11 -> 1 + 2^-9) */
         for (int i = 0; i < QK; i++) x[i] = tl_uniform(r, -7.0f, 7.0f);
@@ -468,7 +486,8 @@ static void conv_block(tl_rng *r, size_t k, sdpa_dtype t, float top, float *x)
         x[1] = -127.0f, x[other ? 30 : 0] = 127.0f;
         break;
     case 18: /* the minimum far from 0, a small spread: d n + m is rounded */
-        for (int i = 0; i < QK; i++) x[i] = (other ? 60000.0f : -60000.0f) + tl_uniform(r, 0.0f, 2.0f);
+        for (int i = 0; i < QK; i++)
+            x[i] = (other ? 60000.0f : -60000.0f) + tl_uniform(r, 0.0f, 2.0f);
         break;
     default: /* subnormal: 1 / d overflows float, every stored integer 0 (iq4_nl: a zero block) */
         for (int i = 0; i < QK; i++) x[i] = 1e-39f * tl_uniform(r, -1.0f, 1.0f);
@@ -483,15 +502,18 @@ static void t_convert(void)
     /* sizes, as sdpa.h states them; 9 is past the last type */
     static const size_t blk[9] = {1, 1, 1, 32, 32, 32, 32, 32, 32};
     static const size_t bytes[9] = {4, 2, 2, 34, 18, 20, 22, 24, 18};
-    static const char *const names[9] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"};
+    static const char *const names[9] = {"f32",  "f16",  "bf16", "q8_0",  "q4_0",
+                                         "q4_1", "q5_0", "q5_1", "iq4_nl"};
     for (int t = 0; t < 9; t++) {
-        CHECK(sdpa_dtype_block((sdpa_dtype)t) == blk[t], "sdpa_dtype_block(%s) = %zu, want %zu", names[t],
-              sdpa_dtype_block((sdpa_dtype)t), blk[t]);
-        CHECK(sdpa_dtype_size((sdpa_dtype)t) == bytes[t], "sdpa_dtype_size(%s) = %zu, want %zu", names[t],
-              sdpa_dtype_size((sdpa_dtype)t), bytes[t]);
-        CHECK(strcmp(sdpa_dtype_name((sdpa_dtype)t), names[t]) == 0, "sdpa_dtype_name(%d) = \"%s\", want \"%s\"",
-              t, sdpa_dtype_name((sdpa_dtype)t), names[t]);
-        CHECK(strcmp(dtn((sdpa_dtype)t), names[t]) == 0 && (t < 3 || ref_block_bytes((sdpa_dtype)t) == bytes[t]),
+        CHECK(sdpa_dtype_block((sdpa_dtype)t) == blk[t], "sdpa_dtype_block(%s) = %zu, want %zu",
+              names[t], sdpa_dtype_block((sdpa_dtype)t), blk[t]);
+        CHECK(sdpa_dtype_size((sdpa_dtype)t) == bytes[t], "sdpa_dtype_size(%s) = %zu, want %zu",
+              names[t], sdpa_dtype_size((sdpa_dtype)t), bytes[t]);
+        CHECK(strcmp(sdpa_dtype_name((sdpa_dtype)t), names[t]) == 0,
+              "sdpa_dtype_name(%d) = \"%s\", want \"%s\"", t, sdpa_dtype_name((sdpa_dtype)t),
+              names[t]);
+        CHECK(strcmp(dtn((sdpa_dtype)t), names[t]) == 0 &&
+                  (t < 3 || ref_block_bytes((sdpa_dtype)t) == bytes[t]),
               "the test's own table disagrees with sdpa.h on %s", names[t]);
     }
     CHECK(sdpa_dtype_block((sdpa_dtype)9) == 0 && sdpa_dtype_size((sdpa_dtype)9) == 0 &&
@@ -502,12 +524,14 @@ static void t_convert(void)
     const struct {
         sdpa_dtype t;
         size_t     n, want;
-    } nb[] = {{Q8, 32, 34},   {Q8, 64, 68},         {Q4, 32000, 18000}, {Q8, 33, 0},   {Q4, 16, 0},
-              {Q8, 0, 0},     {F32, 5, 20},         {F16, 7, 14},       {BF16, 3, 6},  {(sdpa_dtype)9, 32, 0},
-              {Q41, 64, 40}, {Q50, 96, 66}, {Q51, 32, 24}, {IQ4, 320, 180}, {Q51, 48, 0},
-              {IQ4, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 18}, {Q51, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 24},
-              {F32, SIZE_MAX / 2, 0}, {Q8, SIZE_MAX / 32 * 32, 0},
-              {Q4, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 18}}; /* q4_0: the largest n fits */
+    } nb[] = {{Q8, 32, 34},    {Q8, 64, 68},    {Q4, 32000, 18000}, {Q8, 33, 0},   {Q4, 16, 0},
+              {Q8, 0, 0},      {F32, 5, 20},    {F16, 7, 14},       {BF16, 3, 6},  {Q41, 64, 40},
+              {Q50, 96, 66},   {Q51, 32, 24},   {IQ4, 320, 180},    {Q51, 48, 0},
+              {(sdpa_dtype)9, 32, 0},           {F32, SIZE_MAX / 2, 0},
+              {Q8, SIZE_MAX / 32 * 32, 0}, /* 34 bytes a block: overflows */
+              {Q4, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 18}, /* the largest n fits */
+              {IQ4, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 18},
+              {Q51, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 24}};
     for (size_t i = 0; i < sizeof nb / sizeof nb[0]; i++)
         CHECK(sdpa_dtype_bytes(nb[i].t, nb[i].n) == nb[i].want, "sdpa_dtype_bytes(%s, %zu) = %zu, want %zu",
               dtn(nb[i].t), nb[i].n, sdpa_dtype_bytes(nb[i].t, nb[i].n), nb[i].want);
@@ -523,13 +547,16 @@ static void t_convert(void)
         for (size_t f = 0; f < N_FORMATS; f++) {
             const sdpa_dtype t = g_api[f].t;
             const size_t bb = ref_block_bytes(t);
-            for (size_t b = 0; b < NBLK; b++) conv_block(&r, b + (size_t)round * 7, t, g_api[f].top, x + b * QK);
+            for (size_t b = 0; b < NBLK; b++)
+                conv_block(&r, b + (size_t)round * 7, t, g_api[f].top, x + b * QK);
             memset(got, 0xa5, GOT);
-            const sdpa_status st = round % 2 ? sdpa_quantize(t, x, NBLK * QK, got) : g_api[f].quant(x, NBLK * QK, got);
+            const sdpa_status st =
+                round % 2 ? sdpa_quantize(t, x, NBLK * QK, got) : g_api[f].quant(x, NBLK * QK, got);
             if (!CHECK(st == SDPA_OK, "%s quantize: status %s", dtn(t), sdpa_status_str(st))) {
                 for (size_t b = 0; b < NBLK; b++)
                     if (sdpa_quantize(t, x + b * QK, QK, got) != SDPA_OK)
-                        (void)CHECK(false, "%s block %zu (kind %zu) refused", dtn(t), b, (b + (size_t)round * 7) % NKIND);
+                        (void)CHECK(false, "%s block %zu (kind %zu) refused", dtn(t), b,
+                                    (b + (size_t)round * 7) % NKIND);
                 continue;
             }
             size_t past = 0;
@@ -540,18 +567,21 @@ static void t_convert(void)
                 if (memcmp(got + b * bb, want + b * bb, bb) != 0) {
                     size_t e = 0;
                     while (got[b * bb + e] == want[b * bb + e]) e++;
-                    (void)CHECK(false, "%s block %zu (kind %zu): byte %zu is 0x%02x, the reference 0x%02x", dtn(t), b,
-                                (b + (size_t)round * 7) % NKIND, e, got[b * bb + e], want[b * bb + e]);
+                    (void)CHECK(false,
+                                "%s block %zu (kind %zu): byte %zu is 0x%02x, the reference 0x%02x",
+                                dtn(t), b, (b + (size_t)round * 7) % NKIND, e, got[b * bb + e],
+                                want[b * bb + e]);
                 }
             }
             /* dequantize: exactly d n (+ m), from the bytes of the reference */
             for (size_t b = 0; b < NBLK; b++) ref_deq(t, want + b * bb, yr + b * QK, NULL);
             tl_fill_sentinel(y, NBLK * QK);
-            const sdpa_status sd = round % 2 ? g_api[f].deq(want, NBLK * QK, y) : sdpa_dequantize(t, want, NBLK * QK, y);
+            const sdpa_status sd = round % 2 ? g_api[f].deq(want, NBLK * QK, y)
+                                             : sdpa_dequantize(t, want, NBLK * QK, y);
             CHECK(sd == SDPA_OK, "%s dequantize: status %s", dtn(t), sdpa_status_str(sd));
             for (size_t e = 0; e < NBLK * QK; e++)
-                if (!CHECK(tl_bits(y[e]) == tl_bits(yr[e]), "%s dequantize[%zu] = %.9g, d n (+ m) = %.9g", dtn(t), e,
-                           y[e], yr[e]))
+                if (!CHECK(tl_bits(y[e]) == tl_bits(yr[e]),
+                           "%s dequantize[%zu] = %.9g, d n (+ m) = %.9g", dtn(t), e, y[e], yr[e]))
                     break;
         }
     }
@@ -576,7 +606,8 @@ static void t_convert(void)
             const bool nonfinite = e / QK == 5 || e / QK == 6 || (has_min && e / QK == 7);
             if (nonfinite) {
                 if (!CHECK(!isfinite(y[e]), "%s dequantize with a non-finite scale: y[%zu] = %g", dtn(t), e, y[e])) break;
-            } else if (!CHECK(tl_bits(y[e]) == tl_bits(yr[e]), "%s dequantize of random bytes: y[%zu] = %.9g, d n (+ m) = %.9g",
+            } else if (!CHECK(tl_bits(y[e]) == tl_bits(yr[e]),
+                              "%s dequantize of random bytes: y[%zu] = %.9g, d n (+ m) = %.9g",
                               dtn(t), e, y[e], yr[e])) {
                 break;
             }
@@ -608,10 +639,12 @@ static void t_convert(void)
             x[rq[i].at] = rq[i].val;
             for (int api = 0; api < 2; api++) {
                 memset(got, 0xa5, W);
-                const sdpa_status st = api ? sdpa_quantize(t, x, rq[i].n, got) : quant(x, rq[i].n, got);
+                const sdpa_status st =
+                    api ? sdpa_quantize(t, x, rq[i].n, got) : quant(x, rq[i].n, got);
                 size_t wrote = 0;
                 for (size_t e = 0; e < W; e++) wrote += got[e] != 0xa5;
-                CHECK(st == SDPA_ERR_INVALID_ARGUMENT && wrote == 0, "%s %s, %s: status %s, %zu bytes written", dtn(t),
+                CHECK(st == SDPA_ERR_INVALID_ARGUMENT && wrote == 0,
+                      "%s %s, %s: status %s, %zu bytes written", dtn(t),
                       api ? "sdpa_quantize" : "quantize", rq[i].why, sdpa_status_str(st), wrote);
             }
         }
@@ -625,28 +658,35 @@ static void t_convert(void)
             ref_format_of(t)->quant(x + b * QK, ref);
             same = memcmp(ref, got + b * ref_block_bytes(t), ref_block_bytes(t)) == 0;
         }
-        CHECK(same, "%s quantize: a scale (or minimum) rounding down to the f16 maximum must be accepted, as the reference",
+        CHECK(same,
+              "%s quantize: a scale (or minimum) rounding down to the f16 maximum must be "
+              "accepted, as the reference",
               dtn(t));
         memset(got, 0xa5, W);
-        CHECK(quant(NULL, QK, got) == SDPA_ERR_INVALID_ARGUMENT && quant(x, QK, NULL) == SDPA_ERR_INVALID_ARGUMENT &&
+        CHECK(quant(NULL, QK, got) == SDPA_ERR_INVALID_ARGUMENT &&
+                  quant(x, QK, NULL) == SDPA_ERR_INVALID_ARGUMENT &&
                   sdpa_quantize(t, NULL, QK, got) == SDPA_ERR_INVALID_ARGUMENT &&
                   sdpa_quantize(t, x, QK, NULL) == SDPA_ERR_INVALID_ARGUMENT,
               "%s quantize: a NULL pointer accepted", dtn(t));
         tl_fill_sentinel(y, N4);
-        CHECK(deq(NULL, QK, y) == SDPA_ERR_INVALID_ARGUMENT && deq(want, QK, NULL) == SDPA_ERR_INVALID_ARGUMENT &&
-                  deq(want, 31, y) == SDPA_ERR_INVALID_ARGUMENT && deq(want, QK + 16, y) == SDPA_ERR_INVALID_ARGUMENT &&
+        CHECK(deq(NULL, QK, y) == SDPA_ERR_INVALID_ARGUMENT &&
+                  deq(want, QK, NULL) == SDPA_ERR_INVALID_ARGUMENT &&
+                  deq(want, 31, y) == SDPA_ERR_INVALID_ARGUMENT &&
+                  deq(want, QK + 16, y) == SDPA_ERR_INVALID_ARGUMENT &&
                   sdpa_dequantize(t, NULL, QK, y) == SDPA_ERR_INVALID_ARGUMENT &&
                   sdpa_dequantize(t, want, 48, y) == SDPA_ERR_INVALID_ARGUMENT,
               "%s dequantize: NULL or a bad n accepted", dtn(t));
         /* n = 0: an empty conversion */
-        CHECK(quant(x, 0, got) == SDPA_OK && deq(want, 0, y) == SDPA_OK, "%s: n = 0 must be an empty conversion", dtn(t));
+        CHECK(quant(x, 0, got) == SDPA_OK && deq(want, 0, y) == SDPA_OK,
+              "%s: n = 0 must be an empty conversion", dtn(t));
         size_t wrote = 0;
         for (size_t e = 0; e < W; e++) wrote += got[e] != 0xa5;
         for (size_t e = 0; e < N4; e++) wrote += !tl_is_sentinel(y[e]);
         CHECK(wrote == 0, "%s: refused or empty conversions wrote %zu elements", dtn(t), wrote);
     }
     /* sdpa_quantize and sdpa_dequantize refuse a type that is not a block format */
-    static const sdpa_dtype not_blocks[] = {F32, F16, BF16, (sdpa_dtype)9, (sdpa_dtype)-1, (sdpa_dtype)99};
+    static const sdpa_dtype not_blocks[] = {F32, F16, BF16, (sdpa_dtype)9, (sdpa_dtype)-1,
+                                            (sdpa_dtype)99};
     for (size_t i = 0; i < sizeof not_blocks / sizeof not_blocks[0]; i++) {
         for (size_t e = 0; e < QK; e++) x[e] = 0.25f;
         memset(got, 0xa5, GOT);
@@ -657,8 +697,8 @@ static void t_convert(void)
         for (size_t e = 0; e < GOT; e++) wrote += got[e] != 0xa5;
         for (size_t e = 0; e < QK; e++) wrote += !tl_is_sentinel(y[e]);
         CHECK(sq == SDPA_ERR_INVALID_ARGUMENT && sd == SDPA_ERR_INVALID_ARGUMENT && wrote == 0,
-              "sdpa_quantize / sdpa_dequantize of type %d: status %s / %s, %zu elements written", (int)not_blocks[i],
-              sdpa_status_str(sq), sdpa_status_str(sd), wrote);
+              "sdpa_quantize / sdpa_dequantize of type %d: status %s / %s, %zu elements written",
+              (int)not_blocks[i], sdpa_status_str(sq), sdpa_status_str(sd), wrote);
     }
     free(x), free(y), free(yr), free(got), free(want);
     tl_end();
@@ -682,7 +722,10 @@ typedef struct qb_case {
 } qb_case;
 #include "quant_bytes.h"
 
-enum { N_QB_INPUTS = sizeof qb_inputs / sizeof qb_inputs[0], N_QB_CASES = sizeof qb_cases / sizeof qb_cases[0] };
+enum {
+    N_QB_INPUTS = sizeof qb_inputs / sizeof qb_inputs[0],
+    N_QB_CASES = sizeof qb_cases / sizeof qb_cases[0]
+};
 
 static void hex_bytes(const unsigned char *b, size_t n, char *out)
 {
@@ -700,11 +743,13 @@ static void t_fixed_bytes(void)
         size_t f = 0;
         while (g_api[f].t != t) f++;
         per_type[f]++;
-        CHECK(k->nbytes == sdpa_dtype_size(t), "%s: the table's block is %zu bytes, sdpa_dtype_size %zu", dtn(t),
-              k->nbytes, sdpa_dtype_size(t));
+        CHECK(k->nbytes == sdpa_dtype_size(t),
+              "%s: the table's block is %zu bytes, sdpa_dtype_size %zu", dtn(t), k->nbytes,
+              sdpa_dtype_size(t));
         unsigned char got[2][QMAX_BYTES + 8], ref[QMAX_BYTES];
         memset(got, 0xa5, sizeof got);
-        const sdpa_status s0 = sdpa_quantize(t, in->x, QK, got[0]), s1 = g_api[f].quant(in->x, QK, got[1]);
+        const sdpa_status s0 = sdpa_quantize(t, in->x, QK, got[0]),
+                          s1 = g_api[f].quant(in->x, QK, got[1]);
         ref_format_of(t)->quant(in->x, ref);
         for (int a = 0; a < 2; a++) {
             char g[3 * QMAX_BYTES + 1], w[3 * QMAX_BYTES + 1];
@@ -714,20 +759,22 @@ static void t_fixed_bytes(void)
                   "%s of \"%s\" (%s): status %s, bytes\n#   %s\n# want %s", dtn(t), in->name,
                   a ? "per-type function" : "sdpa_quantize", sdpa_status_str(a ? s1 : s0), g, w);
         }
-        CHECK(memcmp(ref, k->bytes, k->nbytes) == 0, "%s of \"%s\": the test's reference quantizer disagrees",
-              dtn(t), in->name);
+        CHECK(memcmp(ref, k->bytes, k->nbytes) == 0,
+              "%s of \"%s\": the test's reference quantizer disagrees", dtn(t), in->name);
         float y[2][QK], yr[QK];
         tl_fill_sentinel(y[0], 2 * QK);
-        const sdpa_status d0 = sdpa_dequantize(t, k->bytes, QK, y[0]), d1 = g_api[f].deq(k->bytes, QK, y[1]);
+        const sdpa_status d0 = sdpa_dequantize(t, k->bytes, QK, y[0]),
+                          d1 = g_api[f].deq(k->bytes, QK, y[1]);
         ref_deq(t, k->bytes, yr, NULL);
         for (int i = 0; i < QK; i++) {
             if (!CHECK(d0 == SDPA_OK && d1 == SDPA_OK && tl_bits(y[0][i]) == tl_bits(k->y[i]) &&
                            tl_bits(y[1][i]) == tl_bits(k->y[i]),
-                       "%s dequantize of \"%s\": element %d = %a / %a, want %a", dtn(t), in->name, i, y[0][i],
-                       y[1][i], k->y[i]))
+                       "%s dequantize of \"%s\": element %d = %a / %a, want %a", dtn(t), in->name,
+                       i, y[0][i], y[1][i], k->y[i]))
                 break;
-            if (!CHECK(tl_bits(yr[i]) == tl_bits(k->y[i]), "%s of \"%s\": the test's decoder gives %a at %d, want %a",
-                       dtn(t), in->name, yr[i], i, k->y[i]))
+            if (!CHECK(tl_bits(yr[i]) == tl_bits(k->y[i]),
+                       "%s of \"%s\": the test's decoder gives %a at %d, want %a", dtn(t), in->name,
+                       yr[i], i, k->y[i]))
                 break;
         }
     }
@@ -756,7 +803,8 @@ static void run_test(const char *name, tl_impl_fn fn) { tl_for_each_impl_worst(n
 
 int main(void)
 {
-    tl_header("block-format K and V (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl; exact and fast q8 scores) against "
+    tl_header("block-format K and V (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl; exact and fast q8 "
+              "scores) against "
               "float64 attention, and the conversions");
     if (!tl_pools_create(g_pool, 2, 2, 17)) return 1;
     t_convert();

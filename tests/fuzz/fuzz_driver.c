@@ -464,7 +464,8 @@ static size_t known_specs(named_spec *out)
 
     /* The block formats of issue #26. q4_1 K beside q5_0 V on a causal GQA prefill, head dim 96 */
     fz_spec_init(&s);
-    s.lse = 1, s.causal = 1, s.kv_heads = 2, s.group = 3, s.q_len = 12, s.kv_len = 70, s.head_dim = 96;
+    s.lse = 1, s.causal = 1, s.kv_heads = 2, s.group = 3, s.q_len = 12, s.kv_len = 70;
+    s.head_dim = 96;
     s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 41;
     s.k_format = 3, s.v_format = 4;
     out[n++] = (named_spec){"fmt-q4_1-k-q5_0-v-prefill", s};
@@ -475,7 +476,8 @@ static size_t known_specs(named_spec *out)
     /* q5_1 K and V, paged (pages of 16, shuffled, junk in unused entries), K in (0, 1), V
        constant: the minimum holds the values */
     fz_spec_init(&s);
-    s.lse = 1, s.batch = 3, s.kv_heads = 2, s.group = 2, s.q_len = 4, s.kv_len = 90, s.head_dim = 64;
+    s.lse = 1, s.batch = 3, s.kv_heads = 2, s.group = 2, s.q_len = 4, s.kv_len = 90;
+    s.head_dim = 64;
     s.fill[0] = 0, s.fill[1] = 7, s.fill[2] = 6, s.fill_param[2] = 77, s.seed = 43;
     s.kv_form = 1, s.kv_lens_class = 1, s.paged = 1 | 4 | 8, s.page_size = 16;
     s.k_format = s.v_format = 5;
@@ -678,10 +680,10 @@ static void print_counts(const char *what, double secs)
     printf("# %s: rows checked against float64 %lu, NaN rows %lu, zero rows %lu, unchecked (beyond the promise) %lu; "
            "worst |err|/tol %.3g\n",
            what, c->rows_value, c->rows_nan, c->rows_zero, c->rows_unchecked, c->worst_ratio);
-    printf("# %s: valid calls with ragged batches %lu, paged K/V %lu, block-format K or V %lu (q8_scores %lu; "
-           "q4_1, q5_0, q5_1 or iq4_nl %lu); sdpa_merge %lu checked, %lu refused\n",
-           what, c->ragged_calls, c->paged_calls, c->quant_calls, c->q8_calls, c->newfmt_calls, c->merge_calls,
-           c->merge_refused);
+    printf("# %s: valid calls with ragged batches %lu, paged K/V %lu, block-format K or V %lu "
+           "(q8_scores %lu; q4_1, q5_0, q5_1 or iq4_nl %lu); sdpa_merge %lu checked, %lu refused\n",
+           what, c->ragged_calls, c->paged_calls, c->quant_calls, c->q8_calls, c->newfmt_calls,
+           c->merge_calls, c->merge_refused);
 }
 
 static int hexval(int ch)
@@ -716,12 +718,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--describe")) describe = true;
         else if (!strcmp(argv[i], "--variants") && i + 1 < argc) variants = (int)strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--api") && i + 1 < argc) api = (int)strtol(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--formats") && i + 1 < argc) formats = (int)strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--formats") && i + 1 < argc)
+            formats = (int)strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--write-corpus") && i + 1 < argc) return write_corpus(argv[++i]);
         else if (argv[i][0] == '-') {
             fprintf(stderr,
-                    "usage: %s [--execs N] [--seed S] [--variants 0|1|2] [--api 0|1|2] [--formats 0|1|2] [--corpus DIR] "
-                    "[--hex HEX] [FILE...] | --write-corpus DIR\n",
+                    "usage: %s [--execs N] [--seed S] [--variants 0|1|2] [--api 0|1|2] "
+                    "[--formats 0|1|2] [--corpus DIR] [--hex HEX] [FILE...] | --write-corpus DIR\n",
                     argv[0]);
             return 2;
         } else if (n_files < 256) files[n_files++] = argv[i];

@@ -279,17 +279,21 @@ void fz_decode(const uint8_t *data, size_t size, fz_spec *s)
 
 /* A format the API fields' two bits hold (0, q8_0, q4_0); the others go to the block-format
    byte. */
-static unsigned api_format(unsigned f) { return f % (FZ_N_FORMATS + 1) <= 2 ? f % (FZ_N_FORMATS + 1) : 0; }
-static unsigned byte_format(unsigned f) { return f % (FZ_N_FORMATS + 1) > 2 ? f % (FZ_N_FORMATS + 1) : 0; }
+static unsigned api_format(unsigned f) { return f % 7 <= 2 ? f % 7 : 0; }
+static unsigned byte_format(unsigned f) { return f % 7 > 2 ? f % 7 : 0; }
+_Static_assert(FZ_N_FORMATS + 1 == 7, "formats 0..6");
 
-static bool has_format_byte(const fz_spec *s) { return byte_format(s->k_format) || byte_format(s->v_format); }
+static bool has_format_byte(const fz_spec *s)
+{
+    return byte_format(s->k_format) || byte_format(s->v_format);
+}
 
 static bool has_api_bytes(const fz_spec *s)
 {
-    return s->k_format % (FZ_N_FORMATS + 1) || s->v_format % (FZ_N_FORMATS + 1) || s->q8_scores || s->misc ||
-           s->q_form % 3 || s->kv_form % 3 ||
-           s->slack || s->q_lens_class % 8 || s->kv_lens_class % 8 || s->paged || (s->page_size - 1) % 256 ||
-           s->merge || s->merge_rows || s->merge_layout || s->merge_refuse || s->invalid >= FZ_INVALID_API_FIRST;
+    return s->k_format % 7 || s->v_format % 7 || s->q8_scores || s->misc || s->q_form % 3 ||
+           s->kv_form % 3 || s->slack || s->q_lens_class % 8 || s->kv_lens_class % 8 || s->paged ||
+           (s->page_size - 1) % 256 || s->merge || s->merge_rows || s->merge_layout ||
+           s->merge_refuse || s->invalid >= FZ_INVALID_API_FIRST;
 }
 
 static bool has_variant_bytes(const fz_spec *s)
@@ -367,8 +371,9 @@ size_t fz_encode(const fz_spec *s, uint8_t *out, size_t cap)
             s->invalid >= FZ_N_INVALID_PLAIN && s->invalid < FZ_INVALID_API_FIRST
                 ? 1 + (unsigned)(s->invalid - FZ_N_INVALID_PLAIN) % FZ_N_INVALID_VARIANT : 0);
     if (!has_api_bytes(s)) return i; /* the bytes of the format before the API fields */
-    i = wr8(out, cap, i, api_format(s->k_format) | api_format(s->v_format) << 2 | (s->q8_scores & 1u) << 4 |
-                             (s->misc & 7u) << 5);
+    i = wr8(out, cap, i,
+            api_format(s->k_format) | api_format(s->v_format) << 2 | (s->q8_scores & 1u) << 4 |
+                (s->misc & 7u) << 5);
     i = wr8(out, cap, i, (s->q_form % 3u) | (s->kv_form % 3u) << 2 | (s->slack & 3u) << 4);
     i = wr8(out, cap, i, s->q_lens_class % 8);
     i = wr8(out, cap, i, s->kv_lens_class % 8);
@@ -432,7 +437,8 @@ static void fz_effective(fz_spec *s)
 static const sdpa_dtype fz_formats[FZ_N_FORMATS + 1] = {SDPA_F32,  SDPA_Q8_0, SDPA_Q4_0,  SDPA_Q4_1,
                                                         SDPA_Q5_0, SDPA_Q5_1, SDPA_IQ4_NL};
 /* iq4_nl's 16 values, from sdpa.h */
-static const int fz_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+static const int fz_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                 1,    13,   25,  38,  53,  69,  89,  113};
 
 static bool dt_is_block(sdpa_dtype t)
 {
@@ -642,7 +648,9 @@ static void view_quantize(view *v)
         if (nan) dh = 0x7e00;
         else if (pinf || ninf) dh = has_min && !pinf ? 0xfc00 : 0x7c00;
         else {
-            const float d = q8 || iq4 ? amax / 127.0f : has_min ? (hi - lo) / (float)top : m / (float)-half;
+            const float d = q8 || iq4 ? amax / 127.0f
+                          : has_min   ? (hi - lo) / (float)top
+                                      : m / (float)-half;
             dh = f16_encode(clamp_f16(d));
             if (has_min) mh = f16_encode(clamp_f16(lo == INFINITY ? 0.0f : lo));
         }
@@ -654,8 +662,10 @@ static void view_quantize(view *v)
             if (nan) n[i] = iq4 ? 8 : q8 || has_min ? 0 : half;
             else if (pinf || ninf) {
                 const int sg = isinf(x[i]) ? (x[i] > 0 ? 1 : -1) : 0;
-                n[i] = q8 ? 127 * sg : has_min ? sg != 0 : iq4 ? (sg < 0 ? 0 : 15) : half + (sg > 0 ? half - 1 : -half * (sg < 0));
-                if (iq4 && sg == 0) n[i] = 8; /* the value 1: d itself */
+                if (q8) n[i] = 127 * sg;
+                else if (has_min) n[i] = sg != 0;
+                else if (iq4) n[i] = sg < 0 ? 0 : sg > 0 ? 15 : 8; /* 8: the value 1, d itself */
+                else n[i] = sg > 0 ? 2 * half - 1 : sg < 0 ? 0 : half;
             } else if (iq4) {
                 int best = 0;
                 const float r = d == 0.0f ? 0.0f : x[i] / d;
@@ -1462,7 +1472,8 @@ static void oracle_run(const problem *P, oracle *O)
                     }
                     eq[x] = 0;
                     if (P->q8) {
-                        double hm = 0; /* K with a minimum: sum_b sum_{c in b} |x_c| max_{c in b} |k_c| */
+                        /* for K with a minimum: sum_b sum_{c in b} |x_c| max_{c in b} |k_c| */
+                        double hm = 0;
                         for (size_t c0 = 0; c0 < D; c0 += FZ_QK) {
                             double ks = 0, km = 0, xs = 0;
                             for (size_t c = c0; c < c0 + FZ_QK; c++) {
@@ -1479,7 +1490,8 @@ static void oracle_run(const problem *P, oracle *O)
                         /* q4_1, q5_1: d_k dot and m_k sum q are rounded on their own, each up to
                            sum |x| (|k| + 2 |m_k|), and |m_k| is within rounding of the block's
                            largest |k| (an element of n = 0 holds m_k) */
-                        if (dt_has_min(P->k.dt)) eq[x] += 0x1p-24 * (double)(D / FZ_QK + 8) * 4.0 * hm;
+                        if (dt_has_min(P->k.dt))
+                            eq[x] += 0x1p-24 * (double)(D / FZ_QK + 8) * 4.0 * hm;
                         if (eq[x] > Emax) Emax = eq[x];
                     }
                     const double raw = acc * scale;
@@ -2435,8 +2447,10 @@ static void problem_views(problem *P, const fz_spec *spec)
     if (P->cu_q) qn0 = 1, qn2 = (P->cu_q[B] ? P->cu_q[B] : 1) + slack;
     if (P->table) kn0 = P->n_pages, kn2 = P->page_size;
     else if (P->cu_kv) kn0 = 1, kn2 = (P->cu_kv[B] ? P->cu_kv[B] : 1) + slack;
-    const sdpa_dtype kdt = spec->k_format ? fz_formats[spec->k_format % 7] : (sdpa_dtype)(spec->k_dtype % 3);
-    const sdpa_dtype vdt = spec->v_format ? fz_formats[spec->v_format % 7] : (sdpa_dtype)(spec->v_dtype % 3);
+    const sdpa_dtype kdt =
+        spec->k_format ? fz_formats[spec->k_format % 7] : (sdpa_dtype)(spec->k_dtype % 3);
+    const sdpa_dtype vdt =
+        spec->v_format ? fz_formats[spec->v_format % 7] : (sdpa_dtype)(spec->v_dtype % 3);
     view_layout(&P->q, qn0, Hq, qn2, D, SDPA_F32, spec->layout[0], true);
     view_layout(&P->k, kn0, Hkv, kn2, D, kdt, spec->layout[1], true);
     view_layout(&P->v, kn0, Hkv, kn2, Dv, vdt, spec->layout[2], true);
@@ -2608,7 +2622,8 @@ void sdpa_fuzz_describe(const uint8_t *data, size_t size, FILE *f)
     problem_shape(&P, &s);
     problem_views(&P, &s);
     const size_t B = P.B, Hkv = P.Hkv, G = P.G, Lq = P.Lq, Lk = P.Lk, D = P.D, Dv = P.Dv;
-    static const char *const dt[9] = {"f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"};
+    static const char *const dt[9] = {"f32",  "f16",  "bf16", "q8_0",  "q4_0",
+                                      "q4_1", "q5_0", "q5_1", "iq4_nl"};
     const unsigned kt = s.k_format ? 2u + s.k_format % 7u : s.k_dtype % 3u;
     const unsigned vt = s.v_format ? 2u + s.v_format % 7u : s.v_dtype % 3u;
     fprintf(f, "batch %zu, heads %zu/%zu, q_len %zu, kv_len %zu, head_dim %zu, v_dim %zu%s, k %s, v %s, scale %.9g%s%s%s\n",

@@ -131,7 +131,8 @@ void fz_decode(const uint8_t *data, size_t size, fz_spec *s);
 #define FZ_VARIANT_BYTES 18 /* the variant fields after the injections */
 #define FZ_API_BYTES 11     /* the API fields after the variants */
 #define FZ_FORMAT_BYTES 1   /* the block formats of K and V after the API fields */
-#define FZ_MAX_BYTES (31 + FZ_MAX_INJECT * 12 + FZ_VARIANT_BYTES + FZ_API_BYTES + FZ_FORMAT_BYTES)
+#define FZ_MAX_BYTES                                                                               \
+    (31 + FZ_MAX_INJECT * 12 + FZ_VARIANT_BYTES + FZ_API_BYTES + FZ_FORMAT_BYTES)
 #define FZ_N_FORMATS 6      /* k_format and v_format 1..6 */
 
 /* Refused calls (fz_spec.invalid): kinds 0..15 from the header, 16..25 from the variants,
