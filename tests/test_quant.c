@@ -68,9 +68,8 @@ static sdpa_dtype blk(size_t i) { return ref_formats[i % N_FORMATS].t; }
    (SDPA_TEST_SAMPLE 2 or 4: prefills of some pairs, decodes of others) still meet each one. */
 static const struct {
     sdpa_dtype k, v;
-} g_types[] = {{Q41, Q50}, {Q8, F32},  {IQ4, F16},  {Q4, F16},  {F32, Q51}, {F32, Q8},
-               {Q51, Q41}, {Q8, Q4},   {Q50, IQ4},  {F16, Q4},  {IQ4, Q8},  {Q4, Q4},
-               {Q4, Q51},  {BF16, Q8}, {Q41, BF16}, {Q50, F32}, {F16, IQ4}, {Q8, Q41}};
+} g_types[] = {{Q41, Q50}, {IQ4, F16}, {F32, Q51}, {F32, Q8},  {Q51, Q41}, {Q50, IQ4}, {F16, Q4},
+               {IQ4, Q8},  {Q4, Q51},  {BF16, Q8}, {Q41, BF16}, {Q50, F32}, {F16, IQ4}, {Q8, Q41}};
 enum { N_TYPES = sizeof g_types / sizeof g_types[0] };
 
 /* head_dim / v_dim pairs, 32 to 256, odd multiples of 32 among them */
