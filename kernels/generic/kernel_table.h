@@ -154,9 +154,9 @@ typedef struct sdpa_kernels {
        place, and fast scores (sdpa_rows.qq); 0: none (the driver then stages K and V
        dequantized to f32 and hands over f32 query values for fast scores) */
     size_t quant_rows;
-    /* n elements (a multiple of 32) of a q8_0 (type 3) or q4_0 (4) row at src to f32, exactly:
+    /* n elements (a multiple of 32) of a SDPA_Q8_0 or SDPA_Q4_0 row at src to f32, exactly:
        what the driver's staged copy takes; NULL: it converts them itself, element by element */
-    void (*dequant)(int type, const void *src, float *dst, size_t n);
+    void (*dequant)(sdpa_dtype type, const void *src, float *dst, size_t n);
     /* the parameters the kernels above were compiled with */
     sdpa_tuning tuning;
 } sdpa_kernels;
