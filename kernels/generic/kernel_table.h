@@ -63,8 +63,8 @@ typedef struct sdpa_mods {
 
 /* A paged unit's K/V (sdpa_rows.pages): key j is row j % size of page j / size, whose row 0
    is at k[j / size - first] (likewise v), rows k_stride / v_stride elements apart within a
-   page; size is a multiple of 16. scratch holds 4 * rows words for the loop's per-piece views
-   (rows_loop.h), ones holds rows floats of 1. */
+   page; size is a multiple of 16. scratch holds 4 * rows words, where rows_loop.h shifts a
+   piece's key indices to its page (sdpa_key_shift), ones holds rows floats of 1. */
 typedef struct sdpa_pages {
     const void *const *k, *const *v;
     size_t             first, size;
@@ -101,10 +101,6 @@ typedef struct sdpa_rows {
        reverse 0): a kernel with paged_rows >= rows accepts this; rows_loop.h cuts each key block
        at page ends and hands every piece to the hooks as a unit of its own page. */
     const sdpa_pages *pages;
-    /* 1 on the views rows_loop.h hands its hooks for a paged unit: a block's scores (and P·V)
-       may then come in several calls, one per page, S offset by a multiple of 16 columns, so a
-       hook must not carry a result of one loop_scores call to loop_softmax */
-    int           pieces;
     /* NULL: exact scores. Else fast scores (sdpa_params.q8_scores, K in q8_0 or q4_0 only, a
        unit of at most sdpa_kernels.quant_rows rows): row r's query quantized per 32-block,
        quants at qq + r * d and block scales at qd + r * d / 32, and the score of key j is
@@ -158,9 +154,9 @@ typedef struct sdpa_kernels {
        place, and fast scores (sdpa_rows.qq); 0: none (the driver then stages K and V
        dequantized to f32 and hands over f32 query values for fast scores) */
     size_t quant_rows;
-    /* n elements (a multiple of 32) of a q8_0 (type 3) or q4_0 (4) row at src to f32, exactly:
+    /* n elements (a multiple of 32) of a SDPA_Q8_0 or SDPA_Q4_0 row at src to f32, exactly:
        what the driver's staged copy takes; NULL: it converts them itself, element by element */
-    void (*dequant)(int type, const void *src, float *dst, size_t n);
+    void (*dequant)(sdpa_dtype type, const void *src, float *dst, size_t n);
     /* the parameters the kernels above were compiled with */
     sdpa_tuning tuning;
 } sdpa_kernels;

@@ -166,14 +166,13 @@ static const score_mk_fn score_mks[SCORE_MR + 1] = {NULL,           score_avx2_1
                                               score_avx2_3x16, score_avx2_4x16, score_avx2_5x16,
                                               score_avx2_6x16};
 
-/* S[r][j] = q_r . key j for g0 <= r < R, j < sdpa_round16(nb) and j < the group's last limit, g0 a
-   multiple of SCORE_MR, and rm[r] the
-   lane-wise max of row r's scores (padding keys of a last partial panel included): panels
-   outer, so each K^T panel (16 d floats) is reused from L1 by all row groups. */
+/* S[r][j] = q_r . key j for g0 <= r < R, j < sdpa_round16(nb) and j < the group's last limit,
+   g0 a multiple of SCORE_MR, each score (padding keys of a last partial panel included) folded
+   into row r's running lane-wise max rm[r]: panels outer, so each K^T panel (16 d floats) is
+   reused from L1 by all row groups. */
 static void score_tile_avx2(const float *qp, size_t g0, size_t R, size_t d, const float *kp,
                             size_t nb, float *S, size_t lds, float *rm, const size_t *lim, size_t j0)
 {
-    for (size_t r = g0; r < R; r++) _mm256_store_ps(rm + 8 * r, _mm256_set1_ps(-INFINITY));
     for (size_t p0 = 0; p0 < nb; p0 += SCORE_NR) {
         const float *b = kp + p0 * d;
         size_t r = g0;
@@ -289,11 +288,17 @@ static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float 
 
 /* --- the hooks of the generic loop (rows_loop.h) -------------------------------------------- */
 
+/* rm holds each row's running lane-wise max of the scores computed since its last softmax
+   step (all of a block's score calls, whatever their number), -inf once that step read it. */
 typedef struct prefill_ctx {
     float *kp, *vp, *qp, *rm;
-    int    rm_ok; /* the score kernel's row maxima hold (no score multipliers, no modifiers, a
-                     block's scores in one call) */
+    int    rm_ok; /* the score kernel's row maxima are the scores' (no multipliers, no modifiers) */
 } prefill_ctx;
+
+static inline void rm_reset(prefill_ctx *c, size_t r)
+{
+    _mm256_store_ps(c->rm + 8 * r, _mm256_set1_ps(-INFINITY));
+}
 
 static inline size_t loop_begin(prefill_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
                                 float **alpha)
@@ -308,8 +313,9 @@ static inline size_t loop_begin(prefill_ctx *c, const sdpa_rows *w, float **S, s
     c->qp = c->vp + *lds * sdpa_round16(w->dv);
     c->rm = c->qp + sdpa_round16((R + SCORE_MR - 1) / SCORE_MR * SCORE_MR * d);
     pack_q_avx2(w->q, R, d, c->qp);
+    for (size_t r = 0; r < R; r++) rm_reset(c, r);
     /* multipliers and modifiers change the scores after the kernel took their maxima */
-    c->rm_ok = w->score_mul == NULL && !sdpa_is_variant(w) && !w->pieces;
+    c->rm_ok = w->score_mul == NULL && !sdpa_is_variant(w);
     return B;
 }
 
@@ -317,18 +323,22 @@ static inline void loop_scores(prefill_ctx *c, const sdpa_rows *w, size_t r0, si
                                float *S, size_t lds)
 {
     pack_k_avx2(w, j0, nb, c->kp);
-    /* from r0's group: rows before r0 in it get scores that are never used */
-    score_tile_avx2(c->qp, r0 / SCORE_MR * SCORE_MR, w->rows, w->d, c->kp, nb, S, lds, c->rm,
-                    w->kv_limit, j0);
+    /* from r0's group: rows before r0 in it get scores that are never used, and no maxima */
+    const size_t g0 = r0 / SCORE_MR * SCORE_MR;
+    score_tile_avx2(c->qp, g0, w->rows, w->d, c->kp, nb, S, lds, c->rm, w->kv_limit, j0);
+    for (size_t r = g0; r < r0; r++) rm_reset(c, r);
 }
 
 static inline float loop_softmax(prefill_ctx *c, size_t r, float *s, size_t nv, size_t nb, float *m,
                                  float *l)
 {
     /* the score kernel's max is exact when the row sees every key of the block and the block
-       has no zero padding keys */
+       has no zero padding keys (score calls start at multiples of 16 columns: only the
+       block's last panel can be partial) */
     const float *rmax = nv == nb && nb % SCORE_NR == 0 && c->rm_ok ? c->rm + 8 * r : NULL;
-    return softmax_avx2(1, s, nv, nb, m, l, rmax);
+    const float alpha = softmax_avx2(1, s, nv, nb, m, l, rmax);
+    rm_reset(c, r);
+    return alpha;
 }
 
 static inline void loop_values(prefill_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,

@@ -21,5 +21,8 @@ void sdpa_decode_q_avx512_vnni(const sdpa_rows *w) { decode_q_loop_avx512(w); }
 #else
 void sdpa_decode_q_avx512(const sdpa_rows *w) { decode_q_loop_avx512(w); }
 size_t sdpa_decode_q_ws_avx512(size_t rows, size_t d) { return QD_WS_FLOATS(rows, d); }
-void sdpa_dequant_avx512(int type, const void *src, float *dst, size_t n) { qd_dequant(type, src, dst, n); }
+void sdpa_dequant_avx512(sdpa_dtype type, const void *src, float *dst, size_t n)
+{
+    qd_dequant(type, src, dst, n);
+}
 #endif
