@@ -7,6 +7,27 @@
 
 #include "sdpa.h"
 
+/* Glossary: each word below has this one meaning in the driver, the kernels and their docs.
+   - group: the query heads that share one KV head (GQA; q_heads / kv_heads of them). The split
+     merge works per group (a merge group), the planner's rows are a group's heads x queries.
+   - item: the driver's unit of scheduling (driver/plan.c): one query block (qb queries) of one
+     group of one sequence, against one KV chunk (all its keys unless the sequence is split).
+     A thread runs whole items.
+   - unit: one call of an implementation's `rows` kernel (sdpa_rows below): R query rows against
+     a key range of one KV head. An item runs one unit, or several when its keys are staged or
+     cut at page runs.
+   - block: a range of consecutive keys a kernel takes per inner step (sdpa_rows.block, the
+     *_block tunables); scores, softmax and P·V finish a block before the next starts. The
+     32-element storage blocks of the quantized types are always called format blocks (a block
+     format is a type made of them, see convert.h).
+   - tile: what one micro-kernel call computes: the scores or P·V terms of mr rows by nr keys
+     (or nr output columns), in registers (score_<isa>_<mr>x<nr>, pv_<isa>_<mr>x<nr>).
+   - panel: a packed operand of a micro-kernel: a K panel (nr keys, packed for one tile row), a
+     Qᵀ or Q panel (query rows packed together, prefill_panel of them), a V panel.
+   - run: a maximal stretch of rows, keys or pages that takes one path: the rows of a block that
+     all see the same keys (SDPA_VISIBLE_RUNS), the adjacent pages read as one (driver/keys.c).
+   - chunk: a split sequence's share of its keys, one item's; merged afterwards (sdpa_merge). */
+
 /* One unit of fused work, built by the driver (driver/run.c) and run by an
    implementation's `rows` kernel: R query rows against keys [kv_begin, kv_end) of one KV head.
 
