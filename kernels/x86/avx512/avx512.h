@@ -40,8 +40,8 @@ static inline size_t state_floats(size_t rows) { return 4 * sdpa_round16(rows); 
 
 /* The two paths (decode.c, prefill.c) and their scratch sizes in floats. */
 void   sdpa_decode_avx512(const sdpa_rows *w);
-/* the decode path for K or V in q8_0 / q4_0, and fast scores (kernels/x86/decode_q.h): int8
-   dot products by pmaddubsw, and (vnni.c) by vpdpbusd */
+/* the decode path for K or V in q8_0 / q4_0, and fast scores (kernels/x86/shared/decode_q.h):
+   int8 dot products by pmaddubsw, and (vnni.c) by vpdpbusd */
 void   sdpa_decode_q_avx512(const sdpa_rows *w);
 void   sdpa_decode_q_avx512_vnni(const sdpa_rows *w);
 size_t sdpa_decode_q_ws_avx512(size_t rows, size_t d);

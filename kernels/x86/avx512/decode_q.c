@@ -1,4 +1,4 @@
-/* decode_q.c -- the AVX-512 decode path for K or V in q8_0 / q4_0 (kernels/x86/decode_q.h), int8 scores by pmaddubsw */
+/* decode_q.c -- the AVX-512 decode path for K or V in q8_0 / q4_0 (shared/decode_q.h) */
 #include "avx512.h"
 
 /* the fused softmax, and p = 0 written for the keys past the row's limit (rows_loop.h) */
@@ -14,7 +14,7 @@ static inline float softmax_q_avx512(float *s, size_t nv, size_t nb, float *m, f
 #ifndef SDPA_QD_VNNI
 #define SDPA_QD_VNNI 0
 #endif
-#include "../decode_q.h"
+#include "decode_q.h"
 
 #if SDPA_QD_VNNI
 void sdpa_decode_q_avx512_vnni(const sdpa_rows *w) { decode_q_loop_avx512(w); }
