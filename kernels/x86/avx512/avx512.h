@@ -51,6 +51,17 @@ void   sdpa_prefill_avx512(const sdpa_rows *w);
 size_t sdpa_decode_ws_avx512(size_t rows, size_t d, size_t dv, size_t block);
 size_t sdpa_prefill_ws_avx512(size_t rows, size_t d, size_t dv, size_t block);
 
+/* The functions of the kernel table (prims.c; rows and ws_floats: SDPA_DEFINE_PATHS),
+   exported (avx512-vnni derives its table from them, vnni.c). */
+void   sdpa_score_f32_avx512(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+                             float scale, float *s);
+float  sdpa_softmax_online_f32_avx512(float *s, size_t n, float *m, float *l);
+void   sdpa_accumulate_f32_avx512(float *o, float alpha, const float *p, const float *v,
+                                  size_t v_stride, size_t n, size_t dv);
+void   sdpa_exp_f32_avx512(const float *x, float *y, size_t n);
+void   sdpa_rows_avx512(const sdpa_rows *w);
+size_t sdpa_ws_floats_avx512(size_t rows, size_t d, size_t dv, size_t block);
+
 /* ------------------------------------------------------------------------------------------ */
 /* Lanes and loads                                                                             */
 /* ------------------------------------------------------------------------------------------ */
