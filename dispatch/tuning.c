@@ -19,10 +19,9 @@ static const struct tuning_field {
     TUNING_FIELD(prefill_block,
                  "keys per prefill block, at most (the planner's block may be less)"),
     TUNING_FIELD(prefill_panel, "query rows packed together (a Q panel or a row group)"),
-    TUNING_FIELD(score_mr, "mr of the prefill score micro-kernel score_<isa>_<mr>x<nr> "
-                           "(rows; keys when transposed)"),
-    TUNING_FIELD(score_nr, "nr of that micro-kernel (keys; query rows when transposed)"),
-    TUNING_FIELD(pv_mr, "rows of the prefill P.V micro-kernel"),
+    TUNING_FIELD(score_mr, "query rows of the prefill score micro-kernel score_<isa>_<mr>x<nr>"),
+    TUNING_FIELD(score_nr, "keys of the prefill score micro-kernel"),
+    TUNING_FIELD(pv_mr, "query rows of the prefill P.V micro-kernel pv_<isa>_<mr>x<nr>"),
     TUNING_FIELD(pv_nr, "output columns of the prefill P.V micro-kernel"),
     TUNING_FIELD(pv_kb, "keys per prefill P.V sub-block (absent: the whole block)"),
 };

@@ -145,8 +145,10 @@ typedef struct sdpa_tuning {
     size_t decode_pv_group;  /* keys per decode P·V group (their V rows stay in L1) */
     size_t prefill_block;    /* keys per prefill block (at most; the driver's hint may be less) */
     size_t prefill_panel;    /* query rows packed together (a Qᵀ panel or a row group) */
-    size_t score_mr, score_nr; /* the prefill score micro-kernel score_<isa>_<mr>x<nr> */
-    size_t pv_mr, pv_nr;       /* the prefill P·V micro-kernel's shape */
+    size_t score_mr, score_nr; /* query rows x keys of the prefill score micro-kernel,
+                                  score_<isa>_<mr>x<nr> (on every ISA, transposed or not) */
+    size_t pv_mr, pv_nr;       /* query rows x output columns of the prefill P·V micro-kernel,
+                                  pv_<isa>_<mr>x<nr> */
     size_t pv_kb;              /* keys per prefill P·V sub-block (0: the whole block) */
 } sdpa_tuning;
 

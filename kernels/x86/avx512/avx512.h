@@ -23,9 +23,11 @@
 #define DECODE_BLOCK 256    /* keys per decode block */
 #define DECODE_BLOCK_FEW 64 /* keys per block with one or two rows: short phases, both arrays streaming */
 #define PREFILL_BLOCK 512   /* keys per prefill block */
-#define PREFILL_PANEL 64    /* query rows per Qᵀ panel: 4 vectors, the score tile's width */
-#define SCORE_MR 6          /* keys per score micro-tile: 6 keys x 4 vectors = 24 accumulators */
-#define SCORE_NR 64         /* query rows per score micro-tile */
+#define PREFILL_PANEL 64    /* query rows per Qᵀ panel: 4 vectors, the score tile's rows */
+/* the score micro-kernel, transposed (score_avx512_64x6): a panel's query rows, 4 vectors, x 6
+   keys each broadcast against them = 24 accumulators */
+#define SCORE_MR PREFILL_PANEL
+#define SCORE_NR 6
 #define PV_MR 6             /* rows per P·V micro-tile: 6 rows x 4 vectors */
 #define PV_NR 64            /* columns per P·V micro-tile */
 #define PV_KB 64            /* keys per P·V sub-block: 64 keys x 64 columns of V stay in L1 */
