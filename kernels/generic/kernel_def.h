@@ -21,11 +21,23 @@
 #ifndef DECODE_PV_GROUP
 #define DECODE_PV_GROUP 0
 #endif
+#ifndef DECODE_Q_BLOCK
+#define DECODE_Q_BLOCK 0
+#endif
+#ifndef DECODE_Q_PF_KEYS
+#define DECODE_Q_PF_KEYS 0
+#endif
+#ifndef DECODE_Q_PV_GROUP
+#define DECODE_Q_PV_GROUP 0
+#endif
 #ifndef PREFILL_BLOCK
 #define PREFILL_BLOCK 0
 #endif
 #ifndef PREFILL_PANEL
 #define PREFILL_PANEL 0
+#endif
+#ifndef PREFILL_PF_LINES
+#define PREFILL_PF_LINES 0
 #endif
 #ifndef SCORE_MR
 #define SCORE_MR 0
@@ -88,8 +100,12 @@
                .decode_block_few = DECODE_BLOCK_FEW,                                              \
                .decode_pf_keys = DECODE_PF_KEYS,                                                  \
                .decode_pv_group = DECODE_PV_GROUP,                                                \
+               .decode_q_block = DECODE_Q_BLOCK,                                                  \
+               .decode_q_pf_keys = DECODE_Q_PF_KEYS,                                              \
+               .decode_q_pv_group = DECODE_Q_PV_GROUP,                                            \
                .prefill_block = PREFILL_BLOCK,                                                    \
                .prefill_panel = PREFILL_PANEL,                                                    \
+               .prefill_pf_lines = PREFILL_PF_LINES,                                              \
                .score_mr = SCORE_MR,                                                              \
                .score_nr = SCORE_NR,                                                              \
                .pv_mr = PV_MR,                                                                    \

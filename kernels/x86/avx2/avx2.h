@@ -28,12 +28,15 @@
 #define SCORE_NR 16
 #define PV_MR 6             /* P·V micro-kernel: 6 rows x 16 columns = 12 accumulators */
 #define PV_NR 16
-/* keys per block when the driver gives no hint */
-#define BLOCK_DEFAULT 256
+/* the q8_0 / q4_0 decode path (shared/decode_q.h) */
+#define DECODE_Q_BLOCK 256  /* keys per block (at most: the driver's hint rules) */
+#define DECODE_Q_PF_KEYS 16 /* prefetch distance of its K and V rows */
+#define DECODE_Q_PV_GROUP 32 /* keys per P·V group: their V rows stay in L1 across column passes */
 
+/* Keys per block: the driver's hint, at most cap (the driver never hints 0; taken as 1). */
 static inline size_t block_keys(size_t block, size_t cap)
 {
-    return block == 0 ? BLOCK_DEFAULT : block > cap ? cap : block;
+    return sdpa_min(block ? block : 1, cap);
 }
 
 /* The two paths (decode.c, prefill.c) and their scratch sizes in floats. */

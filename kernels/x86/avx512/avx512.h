@@ -31,6 +31,11 @@
 #define PV_MR 6             /* rows per P·V micro-tile: 6 rows x 4 vectors */
 #define PV_NR 64            /* columns per P·V micro-tile */
 #define PV_KB 64            /* keys per P·V sub-block: 64 keys x 64 columns of V stay in L1 */
+#define PREFILL_PF_LINES 8  /* lines of the driver's hint (sdpa_rows.pf) requested per score tile */
+/* the q8_0 / q4_0 decode path (shared/decode_q.h) */
+#define DECODE_Q_BLOCK 256  /* keys per block (at most: the driver's hint rules) */
+#define DECODE_Q_PF_KEYS 16 /* prefetch distance of its K and V rows */
+#define DECODE_Q_PV_GROUP 32 /* keys per P·V group: their V rows stay in L1 across column passes */
 
 /* Scores of decode row r at S + r * DECODE_LDS: a constant stride, so that the P·V loop reaches
    every row's p through one pointer and constant offsets; 16 floats more than a block, so that

@@ -46,8 +46,6 @@ static void convert_rows(const void *src, sdpa_dtype t, ptrdiff_t stride, size_t
     }
 }
 
-#define PF_LINES 8 /* hint lines requested per score tile (sdpa_pf_lines) */
-
 /* Sᵀ tile: st[i][0..16*NV) = sum_c k[i][c] * qt[c][0..16*NV) for 16 NV query rows (NV
    vectors) and NK keys i (key index j + i within the block). qt is a Qᵀ panel [d][pw]; each
    step broadcasts NK key elements against NV query vectors. With masking on, a key at or past a
@@ -136,7 +134,7 @@ static void score_avx512_panel(const float *qt, size_t pw, const float *k, ptrdi
         for (; j + SCORE_NR <= nk && j + SCORE_NR <= jfree; j += SCORE_NR) {
             score_avx512_tile(SCORE_NV, SCORE_NR, qt, pw, k + (ptrdiff_t)j * ks, ks, d,
                               st + j * pw, j, 0, lim, mx);
-            sdpa_pf_lines(pf, PF_LINES);
+            sdpa_pf_lines(pf, PREFILL_PF_LINES);
         }
     for (; j < nk; j += SCORE_NR) {
         /* on the diagonal, a 16-row vector whose last row's limit is at or before key j sees
@@ -146,7 +144,7 @@ static void score_avx512_panel(const float *qt, size_t pw, const float *k, ptrdi
         score_avx512_64x6(nv - t0, sdpa_min(SCORE_NR, nk - j), qt + 16 * t0, pw,
                           k + (ptrdiff_t)j * ks, ks, d, st + j * pw + 16 * t0, j, lim + 16 * t0,
                           mx + 16 * t0);
-        sdpa_pf_lines(pf, PF_LINES);
+        sdpa_pf_lines(pf, PREFILL_PF_LINES);
     }
 }
 

@@ -13,12 +13,14 @@
  * decode is bound by memory and conversions, not by the vector width (the avx512 files use
  * 512-bit forms where two blocks fill a vector).
  */
-#define QD_BLOCK 256  /* keys per block (at most: the driver's hint rules) */
-#define QD_GROUP 32   /* keys per P·V group: their V rows stay in L1 across column passes */
-#define QD_PF 16      /* keys ahead whose rows are requested */
-/* The scratch floats of this path for R rows: S [R][QD_BLOCK], alpha [R], the VNNI query bytes */
+/* The path's tuning comes from the ISA header, which reports it (sdpa_tuning.decode_q_*). */
+#if !defined(DECODE_Q_BLOCK) || !defined(DECODE_Q_PF_KEYS) || !defined(DECODE_Q_PV_GROUP)
+#error "the ISA header defines DECODE_Q_BLOCK, DECODE_Q_PF_KEYS and DECODE_Q_PV_GROUP"
+#endif
+/* The scratch floats of this path for R rows: S [R][DECODE_Q_BLOCK], alpha [R], the VNNI
+   query bytes, the 512-bit fast scores' block scales */
 #define QD_WS_FLOATS(R, d)                                                                         \
-    ((R) * sdpa_round16(QD_BLOCK) + sdpa_round16(R) + sdpa_round16((R) * (d) / 4 + 1) +            \
+    ((R) * sdpa_round16(DECODE_Q_BLOCK) + sdpa_round16(R) + sdpa_round16((R) * (d) / 4 + 1) +      \
      sdpa_round16((R) * ((d) / 4 + 16)))
 
 #include "decode_q_tiles.h"
@@ -34,7 +36,7 @@ typedef struct qd_ctx {
 static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
                                 float **alpha)
 {
-    const size_t B = w->block == 0 || w->block > QD_BLOCK ? QD_BLOCK : w->block;
+    const size_t B = w->block == 0 || w->block > DECODE_Q_BLOCK ? DECODE_Q_BLOCK : w->block;
     *lds = sdpa_round16(B);
     *S = w->ws;
     *alpha = *S + w->rows * *lds;
@@ -60,7 +62,7 @@ static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t
         c->qz = qz;
     }
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
-    for (size_t j = w->kv_begin; j < w->kv_begin + QD_PF && j < kend; j++) {
+    for (size_t j = w->kv_begin; j < w->kv_begin + DECODE_Q_PF_KEYS && j < kend; j++) {
         qd_request(w->k, (int)w->k_type, w->k_stride, j, w->d);
         qd_request(w->v, (int)w->v_type, w->v_stride, j, w->dv);
     }

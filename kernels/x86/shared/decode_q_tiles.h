@@ -2,8 +2,8 @@
 /*
  * Exact scores convert each K block once, in registers, for every row; fast scores take the
  * exact int32 dot product of a query block's quants with the key block's, scaled by qd * d_k in
- * f32. P·V converts each V block once for every row. QD_PF (keys ahead whose rows are
- * requested) and QD_GROUP (keys per P·V group) must be defined, and SDPA_QD_VNNI.
+ * f32. P·V converts each V block once for every row. DECODE_Q_PF_KEYS (keys ahead whose rows
+ * are requested), DECODE_Q_PV_GROUP (keys per P·V group) and SDPA_QD_VNNI must be defined.
  */
 #ifndef SDPA_DECODE_Q_TILES_H
 #define SDPA_DECODE_Q_TILES_H
@@ -97,8 +97,8 @@ SDPA_INLINE void qd_score_tile_i8(int R, int NK, int kt, const int8_t *qq, const
 }
 
 /* The rows of a score tile's keys j0 + j + i, i < NK (a tail tile of n < NK keys repeats its
-   last, in bounds), and the rows QD_PF keys ahead of its real ones requested (none at or past
-   the keys any row sees). */
+   last, in bounds), and the rows DECODE_Q_PF_KEYS keys ahead of its real ones requested (none
+   at or past the keys any row sees). */
 SDPA_INLINE void qd_tile_keys(int NK, int kt, const sdpa_rows *w, size_t j0, size_t j, size_t n,
                               const unsigned char **kr)
 {
@@ -106,7 +106,8 @@ SDPA_INLINE void qd_tile_keys(int NK, int kt, const sdpa_rows *w, size_t j0, siz
     SDPA_UNROLL for (int i = 0; i < NK; i++)
         kr[i] = qd_row(w->k, kt, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
     for (size_t i = 0; i < n; i++)
-        if (j0 + j + i + QD_PF < kend) qd_request(w->k, kt, w->k_stride, j0 + j + i + QD_PF, w->d);
+        if (j0 + j + i + DECODE_Q_PF_KEYS < kend)
+            qd_request(w->k, kt, w->k_stride, j0 + j + i + DECODE_Q_PF_KEYS, w->d);
 }
 
 /* A tile's scores, out[r NK + i] for row r and key i, to S[r][j + i] for the R real rows and n
@@ -367,20 +368,21 @@ SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, int vt, float *acc, size_t
             _mm256_storeu_ps(acc + (size_t)r * dv + c0 + 8 * (size_t)t, a[r * NC + t]);
 }
 
-/* Rows [0, R) over keys [0, n) from key j0 (every row sees them), in groups of QD_GROUP keys
-   whose V rows stay in L1 over the column passes; alpha applied by the first group only. */
+/* Rows [0, R) over keys [0, n) from key j0 (every row sees them), in groups of
+   DECODE_Q_PV_GROUP keys whose V rows stay in L1 over the column passes; alpha applied by the
+   first group only. */
 SDPA_INLINE void qd_values_r(int R, int vt, const sdpa_rows *w, float *acc, const float *alpha,
                              const float *P, size_t lds, size_t j0, size_t n, size_t kend)
 {
     static const float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     const size_t dv = w->dv;
-    const unsigned char *rv[QD_GROUP];
-    for (size_t g = 0; g < n; g += QD_GROUP) {
-        const size_t ng = n - g < QD_GROUP ? n - g : QD_GROUP;
+    const unsigned char *rv[DECODE_Q_PV_GROUP];
+    for (size_t g = 0; g < n; g += DECODE_Q_PV_GROUP) {
+        const size_t ng = n - g < DECODE_Q_PV_GROUP ? n - g : DECODE_Q_PV_GROUP;
         for (size_t j = 0; j < ng; j++) {
             rv[j] = qd_row(w->v, vt, w->v_stride, j0 + g + j);
-            if (j0 + g + j + QD_PF < kend)
-                qd_request(w->v, vt, w->v_stride, j0 + g + j + QD_PF, dv);
+            if (j0 + g + j + DECODE_Q_PF_KEYS < kend)
+                qd_request(w->v, vt, w->v_stride, j0 + g + j + DECODE_Q_PF_KEYS, dv);
         }
         const float *al = g == 0 ? alpha : ones;
         if (sdpa_dtype_quantized(vt)) {
