@@ -407,7 +407,7 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
 
 void sdpa_decode_avx2(const sdpa_rows *w)
 {
-    if (w->qq || sdpa_dtype_quantized((int)w->k_type) || sdpa_dtype_quantized((int)w->v_type))
+    if (w->qq || sdpa_dtype_quantized(w->k_type) || sdpa_dtype_quantized(w->v_type))
         sdpa_decode_q_avx2(w);
     else
         decode_loop_avx2(w);

@@ -115,7 +115,7 @@ SDPA_INLINE void score_avx512_decode_step(int RP, int NK, sdpa_dtype kt, __m512 
    integers than registers, and the spills and reloads it then makes compete with the FMAs for
    issue ports. Here q is packed (qp, see pack_q_lines) and every K row is kc + i * ksb, whole
    lines of each row; a last partial line (masked, zero-padded q) is done without requests. */
-SDPA_INLINE void score_avx512_decode_fast(int RP, int NK, int kt, int plain, const float *qp,
+SDPA_INLINE void score_avx512_decode_fast(int RP, int NK, sdpa_dtype kt, int plain, const float *qp,
                                           size_t d, const char *kc, ptrdiff_t ksb, decode_pf *pf,
                                           __m512 *a)
 {
@@ -130,7 +130,7 @@ SDPA_INLINE void score_avx512_decode_fast(int RP, int NK, int kt, int plain, con
             __m512 qv[DECODE_MAX_ROWS];
             SDPA_UNROLL for (int r = 0; r < RP; r++) qv[r] = _mm512_load_ps(qp + (size_t)r * E + 16 * h);
             SDPA_UNROLL for (int i = 0; i < NK; i++) {
-                const __m512 kv = load_kv(kc + i * ksb, (sdpa_dtype)kt, (ptrdiff_t)(16 * h), 0xFFFF);
+                const __m512 kv = load_kv(kc + i * ksb, kt, (ptrdiff_t)(16 * h), 0xFFFF);
                 SDPA_UNROLL for (int r = 0; r < RP; r++)
                     a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qv[r], kv, a[PERM16(r * NK + i)]);
             }
@@ -140,7 +140,7 @@ SDPA_INLINE void score_avx512_decode_fast(int RP, int NK, int kt, int plain, con
     for (size_t c = lines * E; c < d; c += 16, qp += 16) {
         const __mmask16 m = lanes(d - c);
         SDPA_UNROLL for (int i = 0; i < NK; i++) {
-            const __m512 kv = load_kv(kc + i * ksb, (sdpa_dtype)kt, (ptrdiff_t)(c - lines * E), m);
+            const __m512 kv = load_kv(kc + i * ksb, kt, (ptrdiff_t)(c - lines * E), m);
             SDPA_UNROLL for (int r = 0; r < RP; r++)
                 a[PERM16(r * NK + i)] = _mm512_fmadd_ps(_mm512_load_ps(qp + (size_t)r * E), kv,
                                                         a[PERM16(r * NK + i)]);
@@ -168,7 +168,7 @@ static void pack_q_lines(const float *const *qr, size_t RP, size_t d, size_t E, 
    them all and lane r * NK + i of its result is row r's score for key i: no horizontal sum per
    key, and (unlike a per-row pass) K is read and converted once for all rows. A tail tile
    repeats its last key (in bounds) in the missing lanes and stores only the real ones. */
-SDPA_INLINE void score_avx512_decode_block(int RP, int kt, const float *const *qr, size_t R,
+SDPA_INLINE void score_avx512_decode_block(int RP, sdpa_dtype kt, const float *const *qr, size_t R,
                                            size_t d, const void *k, ptrdiff_t ks, size_t j0,
                                            size_t nk, float *S, size_t lds, decode_pf *pfs,
                                            const float *qp)
@@ -217,9 +217,9 @@ SDPA_INLINE void score_avx512_decode_block(int RP, int kt, const float *const *q
         size_t c = 0;
         _Pragma("GCC unroll 2")
         for (; c + 16 <= d; c += 16)
-            score_avx512_decode_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, c, 0xFFFF, &pf);
+            score_avx512_decode_step(RP, NK, kt, a, qr, k, ko, c, 0xFFFF, &pf);
         if (c < d)
-            score_avx512_decode_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, c, lanes(d - c), &pf);
+            score_avx512_decode_step(RP, NK, kt, a, qr, k, ko, c, lanes(d - c), &pf);
         const __m512 s = reduce16(a);
         const unsigned keys = (1u << nv) - 1u;
         /* row r's lanes [r * NK, r * NK + nv) go to S[r][j..); the pointer stays inside S */
@@ -261,21 +261,24 @@ static score_avx512_decode_fn *const score_avx512_decode_fns[3][4] = {
 #undef SCORE_DECODE_FN
 
 /* The row of a [type] table: F32, F16, anything else as BF16. */
-static inline size_t decode_type_ix(int t) { return t == SDPA_F32 ? 0 : t == SDPA_F16 ? 1 : 2; }
+static inline size_t decode_type_ix(sdpa_dtype t)
+{
+    return t == SDPA_F32 ? 0 : t == SDPA_F16 ? 1 : 2;
+}
 
 static void score_avx512_decode(const float *const *qr, size_t R, size_t d, const void *k,
-                                int kt, ptrdiff_t ks, size_t j0, size_t nk, float *S, size_t lds,
-                                decode_pf *pf, const float *qp)
+                                sdpa_dtype kt, ptrdiff_t ks, size_t j0, size_t nk, float *S,
+                                size_t lds, decode_pf *pf, const float *qp)
 {
     const size_t rp = R == 1 ? 0 : R == 2 ? 1 : R <= 4 ? 2 : 3;
     score_avx512_decode_fns[decode_type_ix(kt)][rp](qr, R, d, k, ks, j0, nk, S, lds, pf, qp);
 }
 
 /* NV vectors of a V row from element off (masks mk), converted. */
-SDPA_INLINE void pv_avx512_decode_load(int NV, __m512 *x, const void *v, int vt, ptrdiff_t off,
-                                       const __mmask16 *mk)
+SDPA_INLINE void pv_avx512_decode_load(int NV, __m512 *x, const void *v, sdpa_dtype vt,
+                                       ptrdiff_t off, const __mmask16 *mk)
 {
-    SDPA_UNROLL for (int t = 0; t < NV; t++) x[t] = load_kv(v, (sdpa_dtype)vt, off + 16 * t, mk[t]);
+    SDPA_UNROLL for (int t = 0; t < NV; t++) x[t] = load_kv(v, vt, off + 16 * t, mk[t]);
 }
 
 /* acc[r][c0..) = alpha[r] * acc (alpha != NULL) + sum_{j in [ja, jb), j < nk[r]} S[r][j] *
@@ -284,8 +287,8 @@ SDPA_INLINE void pv_avx512_decode_load(int NV, __m512 *x, const void *v, int vt,
    rather than weighted by 0 (an inf or NaN there stays out of that row). */
 SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, float *acc, size_t dv,
                                          size_t c0, const float *alpha, const float *S,
-                                         const void *v, int vt, ptrdiff_t vs, size_t j0, size_t ja,
-                                         size_t jb, const size_t *nk, decode_pf *pfp)
+                                         const void *v, sdpa_dtype vt, ptrdiff_t vs, size_t j0,
+                                         size_t ja, size_t jb, const size_t *nk, decode_pf *pfp)
 {
     const size_t lds = DECODE_LDS;
     decode_pf pf[1] = {*pfp}; /* a local copy, kept in registers */
@@ -348,8 +351,8 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, flo
    the cases (two streams, one, the general cursor) are separate instances so that the plain
    ones keep their few pointers in registers. */
 SDPA_INLINE void pv_avx512_decode_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0,
-                                       const float *alpha, const float *S, const void *v, int vt,
-                                       ptrdiff_t vs, size_t j0, size_t ja, size_t jb,
+                                       const float *alpha, const float *S, const void *v,
+                                       sdpa_dtype vt, ptrdiff_t vs, size_t j0, size_t ja, size_t jb,
                                        const size_t *nk, decode_pf *pf)
 {
     const size_t ev = vt == SDPA_F32 ? 4 : 2;
@@ -374,7 +377,7 @@ SDPA_INLINE void pv_avx512_decode_tile(int R, int NV, int full, float *acc, size
    staying in L1 while every column chunk passes over them; alpha is applied by the first. NV
    (column vectors per pass) keeps R * NV accumulators at 8..24: at least 8 independent FMA
    chains to cover the FMA latency, few enough to stay in registers. */
-SDPA_INLINE void pv_avx512_decode_r(int R, int NV, int vt, float *acc, size_t dv,
+SDPA_INLINE void pv_avx512_decode_r(int R, int NV, sdpa_dtype vt, float *acc, size_t dv,
                                     const float *alpha, const float *S, const void *v, ptrdiff_t vs,
                                     size_t j0, const size_t *nk, decode_pf *pf)
 {
@@ -421,8 +424,8 @@ static pv_avx512_decode_fn *const pv_avx512_decode_fns[3][DECODE_MAX_ROWS] = {
 #undef PV_DECODE_FN
 
 static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha, const float *S,
-                   const void *v, int vt, ptrdiff_t vs, size_t j0,
-                   const size_t *nk, decode_pf *pf)
+                             const void *v, sdpa_dtype vt, ptrdiff_t vs, size_t j0,
+                             const size_t *nk, decode_pf *pf)
 {
     if (R >= 1 && R <= DECODE_MAX_ROWS)
         pv_avx512_decode_fns[decode_type_ix(vt)][R - 1](acc, dv, alpha, S, v, vs, j0, nk, pf);
@@ -480,7 +483,7 @@ static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
                            decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, j0, c->other ? nb : 0, c->kend)},
                           {0, 0}};
     c->pf = pf;
-    score_avx512_decode(c->qr, w->rows, d, w->k, (int)w->k_type, w->k_stride, j0, nb, S, lds,
+    score_avx512_decode(c->qr, w->rows, d, w->k, w->k_type, w->k_stride, j0, nb, S, lds,
                         &c->pf, c->qpk);
 }
 
@@ -503,7 +506,7 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
        rows) */
     c->pf.s[0] = decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, j0 + DECODE_PF_KEYS, nb, c->kend);
     c->pf.s[1] = decode_rows(w->k, w->k_stride, c->ek, w->d * c->ek, j0 + c->NB, c->other ? c->NB : 0, c->kend);
-    pv_avx512_decode(R, w->acc, w->dv, alpha, S, w->v, (int)w->v_type, w->v_stride, j0, valid, &c->pf);
+    pv_avx512_decode(R, w->acc, w->dv, alpha, S, w->v, w->v_type, w->v_stride, j0, valid, &c->pf);
 }
 
 #define SDPA_LOOP_FN decode_loop_avx512
@@ -512,7 +515,7 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
 
 void sdpa_decode_avx512(const sdpa_rows *w)
 {
-    if (w->qq || sdpa_dtype_quantized((int)w->k_type) || sdpa_dtype_quantized((int)w->v_type))
+    if (w->qq || sdpa_dtype_quantized(w->k_type) || sdpa_dtype_quantized(w->v_type))
         sdpa_decode_q_avx512(w);
     else
         decode_loop_avx512(w);

@@ -63,8 +63,8 @@ static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t
     }
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
     for (size_t j = w->kv_begin; j < w->kv_begin + DECODE_Q_PF_KEYS && j < kend; j++) {
-        qd_request(w->k, (int)w->k_type, w->k_stride, j, w->d);
-        qd_request(w->v, (int)w->v_type, w->v_stride, j, w->dv);
+        qd_request(w->k, w->k_type, w->k_stride, j, w->d);
+        qd_request(w->v, w->v_type, w->v_stride, j, w->dv);
     }
     return B;
 }
@@ -92,10 +92,10 @@ typedef void qd_values_fn(const sdpa_rows *w, float *acc, const float *al, const
     F(N, T, 1) F(N, T, 2) F(N, T, 3) F(N, T, 4) F(N, T, 5) F(N, T, 6) F(N, T, 7) F(N, T, 8)
 QD_FNS(QD_SCORES_FN, q8, SDPA_Q8_0)
 QD_FNS(QD_SCORES_FN, q4, SDPA_Q4_0)
-QD_FNS(QD_SCORES_FN, el, (int)w->k_type)
+QD_FNS(QD_SCORES_FN, el, w->k_type)
 QD_FNS(QD_VALUES_FN, q8, SDPA_Q8_0)
 QD_FNS(QD_VALUES_FN, q4, SDPA_Q4_0)
-QD_FNS(QD_VALUES_FN, el, (int)w->v_type)
+QD_FNS(QD_VALUES_FN, el, w->v_type)
 #define QD_ROW(F, N) {F##_##N##_1, F##_##N##_2, F##_##N##_3, F##_##N##_4,                          \
                       F##_##N##_5, F##_##N##_6, F##_##N##_7, F##_##N##_8}
 /* [q8_0, q4_0, an element type][rows - 1] */

@@ -24,7 +24,7 @@ SDPA_INLINE __m256 qd_f16x8(const unsigned char *p)
 }
 
 /* The 32 quants of a block as int8, element order (q4_0: nibble - 8). */
-SDPA_INLINE __m256i qd_quants32(int type, const unsigned char *b)
+SDPA_INLINE __m256i qd_quants32(sdpa_dtype type, const unsigned char *b)
 {
     if (type == SDPA_Q8_0) return _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
     const __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)(b + 2));
@@ -36,7 +36,7 @@ SDPA_INLINE __m256i qd_quants32(int type, const unsigned char *b)
 
 /* Eight elements from element c of a row of an element type (f32, f16, bf16), exactly to f32;
    n < 8: the first n, the rest 0, nothing read past them. */
-SDPA_INLINE __m256 qd_load_float(int type, const void *row, size_t c, size_t n)
+SDPA_INLINE __m256 qd_load_float(sdpa_dtype type, const void *row, size_t c, size_t n)
 {
     if (n < 8) {
         float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -70,14 +70,15 @@ SDPA_INLINE __m256i qd_dot(__m256i u, __m256i s)
 #endif
 }
 
-static inline const unsigned char *qd_row(const void *base, int type, ptrdiff_t stride, size_t j)
+static inline const unsigned char *qd_row(const void *base, sdpa_dtype type, ptrdiff_t stride,
+                                          size_t j)
 {
     return (const unsigned char *)base + sdpa_off_bytes(type, sdpa_row_off(stride, j));
 }
 
 /* Requests the lines of row j (n elements): those of its first byte, of every 64 after it, and
    of its last byte. */
-SDPA_INLINE void qd_request(const void *base, int type, ptrdiff_t stride, size_t j, size_t n)
+SDPA_INLINE void qd_request(const void *base, sdpa_dtype type, ptrdiff_t stride, size_t j, size_t n)
 {
     const unsigned char *r = qd_row(base, type, stride, j);
     const size_t bytes = (size_t)sdpa_off_bytes(type, (ptrdiff_t)n);
@@ -94,7 +95,7 @@ typedef struct qd_src {
     __m128i lo, hi;
 } qd_src;
 
-SDPA_INLINE qd_src qd_prepare(int type, const unsigned char *b)
+SDPA_INLINE qd_src qd_prepare(sdpa_dtype type, const unsigned char *b)
 {
     qd_src s;
     s.b = b;
@@ -111,7 +112,7 @@ SDPA_INLINE qd_src qd_prepare(int type, const unsigned char *b)
 
 /* Elements [8 t, 8 t + 8) of the block as f32: d q, or for q4_0 d n - 8 d (both products and
    their difference exact in f32, so one fused step gives d (n - 8) exactly). */
-SDPA_INLINE __m256 qd_x8(int type, const qd_src *s, int t, __m256 d, __m256 d8)
+SDPA_INLINE __m256 qd_x8(sdpa_dtype type, const qd_src *s, int t, __m256 d, __m256 d8)
 {
     if (type == SDPA_Q8_0)
         return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
@@ -123,7 +124,7 @@ SDPA_INLINE __m256 qd_x8(int type, const qd_src *s, int t, __m256 d, __m256 d8)
 }
 
 /* n elements (a multiple of 32) of a q8_0 or q4_0 row to f32, exactly (sdpa_kernels.dequant). */
-SDPA_INLINE void qd_dequant_t(int type, const unsigned char *src, float *dst, size_t n)
+SDPA_INLINE void qd_dequant_t(sdpa_dtype type, const unsigned char *src, float *dst, size_t n)
 {
     const size_t bb = sdpa_block_bytes(type);
     for (size_t b = 0; b < n / SDPA_QK; b++, src += bb, dst += SDPA_QK) {
@@ -133,7 +134,7 @@ SDPA_INLINE void qd_dequant_t(int type, const unsigned char *src, float *dst, si
             _mm256_storeu_ps(dst + 8 * t, qd_x8(type, &s, t, d, d8));
     }
 }
-static inline void qd_dequant(int type, const void *src, float *dst, size_t n)
+static inline void qd_dequant(sdpa_dtype type, const void *src, float *dst, size_t n)
 {
     if (type == SDPA_Q8_0)
         qd_dequant_t(SDPA_Q8_0, (const unsigned char *)src, dst, n);
@@ -152,7 +153,7 @@ SDPA_INLINE __m512 qd_f16x16(const unsigned char *p)
 }
 
 /* Elements [16 h, 16 h + 16) of the block as f32 (qd_x8's arithmetic). */
-SDPA_INLINE __m512 qd_x16(int type, const qd_src *s, int h, __m512 d, __m512 d8)
+SDPA_INLINE __m512 qd_x16(sdpa_dtype type, const qd_src *s, int h, __m512 d, __m512 d8)
 {
     if (type == SDPA_Q8_0)
         return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(

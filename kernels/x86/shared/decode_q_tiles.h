@@ -12,7 +12,7 @@
 
 /* Scores of R rows (q packed, row r at q + r d) against NK keys (rows kr[i]), R * NK <= 8,
    out[r * NK + i]. Exact: K converted per block, once for all rows, then f32 FMAs. */
-SDPA_INLINE void qd_score_tile(int R, int NK, int kt, const float *q, size_t d,
+SDPA_INLINE void qd_score_tile(int R, int NK, sdpa_dtype kt, const float *q, size_t d,
                                const unsigned char *const *kr, float *out)
 {
     __m256 a[8];
@@ -59,7 +59,7 @@ SDPA_INLINE void qd_score_tile(int R, int NK, int kt, const float *q, size_t d,
    unsigned: with VNNI the row's quants plus 128 (qu, packed by loop_begin) against k, less
    128 sum(k) (the accumulator's start, once per key block); without, |k| against the row's
    quants carrying k's sign. */
-SDPA_INLINE void qd_score_tile_i8(int R, int NK, int kt, const int8_t *qq, const uint8_t *qu,
+SDPA_INLINE void qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *qq, const uint8_t *qu,
                                   const float *qdv, size_t d, const unsigned char *const *kr,
                                   float *out)
 {
@@ -99,8 +99,8 @@ SDPA_INLINE void qd_score_tile_i8(int R, int NK, int kt, const int8_t *qq, const
 /* The rows of a score tile's keys j0 + j + i, i < NK (a tail tile of n < NK keys repeats its
    last, in bounds), and the rows DECODE_Q_PF_KEYS keys ahead of its real ones requested (none
    at or past the keys any row sees). */
-SDPA_INLINE void qd_tile_keys(int NK, int kt, const sdpa_rows *w, size_t j0, size_t j, size_t n,
-                              const unsigned char **kr)
+SDPA_INLINE void qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_t j0, size_t j,
+                              size_t n, const unsigned char **kr)
 {
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
     SDPA_UNROLL for (int i = 0; i < NK; i++)
@@ -127,8 +127,8 @@ SDPA_INLINE void qd_tile_store(int R, int NK, const float *out, size_t n, float 
    computed, never stored) against keys [j0, j0 + nb) of a quantized K, tiles of NK = 16 / RP
    keys: 16 accumulators that one shuffle tree (reduce16, PERM16) reduces to row r's score of
    key i in lane r NK + i. */
-SDPA_INLINE void qd_scores_z(int R, int kt, const sdpa_rows *w, size_t j0, size_t nb, float *S,
-                             size_t lds)
+SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0, size_t nb,
+                             float *S, size_t lds)
 {
     const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
     const size_t d = w->d, bb = sdpa_block_bytes(kt);
@@ -165,7 +165,7 @@ SDPA_INLINE void qd_scores_z(int R, int kt, const sdpa_rows *w, size_t j0, size_
    scaled by qz (the rows' block scales, each repeated over its 8 lanes, made by loop_begin)
    times the key's. VNNI: vpdpbusd on the rows' quants plus 128 (qu) from -128 sum(k); without:
    pmaddubsw on |k| and the quants negated where k < 0. An odd last block takes 256 bits. */
-SDPA_INLINE void qd_scores_fast_z(int R, int kt, const sdpa_rows *w, const uint8_t *qu,
+SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, const uint8_t *qu,
                                   const float *qz, size_t j0, size_t nb, float *S, size_t lds)
 {
     const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
@@ -239,9 +239,9 @@ SDPA_INLINE void qd_scores_fast_z(int R, int kt, const sdpa_rows *w, const uint8
 
 /* acc[r][c0, c0 + 32) = al[r] acc + sum_j P[r][j] v_j over keys [0, n) (rows rv[j], every row
    sees them): one block of a quantized V, two vectors per row. */
-SDPA_INLINE void qd_pv_block_z(int R, int vt, float *acc, size_t dv, const float *al,
-                               const float *P, size_t lds, const unsigned char *const *rv,
-                               size_t n, size_t c0)
+SDPA_INLINE void qd_pv_block_z(int R, sdpa_dtype vt, float *acc, size_t dv, const float *al,
+                               const float *P, size_t lds, const unsigned char *const *rv, size_t n,
+                               size_t c0)
 {
     __m512 a[16];
     SDPA_UNROLL for (int r = 0; r < R; r++) {
@@ -269,8 +269,8 @@ SDPA_INLINE void qd_pv_block_z(int R, int vt, float *acc, size_t dv, const float
 #endif
 
 /* Keys [j0, j0 + nb) for all R rows, tiles of NK = 8 / R keys (R * NK <= 8: one reduction). */
-SDPA_INLINE void qd_scores_r(int R, int kt, const sdpa_rows *w, const uint8_t *qu, const float *qz,
-                             size_t j0, size_t nb, float *S, size_t lds)
+SDPA_INLINE void qd_scores_r(int R, sdpa_dtype kt, const sdpa_rows *w, const uint8_t *qu,
+                             const float *qz, size_t j0, size_t nb, float *S, size_t lds)
 {
     const int NK = R == 1 ? 8 : R == 2 ? 4 : R <= 4 ? 2 : 1;
 #ifdef __AVX512F__
@@ -299,7 +299,7 @@ SDPA_INLINE void qd_scores_r(int R, int kt, const sdpa_rows *w, const uint8_t *q
 
 /* acc[r][c0, c0 + 8 NC) = al[r] acc + sum_j P[r][j] v_j over keys [0, n) of rows rv[j] (all R
    rows see them), NC 8-column vectors of an element-type V (f32, f16, bf16; cut at dv). */
-SDPA_INLINE void qd_pv_panel(int R, int NC, int vt, float *acc, size_t dv, const float *al,
+SDPA_INLINE void qd_pv_panel(int R, int NC, sdpa_dtype vt, float *acc, size_t dv, const float *al,
                              const float *P, size_t lds, const unsigned char *const *rv, size_t n,
                              size_t c0)
 {
@@ -339,7 +339,7 @@ SDPA_INLINE void qd_pv_panel(int R, int NC, int vt, float *acc, size_t dv, const
 }
 
 /* The same for a quantized V whose dv is a multiple of 32: whole vectors, no element type. */
-SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, int vt, float *acc, size_t dv,
+SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, sdpa_dtype vt, float *acc, size_t dv,
                                const float *al, const float *P, size_t lds,
                                const unsigned char *const *rv, size_t n, size_t c0)
 {
@@ -371,8 +371,9 @@ SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, int vt, float *acc, size_t
 /* Rows [0, R) over keys [0, n) from key j0 (every row sees them), in groups of
    DECODE_Q_PV_GROUP keys whose V rows stay in L1 over the column passes; alpha applied by the
    first group only. */
-SDPA_INLINE void qd_values_r(int R, int vt, const sdpa_rows *w, float *acc, const float *alpha,
-                             const float *P, size_t lds, size_t j0, size_t n, size_t kend)
+SDPA_INLINE void qd_values_r(int R, sdpa_dtype vt, const sdpa_rows *w, float *acc,
+                             const float *alpha, const float *P, size_t lds, size_t j0, size_t n,
+                             size_t kend)
 {
     static const float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     const size_t dv = w->dv;
