@@ -136,17 +136,25 @@ typedef struct sdpa_rows {
    implementation has no such parameter. Vocabulary, the same on every ISA: a unit of at most
    decode_max_rows rows takes the decode path (K and V read in place, once, every load shared
    by the rows), a larger one the prefill path (K and V packed per block, register-blocked
-   micro-kernels named <op>_<isa>_<mr>x<nr>). */
+   micro-kernels named <op>_<isa>_<mr>x<nr>); decode_q_* are those of a separate decode path
+   for K or V in q8_0 / q4_0 (read in place, in blocks). */
 typedef struct sdpa_tuning {
     size_t decode_max_rows;  /* rows of the largest unit that takes the decode path */
     size_t decode_block;     /* keys per decode block (at most) */
     size_t decode_block_few; /* keys per decode block when few rows stream both K and V ahead */
     size_t decode_pf_keys;   /* software-prefetch distance of the decode streams, in keys */
     size_t decode_pv_group;  /* keys per decode P·V group (their V rows stay in L1) */
+    size_t decode_q_block;   /* keys per block of the q8_0 / q4_0 decode path (at most) */
+    size_t decode_q_pf_keys; /* software-prefetch distance of that path, in keys */
+    size_t decode_q_pv_group; /* keys per P·V group of that path (their V rows stay in L1) */
     size_t prefill_block;    /* keys per prefill block (at most; the driver's hint may be less) */
     size_t prefill_panel;    /* query rows packed together (a Qᵀ panel or a row group) */
-    size_t score_mr, score_nr; /* the prefill score micro-kernel score_<isa>_<mr>x<nr> */
-    size_t pv_mr, pv_nr;       /* the prefill P·V micro-kernel's shape */
+    size_t prefill_pf_lines; /* lines of the driver's hint (sdpa_rows.pf) requested per prefill
+                                score tile */
+    size_t score_mr, score_nr; /* query rows x keys of the prefill score micro-kernel,
+                                  score_<isa>_<mr>x<nr> (on every ISA, transposed or not) */
+    size_t pv_mr, pv_nr;       /* query rows x output columns of the prefill P·V micro-kernel,
+                                  pv_<isa>_<mr>x<nr> */
     size_t pv_kb;              /* keys per prefill P·V sub-block (0: the whole block) */
 } sdpa_tuning;
 
