@@ -7,13 +7,13 @@
 
 /* The CPU features requirements are written in, as keys, each with how the CPU and OS report
    it and how sdpa_impl_requires names it: a feature's name joins the previous key's with "+"
-   when both share a group ("AVX-512 F+BW"), else follows it after ", ". The report lists every
+   when both share a family ("AVX-512 F+BW"), else follows it after ", ". The report lists every
    feature here, in this order, whether a row requires it or not. */
 #if defined(CPU_FEATURES_ARCH_X86)
 /* cpu_features' bits: it clears AVX and AVX-512 when XCR0 says the OS does not save YMM/ZMM */
-#define FEATURE(key, group, name, bit) {key, group, name, bit}
+#define FEATURE(key, family, name, bit) {key, family, name, bit}
 static const struct sdpa_feature {
-    const char     *key, *group, *name;
+    const char     *key, *family, *name;
     X86FeaturesEnum bit;
 } features[] = {
     FEATURE("sse4_2", NULL, "SSE4.2", X86_SSE4_2),
@@ -34,9 +34,9 @@ static bool has(const struct sdpa_feature *f, const sdpa_cpu *c)
 #elif defined(CPU_FEATURES_ARCH_AARCH64)
 /* the kernel's hwcaps (word 1: AT_HWCAP, 2: AT_HWCAP2), set only for state it saves; word 0:
    mandatory in armv8-a Linux userspace, present everywhere */
-#define FEATURE(key, group, name, word, mask) {key, group, name, word, mask}
+#define FEATURE(key, family, name, word, mask) {key, family, name, word, mask}
 static const struct sdpa_feature {
-    const char   *key, *group, *name;
+    const char   *key, *family, *name;
     int           word;
     unsigned long mask;
 } features[] = {
@@ -57,7 +57,7 @@ static bool has(const struct sdpa_feature *f, const sdpa_cpu *c)
 }
 #else
 static const struct sdpa_feature {
-    const char *key, *group, *name;
+    const char *key, *family, *name;
 } features[] = {{"none", NULL, "nothing"}}; /* no feature this report knows */
 static bool has(const struct sdpa_feature *f, const sdpa_cpu *c)
 {
@@ -93,7 +93,7 @@ bool sdpa_impl_runs_on(const struct sdpa_impl *impl, const sdpa_cpu *c)
 
 void sdpa_impl_requires_text(const struct sdpa_impl *impl, char *buf, size_t len)
 {
-    const char *group = NULL;
+    const char *family = NULL;
     buf[0] = '\0';
     if (!impl->requires[0]) {
         snprintf(buf, len, "nothing (portable C)");
@@ -101,13 +101,13 @@ void sdpa_impl_requires_text(const struct sdpa_impl *impl, char *buf, size_t len
     }
     for (const char *const *k = impl->requires; *k; k++) {
         const struct sdpa_feature *f = feature(*k);
-        const char *g = f ? f->group : NULL, *name = f ? f->name : *k;
+        const char *g = f ? f->family : NULL, *name = f ? f->name : *k;
         const size_t at = strlen(buf);
-        if (g && group && strcmp(g, group) == 0)
+        if (g && family && strcmp(g, family) == 0)
             snprintf(buf + at, len - at, "+%s", name);
         else
             snprintf(buf + at, len - at, "%s%s%s%s", at ? ", " : "", g ? g : "", g ? " " : "", name);
-        group = g;
+        family = g;
     }
 }
 

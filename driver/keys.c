@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "driver.h"
+#include "key_shift.h"
 
 static size_t sdpa_min(size_t a, size_t b) { return a < b ? a : b; }
 
@@ -17,7 +18,7 @@ static void prefetch_row(const char *p, size_t bytes)
 static const char *page_row(const char *d, const sdpa_tensor *t, ptrdiff_t P, ptrdiff_t h,
                             ptrdiff_t row)
 {
-    return d + sdpa_off_bytes((int)t->dtype, P * t->batch_stride + h + row * t->token_stride);
+    return d + sdpa_off_bytes(t->dtype, P * t->batch_stride + h + row * t->token_stride);
 }
 
 /* Key j's row of the item's KV head in the K or V view t (head offset h, in elements): in its
@@ -33,19 +34,19 @@ static const char *kv_row(const plan *pl, const item *it, const sdpa_tensor *t, 
     const ptrdiff_t base = p->cu_kv ? (ptrdiff_t)(it->sq->k0 + j) * t->token_stride
                                     : (ptrdiff_t)it->b * t->batch_stride +
                                           (ptrdiff_t)j * t->token_stride;
-    return (const char *)t->data + sdpa_off_bytes((int)t->dtype, base + h);
+    return (const char *)t->data + sdpa_off_bytes(t->dtype, base + h);
 }
 
 /* One staged row: a block format dequantized to f32 (deq: by the kernel's own vector code when
    it has one), anything else copied as it is. */
 static void stage_row(const plan *pl, char *dst, const char *src, sdpa_dtype t, size_t n, bool deq)
 {
-    if (deq && sdpa_dtype_quantized((int)t) && pl->k->dequant)
-        pl->k->dequant((int)t, src, (float *)(void *)dst, n);
-    else if (deq && sdpa_dtype_quantized((int)t))
-        sdpa_row_to_f32(src, (int)t, 0, 0, n, (float *)(void *)dst);
+    if (deq && sdpa_dtype_quantized(t) && pl->k->dequant)
+        pl->k->dequant(t, src, (float *)(void *)dst, n);
+    else if (deq && sdpa_dtype_quantized(t))
+        sdpa_row_to_f32(src, t, 0, 0, n, (float *)(void *)dst);
     else
-        memcpy(dst, src, (size_t)sdpa_off_bytes((int)t, (ptrdiff_t)n));
+        memcpy(dst, src, (size_t)sdpa_off_bytes(t, (ptrdiff_t)n));
 }
 
 /* Where a paged sequence's page pg and the next are one run of key rows in both K and V. */
@@ -54,19 +55,6 @@ static bool pages_adjacent(const plan *pl, const int32_t *tab, size_t pg)
     const ptrdiff_t ps = (ptrdiff_t)pl->p->page_size;
     return tab[pg + 1] == tab[pg] + 1 && pl->kt->batch_stride == ps * pl->kt->token_stride &&
            pl->vt->batch_stride == ps * pl->vt->token_stride;
-}
-
-/* The rows' key indices of w shifted down by base (limits and starts saturate at 0), into the
-   arrays a rebased unit points at. */
-static void rebase(const sdpa_rows *w, size_t *lim2, size_t *first2, ptrdiff_t *pos2,
-                   const void **mask2, size_t mes, size_t base)
-{
-    for (size_t r = 0; r < w->rows; r++) {
-        lim2[r] = w->kv_limit[r] > base ? w->kv_limit[r] - base : 0;
-        if (w->kv_first) first2[r] = w->kv_first[r] > base ? w->kv_first[r] - base : 0;
-        if (w->mods) pos2[r] = w->mods->pos[r] - (ptrdiff_t)base;
-        if (w->mods && w->mods->mask) mask2[r] = (const char *)w->mods->mask[r] + base * mes;
-    }
 }
 
 /* Runs the kernel on keys [c0, c1) of the item's KV head. Contiguous K/V: one unit. Paged:
@@ -117,35 +105,20 @@ void sdpa_run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, size
         w->pages = NULL;
         return;
     }
-    const size_t *first = w->kv_first;
-    const sdpa_mods *mods = w->mods;
-    size_t *lim2 = (size_t *)(void *)reb, *first2 = lim2 + R;
-    ptrdiff_t *pos2 = (ptrdiff_t *)(first2 + R);
-    const void **mask2 = (const void **)(pos2 + R);
-    const size_t mes = mods && mods->mask ? sdpa_block_bytes((int)mods->mask_type) : 0;
-    sdpa_mods m2 = mods ? *mods : (sdpa_mods){0};
-    sdpa_rows u = *w;
-    u.kv_limit = lim2;
-    u.kv_first = first ? first2 : NULL;
-    u.mods = mods ? &m2 : NULL;
-    if (mods) {
-        m2.pos = pos2;
-        if (mods->mask) m2.mask = mask2;
-    }
+    sdpa_rows u; /* the unit of the keys handed over, rebased in reb (sdpa_key_shift) */
+    sdpa_mods um;
     if (deq || (tab && ps < STAGE_MAX_PAGE)) {
         /* rows gathered (short pages) or dequantized to f32 (block formats), stage_keys at a
            time, into a dense copy the kernel reads as one unit (keys [s0, s1) at rows
            [0, s1 - s0) of the copy) */
         const size_t n_st = (c1 - c0 + pl->stage_keys - 1) / pl->stage_keys;
-        const sdpa_dtype skt = deq && sdpa_dtype_quantized((int)kt) ? SDPA_F32 : kt;
-        const sdpa_dtype svt = deq && sdpa_dtype_quantized((int)vt) ? SDPA_F32 : vt;
-        const size_t krow = (size_t)sdpa_off_bytes((int)skt, (ptrdiff_t)pl->D),
-                     vrow = (size_t)sdpa_off_bytes((int)svt, (ptrdiff_t)pl->Dv);
-        const size_t kin = (size_t)sdpa_off_bytes((int)kt, (ptrdiff_t)pl->D),
-                     vin = (size_t)sdpa_off_bytes((int)vt, (ptrdiff_t)pl->Dv);
+        const sdpa_dtype skt = deq && sdpa_dtype_quantized(kt) ? SDPA_F32 : kt;
+        const sdpa_dtype svt = deq && sdpa_dtype_quantized(vt) ? SDPA_F32 : vt;
+        const size_t krow = (size_t)sdpa_off_bytes(skt, (ptrdiff_t)pl->D),
+                     vrow = (size_t)sdpa_off_bytes(svt, (ptrdiff_t)pl->Dv);
+        const size_t kin = (size_t)sdpa_off_bytes(kt, (ptrdiff_t)pl->D),
+                     vin = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)pl->Dv);
         char *sk = (char *)(void *)stage, *sv = sk + pl->stage_keys * krow;
-        u.k = sk, u.v = sv, u.k_stride = (ptrdiff_t)pl->D, u.v_stride = (ptrdiff_t)pl->Dv;
-        u.k_type = skt, u.v_type = svt;
         for (size_t si = 0; si < n_st; si++) {
             const size_t s0 = c0 + (w->reverse ? n_st - 1 - si : si) * pl->stage_keys;
             const size_t s1 = s0 + pl->stage_keys < c1 ? s0 + pl->stage_keys : c1;
@@ -158,7 +131,9 @@ void sdpa_run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, size
                 stage_row(pl, sk + (j - s0) * krow, kv_row(pl, it, pl->kt, kh, j), kt, pl->D, deq);
                 stage_row(pl, sv + (j - s0) * vrow, kv_row(pl, it, pl->vt, vh, j), vt, pl->Dv, deq);
             }
-            rebase(w, lim2, first2, pos2, mask2, mes, s0);
+            sdpa_key_shift(w, s0, reb, &u, &um);
+            u.k = sk, u.v = sv, u.k_stride = (ptrdiff_t)pl->D, u.v_stride = (ptrdiff_t)pl->Dv;
+            u.k_type = skt, u.v_type = svt;
             u.kv_begin = 0, u.kv_end = s1 - s0;
             pl->k->rows(&u);
         }
@@ -174,7 +149,7 @@ void sdpa_run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, size
             while (e < pg_hi && pages_adjacent(pl, tab, e)) e++;
         const size_t base = a * ps, j0 = base > c0 ? base : c0,
                      j1 = (e + 1) * ps < c1 ? (e + 1) * ps : c1;
-        rebase(w, lim2, first2, pos2, mask2, mes, base);
+        sdpa_key_shift(w, base, reb, &u, &um);
         const ptrdiff_t page = tab[a];
         u.k = page_row(kd, pl->kt, page, kh, 0);
         u.v = page_row(vd, pl->vt, page, vh, 0);
@@ -189,9 +164,9 @@ void sdpa_run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, size
             const ptrdiff_t P = tab[np];
             for (size_t j = n0; j < nk && np * ps + j < c1; j++) {
                 prefetch_row(page_row(kd, pl->kt, P, kh, (ptrdiff_t)j),
-                             (size_t)sdpa_off_bytes((int)kt, (ptrdiff_t)pl->D));
+                             (size_t)sdpa_off_bytes(kt, (ptrdiff_t)pl->D));
                 prefetch_row(page_row(vd, pl->vt, P, vh, (ptrdiff_t)j),
-                             (size_t)sdpa_off_bytes((int)vt, (ptrdiff_t)pl->Dv));
+                             (size_t)sdpa_off_bytes(vt, (ptrdiff_t)pl->Dv));
             }
         }
         pl->k->rows(&u);

@@ -7,6 +7,27 @@
 
 #include "sdpa.h"
 
+/* Glossary: each word below has this one meaning in the driver, the kernels and their docs.
+   - group: the query heads that share one KV head (GQA; q_heads / kv_heads of them). The split
+     merge works per group (a merge group), the planner's rows are a group's heads x queries.
+   - item: the driver's unit of scheduling (driver/plan.c): one query block (qb queries) of one
+     group of one sequence, against one KV chunk (all its keys unless the sequence is split).
+     A thread runs whole items.
+   - unit: one call of an implementation's `rows` kernel (sdpa_rows below): R query rows against
+     a key range of one KV head. An item runs one unit, or several when its keys are staged or
+     cut at page runs.
+   - block: a range of consecutive keys a kernel takes per inner step (sdpa_rows.block, the
+     *_block tunables); scores, softmax and P·V finish a block before the next starts. The
+     32-element storage blocks of the quantized types are always called format blocks (a block
+     format is a type made of them, see convert.h).
+   - tile: what one micro-kernel call computes: the scores or P·V terms of mr rows by nr keys
+     (or nr output columns), in registers (score_<isa>_<mr>x<nr>, pv_<isa>_<mr>x<nr>).
+   - panel: a packed operand of a micro-kernel: a K panel (nr keys, packed for one tile row), a
+     Qᵀ or Q panel (query rows packed together, prefill_panel of them), a V panel.
+   - run: a maximal stretch of rows, keys or pages that takes one path: the rows of a block that
+     all see the same keys (SDPA_VISIBLE_RUNS), the adjacent pages read as one (driver/keys.c).
+   - chunk: a split sequence's share of its keys, one item's; merged afterwards (sdpa_merge). */
+
 /* One unit of fused work, built by the driver (driver/run.c) and run by an
    implementation's `rows` kernel: R query rows against keys [kv_begin, kv_end) of one KV head.
 
@@ -63,8 +84,8 @@ typedef struct sdpa_mods {
 
 /* A paged unit's K/V (sdpa_rows.pages): key j is row j % size of page j / size, whose row 0
    is at k[j / size - first] (likewise v), rows k_stride / v_stride elements apart within a
-   page; size is a multiple of 16. scratch holds 4 * rows words for the loop's per-piece views
-   (rows_loop.h), ones holds rows floats of 1. */
+   page; size is a multiple of 16. scratch holds 4 * rows words, where rows_loop.h shifts a
+   piece's key indices to its page (sdpa_key_shift), ones holds rows floats of 1. */
 typedef struct sdpa_pages {
     const void *const *k, *const *v;
     size_t             first, size;
@@ -101,10 +122,6 @@ typedef struct sdpa_rows {
        reverse 0): a kernel with paged_rows >= rows accepts this; rows_loop.h cuts each key block
        at page ends and hands every piece to the hooks as a unit of its own page. */
     const sdpa_pages *pages;
-    /* 1 on the views rows_loop.h hands its hooks for a paged unit: a block's scores (and P·V)
-       may then come in several calls, one per page, S offset by a multiple of 16 columns, so a
-       hook must not carry a result of one loop_scores call to loop_softmax */
-    int           pieces;
     /* NULL: exact scores. Else fast scores (sdpa_params.q8_scores, K in a block format only, a
        unit of at most sdpa_kernels.quant_rows rows): row r's query quantized per 32-block,
        quants at qq + r * d and block scales at qd + r * d / 32, and the score of key j is
@@ -119,17 +136,25 @@ typedef struct sdpa_rows {
    implementation has no such parameter. Vocabulary, the same on every ISA: a unit of at most
    decode_max_rows rows takes the decode path (K and V read in place, once, every load shared
    by the rows), a larger one the prefill path (K and V packed per block, register-blocked
-   micro-kernels named <op>_<isa>_<mr>x<nr>). */
+   micro-kernels named <op>_<isa>_<mr>x<nr>); decode_q_* are those of a separate decode path
+   for K or V in q8_0 / q4_0 (read in place, in blocks). */
 typedef struct sdpa_tuning {
     size_t decode_max_rows;  /* rows of the largest unit that takes the decode path */
     size_t decode_block;     /* keys per decode block (at most) */
     size_t decode_block_few; /* keys per decode block when few rows stream both K and V ahead */
     size_t decode_pf_keys;   /* software-prefetch distance of the decode streams, in keys */
     size_t decode_pv_group;  /* keys per decode P·V group (their V rows stay in L1) */
+    size_t decode_q_block;   /* keys per block of the q8_0 / q4_0 decode path (at most) */
+    size_t decode_q_pf_keys; /* software-prefetch distance of that path, in keys */
+    size_t decode_q_pv_group; /* keys per P·V group of that path (their V rows stay in L1) */
     size_t prefill_block;    /* keys per prefill block (at most; the driver's hint may be less) */
     size_t prefill_panel;    /* query rows packed together (a Qᵀ panel or a row group) */
-    size_t score_mr, score_nr; /* the prefill score micro-kernel score_<isa>_<mr>x<nr> */
-    size_t pv_mr, pv_nr;       /* the prefill P·V micro-kernel's shape */
+    size_t prefill_pf_lines; /* lines of the driver's hint (sdpa_rows.pf) requested per prefill
+                                score tile */
+    size_t score_mr, score_nr; /* query rows x keys of the prefill score micro-kernel,
+                                  score_<isa>_<mr>x<nr> (on every ISA, transposed or not) */
+    size_t pv_mr, pv_nr;       /* query rows x output columns of the prefill P·V micro-kernel,
+                                  pv_<isa>_<mr>x<nr> */
     size_t pv_kb;              /* keys per prefill P·V sub-block (0: the whole block) */
 } sdpa_tuning;
 
@@ -160,7 +185,7 @@ typedef struct sdpa_kernels {
     size_t quant_rows;
     /* n elements (a multiple of 32) of a row of a block format at src to f32, exactly:
        what the driver's staged copy takes; NULL: it converts them itself, element by element */
-    void (*dequant)(int type, const void *src, float *dst, size_t n);
+    void (*dequant)(sdpa_dtype type, const void *src, float *dst, size_t n);
     /* the parameters the kernels above were compiled with */
     sdpa_tuning tuning;
 } sdpa_kernels;

@@ -8,6 +8,7 @@
 
 #include "convert.h"
 #include "kernel_table.h"
+#include "key_shift.h"
 
 /* Micro-kernels are written once with their shape as a parameter and instantiated with
    constants; forcing them inline lets the compiler unroll them and keep every accumulator in a
@@ -81,10 +82,10 @@ static inline bool sdpa_v_finite(const sdpa_rows *w, size_t ja, size_t jb)
     const size_t dv = w->dv;
     unsigned bad = 0;
     for (size_t j = ja; j < jb; j++) {
-        if (sdpa_dtype_quantized((int)w->v_type)) { /* d q is finite iff the scale d is */
+        if (sdpa_dtype_quantized(w->v_type)) { /* d q is finite iff the scale d is */
             const unsigned char *x = (const unsigned char *)w->v +
-                                     sdpa_off_bytes((int)w->v_type, sdpa_row_off(w->v_stride, j));
-            const size_t bb = sdpa_block_bytes((int)w->v_type);
+                                     sdpa_off_bytes(w->v_type, sdpa_row_off(w->v_stride, j));
+            const size_t bb = sdpa_block_bytes(w->v_type);
             for (size_t b = 0; b < dv / SDPA_QK; b++, x += bb) bad |= (x[1] & 0x7c) == 0x7c;
         } else if (w->v_type == SDPA_F32) {
             const sdpa_bits32 *x = (const sdpa_bits32 *)w->v + sdpa_row_off(w->v_stride, j);
@@ -115,48 +116,23 @@ static inline bool sdpa_v_finite(const sdpa_rows *w, size_t ja, size_t jb)
     } while (0)
 
 /* The piece of a paged unit w that starts at key j: *n (the keys wanted) is cut at the end of
-   j's page, and u becomes a unit of that page alone (k and v at its row 0, keys counted from
-   its first: limits, and with var the window starts, positions and mask rows, shifted in
-   w->pages->scratch; um holds u's modifiers). Returns j's row in the page. Every key of the
-   piece lies in [w->kv_begin, w->kv_end), so u's range is the page's part of it. */
+   j's page, and u becomes a unit of that page alone, its keys counted from the page's first
+   (sdpa_key_shift into w->pages->scratch and um: the limits, and the window starts and
+   modifiers by which a piece's exact P·V skips hidden keys). Returns j's row in the page.
+   Every key of the piece lies in [w->kv_begin, w->kv_end), so u's range is the page's part
+   of it. */
 static inline size_t sdpa_page_piece(const sdpa_rows *w, size_t j, size_t *n, sdpa_rows *u,
-                                     sdpa_mods *um, int var)
+                                     sdpa_mods *um)
 {
     const sdpa_pages *pg = w->pages;
-    const size_t p = j / pg->size, base = p * pg->size, lj = j - base, R = w->rows;
+    const size_t p = j / pg->size, base = p * pg->size, lj = j - base;
     if (*n > pg->size - lj) *n = pg->size - lj;
-    size_t *lim = (size_t *)pg->scratch, *first = lim + R;
-    ptrdiff_t *pos = (ptrdiff_t *)(first + R);
-    const void **mask = (const void **)(pos + R);
-    *u = *w;
+    sdpa_key_shift(w, base, pg->scratch, u, um);
     u->pages = NULL;
-    u->pieces = 1;
     u->k = pg->k[p - pg->first];
     u->v = pg->v[p - pg->first];
     u->kv_begin = w->kv_begin > base ? w->kv_begin - base : 0;
     u->kv_end = w->kv_end - base < pg->size ? w->kv_end - base : pg->size;
-    for (size_t r = 0; r < R; r++) lim[r] = w->kv_limit[r] > base ? w->kv_limit[r] - base : 0;
-    u->kv_limit = lim;
-    u->kv_first = NULL;
-    u->mods = NULL;
-    if (var) { /* what sdpa_sees reads: the exact P·V of a piece skips the keys it hides */
-        if (w->kv_first) {
-            for (size_t r = 0; r < R; r++)
-                first[r] = w->kv_first[r] > base ? w->kv_first[r] - base : 0;
-            u->kv_first = first;
-        }
-        if (w->mods) {
-            *um = *w->mods;
-            for (size_t r = 0; r < R; r++) pos[r] = w->mods->pos[r] - (ptrdiff_t)base;
-            um->pos = pos;
-            if (um->mask) {
-                const size_t es = um->mask_type == SDPA_F32 ? 4 : 2;
-                for (size_t r = 0; r < R; r++) mask[r] = (const char *)w->mods->mask[r] + base * es;
-                um->mask = mask;
-            }
-            u->mods = um;
-        }
-    }
     return lj;
 }
 
@@ -167,7 +143,7 @@ static inline void sdpa_page_ahead(const sdpa_rows *w, int v, size_t j0, size_t 
 {
     const sdpa_pages *pg = w->pages;
     const size_t end = w->kv_end < w->kv_limit[w->rows - 1] ? w->kv_end : w->kv_limit[w->rows - 1];
-    const int t = (int)(v ? w->v_type : w->k_type);
+    const sdpa_dtype t = v ? w->v_type : w->k_type;
     const size_t bytes = (size_t)sdpa_off_bytes(t, (ptrdiff_t)(v ? w->dv : w->d));
     const ptrdiff_t st = v ? w->v_stride : w->k_stride;
     for (size_t j = j0; j < j1 && j < end; j++) {

@@ -26,6 +26,14 @@
  *         nv = sdpa_visible(w, r, j0, nb); keys past nv are skipped, not weighted by 0 (an inf
  *         or NaN there must stay out of the row) or carry p = 0 exactly with finite v
  *
+ * A block's scores (and values) may come in several calls, each over a part of the block with
+ * S advanced by a multiple of 16 columns (a paged unit: one call per page, on a unit of that
+ * page alone); loop_softmax then runs once per row r0 <= r < rows, after all of them. What a
+ * path carries from loop_scores to loop_softmax (a row's running max) must combine over all
+ * the score calls of a block and start afresh for the next block, for every row: one before
+ * r0, whose scores a path may compute but which takes no softmax step, may see a later block
+ * (scanning backwards).
+ *
  * and optionally SDPA_LOOP_REVERSE (1: honour sdpa_rows.reverse, scanning the blocks from the
  * last).
  *
@@ -82,7 +90,7 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
     size_t B;
     if (w->pages) {
         size_t n = 1;
-        sdpa_page_piece(w, w->kv_begin, &n, &u, &um, var);
+        sdpa_page_piece(w, w->kv_begin, &n, &u, &um);
         B = loop_begin(&c, &u, &S, &lds, &alpha);
     } else {
         B = loop_begin(&c, w, &S, &lds, &alpha);
@@ -119,7 +127,7 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
         if (w->pages)
             for (size_t o = 0, n; o < nb; o += n) {
                 n = nb - o;
-                const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um, var);
+                const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um);
                 const size_t e = j0 + o + n; /* the piece's end: the rows ahead past it */
                 sdpa_page_ahead(w, 0, sdpa_max(e, j0 + o + SDPA_LOOP_AHEAD), e + SDPA_LOOP_AHEAD);
                 SDPA_LOOP_CAT(SDPA_LOOP_FN, _scores)(&c, &u, r0, lj, n, S + o, lds);
@@ -141,12 +149,12 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
             bool finite = true;
             for (size_t o = 0, n; var && hidden && o < nb; o += n) {
                 n = nb - o;
-                const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um, var);
+                const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um);
                 finite = finite && sdpa_v_finite(&u, lj, lj + sdpa_visible(&u, R - 1, lj, n));
             }
             for (size_t o = 0, n; o < nb; o += n) {
                 n = nb - o;
-                const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um, var);
+                const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um);
                 const size_t e = j0 + o + n;
                 sdpa_page_ahead(w, 1, sdpa_max(e, j0 + o + SDPA_LOOP_AHEAD), e + SDPA_LOOP_AHEAD);
                 const float *a = o ? w->pages->ones : alpha;

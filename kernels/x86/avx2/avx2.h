@@ -28,24 +28,38 @@
 #define SCORE_NR 16
 #define PV_MR 6             /* P·V micro-kernel: 6 rows x 16 columns = 12 accumulators */
 #define PV_NR 16
-/* keys per block when the driver gives no hint */
-#define BLOCK_DEFAULT 256
+/* the q8_0 / q4_0 decode path (shared/decode_q.h) */
+#define DECODE_Q_BLOCK 256  /* keys per block (at most: the driver's hint rules) */
+#define DECODE_Q_PF_KEYS 16 /* prefetch distance of its K and V rows */
+#define DECODE_Q_PV_GROUP 32 /* keys per P·V group: their V rows stay in L1 across column passes */
 
+/* Keys per block: the driver's hint, at most cap (the driver never hints 0; taken as 1). */
 static inline size_t block_keys(size_t block, size_t cap)
 {
-    return block == 0 ? BLOCK_DEFAULT : block > cap ? cap : block;
+    return sdpa_min(block ? block : 1, cap);
 }
 
 /* The two paths (decode.c, prefill.c) and their scratch sizes in floats. */
 void   sdpa_decode_avx2(const sdpa_rows *w);
-/* the decode path for K or V in q8_0 / q4_0, and fast scores (kernels/x86/decode_q.h) */
+/* the decode path for K or V in q8_0 / q4_0, and fast scores (kernels/x86/shared/decode_q.h) */
 void   sdpa_decode_q_avx2(const sdpa_rows *w);
 size_t sdpa_decode_q_ws_avx2(size_t rows, size_t d);
-void   sdpa_dequant_avx2(int type, const void *src, float *dst, size_t n);
+void   sdpa_dequant_avx2(sdpa_dtype type, const void *src, float *dst, size_t n);
 #define DEQUANT_FN sdpa_dequant_avx2
 void   sdpa_prefill_avx2(const sdpa_rows *w);
 size_t sdpa_decode_ws_avx2(size_t rows, size_t d, size_t dv, size_t block);
 size_t sdpa_prefill_ws_avx2(size_t rows, size_t d, size_t dv, size_t block);
+
+/* The functions of the kernel table (prims.c; rows and ws_floats: SDPA_DEFINE_PATHS),
+   exported. */
+void   sdpa_score_f32_avx2(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+                           float scale, float *s);
+float  sdpa_softmax_online_f32_avx2(float *s, size_t n, float *m, float *l);
+void   sdpa_accumulate_f32_avx2(float *o, float alpha, const float *p, const float *v,
+                                size_t v_stride, size_t n, size_t dv);
+void   sdpa_exp_f32_avx2(const float *x, float *y, size_t n);
+void   sdpa_rows_avx2(const sdpa_rows *w);
+size_t sdpa_ws_floats_avx2(size_t rows, size_t d, size_t dv, size_t block);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Small helpers                                                                              */

@@ -20,9 +20,10 @@ size_t sdpa_decode_ws_avx2(size_t rows, size_t d, size_t dv, size_t block)
 /* --- direct path (few rows): micro-kernels reading K/V in place --------------------------- */
 
 /* Scores of mr rows against nk keys (mr * nk <= 12), S[r][i] for keys j..j+nk. */
-SDPA_INLINE void score_decode_mk(size_t mr, size_t nk, sdpa_dtype t, const float *q, size_t d,
-                                 const void *k, ptrdiff_t ks, size_t j, float *S, size_t lds,
-                                 ptrdiff_t pfo, const char *oth, const char *oend, size_t oper)
+SDPA_INLINE void score_avx2_decode_tile(size_t mr, size_t nk, sdpa_dtype t, const float *q,
+                                        size_t d, const void *k, ptrdiff_t ks, size_t j, float *S,
+                                        size_t lds, ptrdiff_t pfo, const char *oth,
+                                        const char *oend, size_t oper)
 {
     /* pfo != 0: the rows pfo elements past this tile's keys exist, and each step that starts
        a cache line of them requests it: the requests spread over the arithmetic. oth != NULL:
@@ -87,11 +88,11 @@ static inline int stream_one_row(const sdpa_rows *w) { return w->rows == 1 && w-
 
 /* Keys [j0, j0 + nb) for all R <= 8 rows, in tiles of nk keys (8 / R, or 3 for R = 4), so each
    loaded K vector feeds R FMAs. */
-SDPA_INLINE void score_decode_t(sdpa_dtype t, size_t R, const float *q, size_t d, const void *k,
-                                ptrdiff_t ks, size_t j0, size_t nb, float *S, size_t lds,
-                                const sdpa_rows *w, int other)
+SDPA_INLINE void score_avx2_decode_block(sdpa_dtype t, size_t R, const float *q, size_t d,
+                                         const void *k, ptrdiff_t ks, size_t j0, size_t nb,
+                                         float *S, size_t lds, const sdpa_rows *w, int other)
 {
-    const size_t nk = R == 4 ? 3 : 8 / R; /* keys per tile: see score_decode_mk */
+    const size_t nk = R == 4 ? 3 : 8 / R; /* keys per tile: see score_avx2_decode_tile */
     const size_t ke = t == SDPA_F32 ? 4 : 2, ve = w->v_type == SDPA_F32 ? 4 : 2;
     const int first = j0 == w->kv_begin; /* nothing requested this block's first V rows */
     /* other (a constant at each call, so that the loop without it is as lean as before): the
@@ -117,44 +118,51 @@ SDPA_INLINE void score_decode_t(sdpa_dtype t, size_t R, const float *q, size_t d
             if ((other && !oin) || (first && j + i < DECODE_PF_KEYS))
                 sdpa_pf_row(w->v, ve, w->v_stride, j0 + j + i, w->dv);
         }
+        /* a tile of m rows x n_ keys from key j0 + jj, requesting no other array */
+#define SCORE_TILE(m, n_, jj)                                                                    \
+    score_avx2_decode_tile(m, n_, t, q, d, k, ks, j0 + (jj), S + (jj), lds, pfo, NULL, NULL, 0)
         if (n == nk) {
             switch (R) { /* constant shapes, so the accumulators live in registers */
             case 1:
                 if (oth)
-                    score_decode_mk(1, 8, t, q, d, k, ks, j0 + j, S + j, lds, pfo, oth, oth + 8 * vrow, oper);
+                    score_avx2_decode_tile(1, 8, t, q, d, k, ks, j0 + j, S + j, lds, pfo, oth,
+                                           oth + 8 * vrow, oper);
                 else
-                    score_decode_mk(1, 8, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0);
+                    SCORE_TILE(1, 8, j);
                 break;
-            case 2: score_decode_mk(2, 4, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
-            case 3: score_decode_mk(3, 2, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
-            case 4: score_decode_mk(4, 3, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
-            case 5: score_decode_mk(5, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
-            case 6: score_decode_mk(6, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
-            case 7: score_decode_mk(7, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
-            default: score_decode_mk(8, 1, t, q, d, k, ks, j0 + j, S + j, lds, pfo, NULL, NULL, 0); break;
+            case 2: SCORE_TILE(2, 4, j); break;
+            case 3: SCORE_TILE(3, 2, j); break;
+            case 4: SCORE_TILE(4, 3, j); break;
+            case 5: SCORE_TILE(5, 1, j); break;
+            case 6: SCORE_TILE(6, 1, j); break;
+            case 7: SCORE_TILE(7, 1, j); break;
+            default: SCORE_TILE(8, 1, j); break;
             }
         } else {
             for (size_t i = 0; i < n; i++) {
                 switch (R) {
-                case 1: score_decode_mk(1, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo, NULL, NULL, 0); break;
-                case 2: score_decode_mk(2, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo, NULL, NULL, 0); break;
-                case 3: score_decode_mk(3, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo, NULL, NULL, 0); break;
-                default: score_decode_mk(4, 1, t, q, d, k, ks, j0 + j + i, S + j + i, lds, pfo, NULL, NULL, 0); break;
+                case 1: SCORE_TILE(1, 1, j + i); break;
+                case 2: SCORE_TILE(2, 1, j + i); break;
+                case 3: SCORE_TILE(3, 1, j + i); break;
+                default: SCORE_TILE(4, 1, j + i); break;
                 }
             }
         }
+#undef SCORE_TILE
     }
 }
 
 /* One function per shape: each storage type by row count, and the one-row streaming scheme
    (other = 1, one row only); called once per block. */
-typedef void score_decode_fn(const sdpa_rows *w, const float *q, size_t j0, size_t nb, float *S,
-                             size_t lds);
+typedef void score_avx2_decode_fn(const sdpa_rows *w, const float *q, size_t j0, size_t nb,
+                                  float *S, size_t lds);
 #define SCORE_DECODE_FN(T, R, O)                                                               \
-    SDPA_NOINLINE void score_decode_##T##_##R##_##O(const sdpa_rows *w, const float *q, size_t j0, \
-                                                    size_t nb, float *S, size_t lds)           \
+    SDPA_NOINLINE void score_avx2_decode_##T##_##R##_##O(const sdpa_rows *w, const float *q,   \
+                                                         size_t j0, size_t nb, float *S,       \
+                                                         size_t lds)                           \
     {                                                                                          \
-        score_decode_t(SDPA_##T, R, q, w->d, w->k, w->k_stride, j0, nb, S, lds, w, O);         \
+        score_avx2_decode_block(SDPA_##T, R, q, w->d, w->k, w->k_stride, j0, nb, S, lds, w,    \
+                                O);                                                            \
     }
 #define SCORE_DECODE_FNS(T)                                                                    \
     SCORE_DECODE_FN(T, 1, 1) SCORE_DECODE_FN(T, 1, 0) SCORE_DECODE_FN(T, 2, 0)                 \
@@ -164,11 +172,11 @@ SCORE_DECODE_FNS(F32)
 SCORE_DECODE_FNS(F16)
 SCORE_DECODE_FNS(BF16)
 #define SCORE_DECODE_ROW(T)                                                                    \
-    {score_decode_##T##_1_1, score_decode_##T##_1_0, score_decode_##T##_2_0,                   \
-     score_decode_##T##_3_0, score_decode_##T##_4_0, score_decode_##T##_5_0,                  \
-     score_decode_##T##_6_0, score_decode_##T##_7_0, score_decode_##T##_8_0}
+    {score_avx2_decode_##T##_1_1, score_avx2_decode_##T##_1_0, score_avx2_decode_##T##_2_0,    \
+     score_avx2_decode_##T##_3_0, score_avx2_decode_##T##_4_0, score_avx2_decode_##T##_5_0,    \
+     score_avx2_decode_##T##_6_0, score_avx2_decode_##T##_7_0, score_avx2_decode_##T##_8_0}
 /* [F32, F16, BF16][0: one streaming row, else the rows] */
-static score_decode_fn *const score_decode_fns[3][DECODE_MAX_ROWS + 1] = {
+static score_avx2_decode_fn *const score_avx2_decode_fns[3][DECODE_MAX_ROWS + 1] = {
     SCORE_DECODE_ROW(F32), SCORE_DECODE_ROW(F16), SCORE_DECODE_ROW(BF16)};
 #undef SCORE_DECODE_ROW
 #undef SCORE_DECODE_FNS
@@ -182,11 +190,11 @@ static inline size_t decode_rows_ix(size_t R, int s)
     return R == 1 && s ? 0 : sdpa_min(R, DECODE_MAX_ROWS);
 }
 
-static void score_decode_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, float *S,
+static void score_avx2_decode(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, float *S,
                               size_t lds)
 {
     const size_t R = w->rows - r0;
-    score_decode_fns[decode_type_ix(w->k_type)][decode_rows_ix(R, stream_one_row(w))](
+    score_avx2_decode_fns[decode_type_ix(w->k_type)][decode_rows_ix(R, stream_one_row(w))](
         w, w->q + r0 * w->d, j0, nb, S + r0 * lds, lds);
 }
 
@@ -201,10 +209,10 @@ typedef struct pv_prefetch {
     size_t      ahead;  /* keys: the block's size, so the next block's rows */
 } pv_prefetch;
 
-SDPA_INLINE void pv_decode_mk(size_t mr, size_t nv, sdpa_dtype t, float *acc, size_t dv,
-                              const float *alpha, const float *P, size_t lds, const void *v,
-                              ptrdiff_t vs, size_t j0, size_t nb, size_t c0, size_t cnt,
-                              pv_prefetch *pf, int other)
+SDPA_INLINE void pv_avx2_decode_tile(size_t mr, size_t nv, sdpa_dtype t, float *acc, size_t dv,
+                                     const float *alpha, const float *P, size_t lds, const void *v,
+                                     ptrdiff_t vs, size_t j0, size_t nb, size_t c0, size_t cnt,
+                                     pv_prefetch *pf, int other)
 {
     __m256 a[12];
     const int full = cnt == 8 * nv;
@@ -264,23 +272,25 @@ SDPA_INLINE void pv_decode_mk(size_t mr, size_t nv, sdpa_dtype t, float *acc, si
    in the time of whole groups, not of one fast pass. alpha is applied by the first group
    only. Columns in panels of 8 * NV(R) (NV chosen so R * NV accumulators fill the registers),
    then 8-column panels, then one element-safe tail panel. */
+/* the tile of mr rows x nv vectors at column c, cnt columns, of group g */
+#define PV_TILE(mr, nv, cnt)                                                                   \
+    pv_avx2_decode_tile(mr, nv, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, cnt, &pf, other)
 #define PV_DECODE_CASE(m, nv)                                                                  \
     case m:                                                                                    \
-        for (size_t g = 0; g < nb; g += DECODE_PV_GROUP) {                                            \
-            const size_t ng = nb - g < DECODE_PV_GROUP ? nb - g : DECODE_PV_GROUP;                           \
+        for (size_t g = 0; g < nb; g += DECODE_PV_GROUP) {                                     \
+            const size_t ng = nb - g < DECODE_PV_GROUP ? nb - g : DECODE_PV_GROUP;             \
             const float *al = g == 0 ? alpha : ones;                                           \
             size_t c = 0;                                                                      \
             for (; c + 8 * (nv) <= dv; c += 8 * (nv))                                          \
-                pv_decode_mk(m, nv, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, 8 * (nv), &pf, other); \
-            for (; c + 8 <= dv; c += 8)                                                        \
-                pv_decode_mk(m, 1, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, 8, &pf, other);  \
-            if (c < dv) pv_decode_mk(m, 1, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, dv - c, &pf, other); \
+                PV_TILE(m, nv, 8 * (nv));                                                      \
+            for (; c + 8 <= dv; c += 8) PV_TILE(m, 1, 8);                                      \
+            if (c < dv) PV_TILE(m, 1, dv - c);                                                 \
         }                                                                                      \
         break;
 
-SDPA_INLINE void pv_decode_t(sdpa_dtype t, size_t R, float *acc, size_t dv, const float *alpha,
-                             const float *P, size_t lds, const void *v, ptrdiff_t vs, size_t j0,
-                             size_t nb, pv_prefetch pf, int other)
+SDPA_INLINE void pv_avx2_decode_block(sdpa_dtype t, size_t R, float *acc, size_t dv,
+                                      const float *alpha, const float *P, size_t lds, const void *v,
+                                      ptrdiff_t vs, size_t j0, size_t nb, pv_prefetch pf, int other)
 {
     static const float ones[DECODE_MAX_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1};
     switch (R) {
@@ -295,16 +305,20 @@ SDPA_INLINE void pv_decode_t(sdpa_dtype t, size_t R, float *acc, size_t dv, cons
         PV_DECODE_CASE(8, 1)
     }
 }
+#undef PV_DECODE_CASE
+#undef PV_TILE
 
-typedef void pv_decode_fn(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,
-                          const void *v, ptrdiff_t vs, size_t j0, size_t nb, const pv_prefetch *pf);
+typedef void pv_avx2_decode_fn(float *acc, size_t dv, const float *alpha, const float *P,
+                               size_t lds, const void *v, ptrdiff_t vs, size_t j0, size_t nb,
+                               const pv_prefetch *pf);
 #define PV_DECODE_FN(T, R, O)                                                                  \
-    SDPA_NOINLINE void pv_decode_##T##_##R##_##O(float *acc, size_t dv, const float *alpha,    \
-                                                 const float *P, size_t lds, const void *v,    \
-                                                 ptrdiff_t vs, size_t j0, size_t nb,           \
-                                                 const pv_prefetch *pf)                        \
+    SDPA_NOINLINE void pv_avx2_decode_##T##_##R##_##O(float *acc, size_t dv,                  \
+                                                      const float *alpha, const float *P,      \
+                                                      size_t lds, const void *v, ptrdiff_t vs, \
+                                                      size_t j0, size_t nb,                    \
+                                                      const pv_prefetch *pf)                   \
     {                                                                                          \
-        pv_decode_t(SDPA_##T, R, acc, dv, alpha, P, lds, v, vs, j0, nb, *pf, O);               \
+        pv_avx2_decode_block(SDPA_##T, R, acc, dv, alpha, P, lds, v, vs, j0, nb, *pf, O);      \
     }
 #define PV_DECODE_FNS(T)                                                                       \
     PV_DECODE_FN(T, 1, 1) PV_DECODE_FN(T, 1, 0) PV_DECODE_FN(T, 2, 0) PV_DECODE_FN(T, 3, 0)    \
@@ -314,17 +328,17 @@ PV_DECODE_FNS(F32)
 PV_DECODE_FNS(F16)
 PV_DECODE_FNS(BF16)
 #define PV_DECODE_ROW(T)                                                                       \
-    {pv_decode_##T##_1_1, pv_decode_##T##_1_0, pv_decode_##T##_2_0, pv_decode_##T##_3_0,       \
-     pv_decode_##T##_4_0, pv_decode_##T##_5_0, pv_decode_##T##_6_0, pv_decode_##T##_7_0,       \
-     pv_decode_##T##_8_0}
+    {pv_avx2_decode_##T##_1_1, pv_avx2_decode_##T##_1_0, pv_avx2_decode_##T##_2_0,             \
+     pv_avx2_decode_##T##_3_0, pv_avx2_decode_##T##_4_0, pv_avx2_decode_##T##_5_0,             \
+     pv_avx2_decode_##T##_6_0, pv_avx2_decode_##T##_7_0, pv_avx2_decode_##T##_8_0}
 /* [F32, F16, BF16][0: one streaming row, else the rows] */
-static pv_decode_fn *const pv_decode_fns[3][DECODE_MAX_ROWS + 1] = {
+static pv_avx2_decode_fn *const pv_avx2_decode_fns[3][DECODE_MAX_ROWS + 1] = {
     PV_DECODE_ROW(F32), PV_DECODE_ROW(F16), PV_DECODE_ROW(BF16)};
 #undef PV_DECODE_ROW
 #undef PV_DECODE_FNS
 #undef PV_DECODE_FN
 
-static void pv_decode_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, const float *alpha,
+static void pv_avx2_decode(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, const float *alpha,
                            const float *S, size_t lds)
 {
     const size_t R = w->rows - r0, dv = w->dv;
@@ -336,7 +350,7 @@ static void pv_decode_avx2(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, 
                             (const char *)w->k, w->k_stride * (ptrdiff_t)ke,
                             w->d * ke, nb};
     static const float ones[DECODE_MAX_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1};
-    pv_decode_fn *const *fns = pv_decode_fns[decode_type_ix(w->v_type)];
+    pv_avx2_decode_fn *const *fns = pv_avx2_decode_fns[decode_type_ix(w->v_type)];
     const int s = stream_one_row(w);
     /* rows [a, R) over keys [ka, kb) (SDPA_PV_TILES) */
 #define PV_DECODE_RUN(a, ka, kb)                                                               \
@@ -370,7 +384,7 @@ static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
                                float *S, size_t lds)
 {
     (void)c;
-    score_decode_avx2(w, r0, j0, nb, S, lds);
+    score_avx2_decode(w, r0, j0, nb, S, lds);
 }
 
 static inline float loop_softmax(decode_ctx *c, size_t r, float *s, size_t nv, size_t nb, float *m,
@@ -384,7 +398,7 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
                                const float *alpha, const float *S, size_t lds)
 {
     (void)c;
-    pv_decode_avx2(w, r0, j0, nb, alpha, S, lds);
+    pv_avx2_decode(w, r0, j0, nb, alpha, S, lds);
 }
 
 #define SDPA_LOOP_FN decode_loop_avx2
@@ -393,7 +407,7 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
 
 void sdpa_decode_avx2(const sdpa_rows *w)
 {
-    if (w->qq || sdpa_dtype_quantized((int)w->k_type) || sdpa_dtype_quantized((int)w->v_type))
+    if (w->qq || sdpa_dtype_quantized(w->k_type) || sdpa_dtype_quantized(w->v_type))
         sdpa_decode_q_avx2(w);
     else
         decode_loop_avx2(w);

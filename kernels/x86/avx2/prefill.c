@@ -59,23 +59,24 @@ static void pack_k_avx2(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
     }
 }
 
-/* Columns [c0, dv) of values [j0, j0 + nb) into panels of 16 columns: column c0 + 16p + i of
-   key j at vp[16p nb + 16j + i]; columns past dv are zero. c0 is a multiple of 16. */
+/* Columns [c0, dv) of values [j0, j0 + nb) into panels of PV_NR = 16 columns: column
+   c0 + 16p + i of key j at vp[16p nb + 16j + i]; columns past dv are zero. c0 is a multiple of
+   16. */
 SDPA_INLINE void pack_v_avx2_t(const void *v, sdpa_dtype t, ptrdiff_t vs, size_t j0, size_t nb,
                                size_t c0, size_t dv, float *vp)
 {
     for (size_t j = 0; j < nb; j++) {
         const ptrdiff_t row = (ptrdiff_t)(j0 + j) * vs;
+        /* where column c of key j goes */
+#define VP_AT(c) (vp + ((c) - c0) / PV_NR * PV_NR * nb + j * PV_NR + (c) % PV_NR)
         size_t c = c0;
-        for (; c + 8 <= dv; c += 8)
-            _mm256_store_ps(vp + ((c - c0) / SCORE_NR) * SCORE_NR * nb + j * SCORE_NR + c % SCORE_NR,
-                            load8_any(v, t, row + (ptrdiff_t)c));
+        for (; c + 8 <= dv; c += 8) _mm256_store_ps(VP_AT(c), load8_any(v, t, row + (ptrdiff_t)c));
         if (c < dv) {
-            _mm256_store_ps(vp + ((c - c0) / SCORE_NR) * SCORE_NR * nb + j * SCORE_NR + c % SCORE_NR,
-                            loadn_any(v, t, row + (ptrdiff_t)c, dv - c));
+            _mm256_store_ps(VP_AT(c), loadn_any(v, t, row + (ptrdiff_t)c, dv - c));
             c += 8;
         }
-        if (c % SCORE_NR) _mm256_store_ps(vp + ((c - c0) / SCORE_NR) * SCORE_NR * nb + j * SCORE_NR + 8, _mm256_setzero_ps());
+        if (c % PV_NR) _mm256_store_ps(VP_AT(c), _mm256_setzero_ps()); /* the panel's last 8 */
+#undef VP_AT
     }
 }
 
@@ -87,7 +88,7 @@ static size_t pack_v_avx2(const sdpa_rows *w, size_t j0, size_t nb, float *vp)
     case SDPA_F16: pack_v_avx2_t(w->v, SDPA_F16, w->v_stride, j0, nb, 0, w->dv, vp); return 0;
     case SDPA_BF16: pack_v_avx2_t(w->v, SDPA_BF16, w->v_stride, j0, nb, 0, w->dv, vp); return 0;
     default: {
-        const size_t c0 = w->dv / SCORE_NR * SCORE_NR;
+        const size_t c0 = w->dv / PV_NR * PV_NR;
         if (c0 < w->dv) pack_v_avx2_t(w->v, SDPA_F32, w->v_stride, j0, nb, c0, w->dv, vp);
         return c0;
     }
@@ -119,8 +120,8 @@ static void pack_q_avx2(const float *q, size_t R, size_t d, float *qp)
    into the row's running lane-wise max rm[8r..8r+8), so that the softmax needs no max pass.
    NaN scores are left out of it, as the softmax's own max pass leaves them out: max(x, m)
    returns m when x is NaN. */
-SDPA_INLINE void score_avx2_mk(size_t mr, const float *qp, size_t d, const float *b, float *S,
-                               size_t lds, float *rm)
+SDPA_INLINE void score_avx2_mx16(size_t mr, const float *qp, size_t d, const float *b, float *S,
+                                 size_t lds, float *rm)
 {
 #define DECL(r) __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();
     ACC_ROWS(DECL)
@@ -152,7 +153,7 @@ SDPA_INLINE void score_avx2_mk(size_t mr, const float *qp, size_t d, const float
     static void score_avx2_##m##x16(const float *qp, size_t d, const float *b, float *S,         \
                                     size_t lds, float *rm)                                       \
     {                                                                                            \
-        score_avx2_mk(m, qp, d, b, S, lds, rm);                                                  \
+        score_avx2_mx16(m, qp, d, b, S, lds, rm);                                                  \
     }
 SCORE_KERNEL(1)
 SCORE_KERNEL(2)
@@ -166,14 +167,14 @@ static const score_mk_fn score_mks[SCORE_MR + 1] = {NULL,           score_avx2_1
                                               score_avx2_3x16, score_avx2_4x16, score_avx2_5x16,
                                               score_avx2_6x16};
 
-/* S[r][j] = q_r . key j for g0 <= r < R, j < sdpa_round16(nb) and j < the group's last limit, g0 a
-   multiple of SCORE_MR, and rm[r] the
-   lane-wise max of row r's scores (padding keys of a last partial panel included): panels
-   outer, so each K^T panel (16 d floats) is reused from L1 by all row groups. */
-static void score_tile_avx2(const float *qp, size_t g0, size_t R, size_t d, const float *kp,
-                            size_t nb, float *S, size_t lds, float *rm, const size_t *lim, size_t j0)
+/* S[r][j] = q_r . key j for g0 <= r < R, j < sdpa_round16(nb) and j < the group's last limit,
+   g0 a multiple of SCORE_MR, each score (padding keys of a last partial panel included) folded
+   into row r's running lane-wise max rm[r]: panels outer, so each K^T panel (16 d floats) is
+   reused from L1 by all row groups. */
+static void score_avx2_tile(const float *qp, size_t g0, size_t R, size_t d, const float *kp,
+                            size_t nb, float *S, size_t lds, float *rm, const size_t *lim,
+                            size_t j0)
 {
-    for (size_t r = g0; r < R; r++) _mm256_store_ps(rm + 8 * r, _mm256_set1_ps(-INFINITY));
     for (size_t p0 = 0; p0 < nb; p0 += SCORE_NR) {
         const float *b = kp + p0 * d;
         size_t r = g0;
@@ -187,10 +188,10 @@ static void score_tile_avx2(const float *qp, size_t g0, size_t R, size_t d, cons
 }
 
 /* acc[r][0..cols) = alpha_r acc[r] + sum_j P[r][j] V panel[j], r < mr, cols <= 16. */
-SDPA_INLINE void pv_avx2_mk(size_t mr, float *acc, size_t dv, const float *alpha, const float *P,
-                            size_t lds, const float *b, ptrdiff_t bs, size_t nb, size_t cols)
+SDPA_INLINE void pv_avx2_mx16(size_t mr, float *acc, size_t dv, const float *alpha, const float *P,
+                              size_t lds, const float *b, ptrdiff_t bs, size_t nb, size_t cols)
 {
-    const int full = cols == SCORE_NR;
+    const int full = cols == PV_NR;
     const __m256i m0 = lanes_mask(cols), m1 = lanes_mask(cols > 8 ? cols - 8 : 0);
 #define LOAD(r)                                                                                  \
     __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();                         \
@@ -235,7 +236,7 @@ SDPA_INLINE void pv_avx2_mk(size_t mr, float *acc, size_t dv, const float *alpha
     static void pv_avx2_##m##x16(float *acc, size_t dv, const float *alpha, const float *P,      \
                                  size_t lds, const float *b, ptrdiff_t bs, size_t nb, size_t cols) \
     {                                                                                            \
-        pv_avx2_mk(m, acc, dv, alpha, P, lds, b, bs, nb, cols);                                  \
+        pv_avx2_mx16(m, acc, dv, alpha, P, lds, b, bs, nb, cols);                                  \
     }
 PV_KERNEL(1)
 PV_KERNEL(2)
@@ -252,7 +253,7 @@ static const pv_mk_fn pv_mks[PV_MR + 1] = {NULL,        pv_avx2_1x16, pv_avx2_2x
 /* Column panels outer, so each V panel (nb x 16 floats) is reused from L1/L2 by all row groups.
    Panels before c_pack are read in place from f32 V rows (vd, stride vs); the rest come packed
    from vp (stride 16). */
-static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,
+static void pv_avx2_tile(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,
                          size_t ra, const float *vd, ptrdiff_t vs, size_t c_pack, const float *vp,
                          size_t nb, const size_t *lim, size_t j0, bool v_finite)
 {
@@ -289,11 +290,17 @@ static void pv_tile_avx2(float *acc, size_t dv, const float *alpha, const float 
 
 /* --- the hooks of the generic loop (rows_loop.h) -------------------------------------------- */
 
+/* rm holds each row's running lane-wise max of the scores computed since its last softmax
+   step (all of a block's score calls, whatever their number), -inf once that step read it. */
 typedef struct prefill_ctx {
     float *kp, *vp, *qp, *rm;
-    int    rm_ok; /* the score kernel's row maxima hold (no score multipliers, no modifiers, a
-                     block's scores in one call) */
+    int    rm_ok; /* the score kernel's row maxima are the scores' (no multipliers, no modifiers) */
 } prefill_ctx;
+
+static inline void rm_reset(prefill_ctx *c, size_t r)
+{
+    _mm256_store_ps(c->rm + 8 * r, _mm256_set1_ps(-INFINITY));
+}
 
 static inline size_t loop_begin(prefill_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
                                 float **alpha)
@@ -308,8 +315,9 @@ static inline size_t loop_begin(prefill_ctx *c, const sdpa_rows *w, float **S, s
     c->qp = c->vp + *lds * sdpa_round16(w->dv);
     c->rm = c->qp + sdpa_round16((R + SCORE_MR - 1) / SCORE_MR * SCORE_MR * d);
     pack_q_avx2(w->q, R, d, c->qp);
+    for (size_t r = 0; r < R; r++) rm_reset(c, r);
     /* multipliers and modifiers change the scores after the kernel took their maxima */
-    c->rm_ok = w->score_mul == NULL && !sdpa_is_variant(w) && !w->pieces;
+    c->rm_ok = w->score_mul == NULL && !sdpa_is_variant(w);
     return B;
 }
 
@@ -317,18 +325,22 @@ static inline void loop_scores(prefill_ctx *c, const sdpa_rows *w, size_t r0, si
                                float *S, size_t lds)
 {
     pack_k_avx2(w, j0, nb, c->kp);
-    /* from r0's group: rows before r0 in it get scores that are never used */
-    score_tile_avx2(c->qp, r0 / SCORE_MR * SCORE_MR, w->rows, w->d, c->kp, nb, S, lds, c->rm,
-                    w->kv_limit, j0);
+    /* from r0's group: rows before r0 in it get scores that are never used, and no maxima */
+    const size_t g0 = r0 / SCORE_MR * SCORE_MR;
+    score_avx2_tile(c->qp, g0, w->rows, w->d, c->kp, nb, S, lds, c->rm, w->kv_limit, j0);
+    for (size_t r = g0; r < r0; r++) rm_reset(c, r);
 }
 
 static inline float loop_softmax(prefill_ctx *c, size_t r, float *s, size_t nv, size_t nb, float *m,
                                  float *l)
 {
     /* the score kernel's max is exact when the row sees every key of the block and the block
-       has no zero padding keys */
+       has no zero padding keys (score calls start at multiples of 16 columns: only the
+       block's last panel can be partial) */
     const float *rmax = nv == nb && nb % SCORE_NR == 0 && c->rm_ok ? c->rm + 8 * r : NULL;
-    return softmax_avx2(1, s, nv, nb, m, l, rmax);
+    const float alpha = softmax_avx2(1, s, nv, nb, m, l, rmax);
+    rm_reset(c, r);
+    return alpha;
 }
 
 static inline void loop_values(prefill_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
@@ -339,7 +351,7 @@ static inline void loop_values(prefill_ctx *c, const sdpa_rows *w, size_t r0, si
     /* the keys some rows of the unit do not see (a causal diagonal), checked once a block */
     const size_t first = sdpa_visible(w, r0, j0, nb), last = sdpa_visible(w, w->rows - 1, j0, nb);
     const bool v_finite = first == last || sdpa_v_finite(w, j0 + first, j0 + last);
-    pv_tile_avx2(w->acc + r0 * w->dv, w->dv, alpha + r0, S + r0 * lds, lds, w->rows - r0, vd,
+    pv_avx2_tile(w->acc + r0 * w->dv, w->dv, alpha + r0, S + r0 * lds, lds, w->rows - r0, vd,
                  w->v_stride, c_pack, c->vp, nb, w->kv_limit + r0, j0, v_finite);
 }
 

@@ -1,7 +1,7 @@
 /* prims.c -- AVX2 primitives (score, online softmax, accumulate, exp) and the kernel table */
 #include "avx2.h"
 
-static void exp_f32_avx2(const float *x, float *y, size_t n)
+void sdpa_exp_f32_avx2(const float *x, float *y, size_t n)
 {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp_avx2(_mm256_loadu_ps(x + i)));
@@ -36,8 +36,8 @@ SDPA_INLINE __m256 dot_keys_avx2(const float *q, const float *k, size_t ks, size
     return reduce8x8(a);
 }
 
-static void score_f32_avx2(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
-                           float scale, float *s)
+void sdpa_score_f32_avx2(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+                         float scale, float *s)
 {
     const __m256 sc = _mm256_set1_ps(scale);
     size_t j = 0;
@@ -49,7 +49,7 @@ static void score_f32_avx2(const float *q, const float *k, size_t k_stride, size
     }
 }
 
-static float softmax_online_f32_avx2(float *s, size_t n, float *m, float *l)
+float sdpa_softmax_online_f32_avx2(float *s, size_t n, float *m, float *l)
 {
     return softmax_avx2(0, s, n, n, m, l, NULL);
 }
@@ -104,8 +104,8 @@ SDPA_INLINE void accumulate_panel_avx2(float *o, float alpha, const float *p, co
     }
 }
 
-static void accumulate_f32_avx2(float *o, float alpha, const float *p, const float *v,
-                                size_t v_stride, size_t n, size_t dv)
+void sdpa_accumulate_f32_avx2(float *o, float alpha, const float *p, const float *v,
+                              size_t v_stride, size_t n, size_t dv)
 {
     size_t c = 0;
     for (; c + 32 <= dv; c += 32) accumulate_panel_avx2(o + c, alpha, p, v + c, v_stride, n, 32, 1);
@@ -119,4 +119,4 @@ static void accumulate_f32_avx2(float *o, float alpha, const float *p, const flo
 #include "kernel_def.h"
 
 SDPA_DEFINE_PATHS(avx2)
-SDPA_DEFINE_KERNELS(avx2, EXP_MAX_ULP);
+SDPA_DEFINE_KERNELS_EXPORTED(avx2, EXP_MAX_ULP);

@@ -23,12 +23,19 @@
 #define DECODE_BLOCK 256    /* keys per decode block */
 #define DECODE_BLOCK_FEW 64 /* keys per block with one or two rows: short phases, both arrays streaming */
 #define PREFILL_BLOCK 512   /* keys per prefill block */
-#define PREFILL_PANEL 64    /* query rows per Qᵀ panel: 4 vectors, the score tile's width */
-#define SCORE_MR 6          /* keys per score micro-tile: 6 keys x 4 vectors = 24 accumulators */
-#define SCORE_NR 64         /* query rows per score micro-tile */
+#define PREFILL_PANEL 64    /* query rows per Qᵀ panel: 4 vectors, the score tile's rows */
+/* the score micro-kernel, transposed (score_avx512_64x6): a panel's query rows, 4 vectors, x 6
+   keys each broadcast against them = 24 accumulators */
+#define SCORE_MR PREFILL_PANEL
+#define SCORE_NR 6
 #define PV_MR 6             /* rows per P·V micro-tile: 6 rows x 4 vectors */
 #define PV_NR 64            /* columns per P·V micro-tile */
 #define PV_KB 64            /* keys per P·V sub-block: 64 keys x 64 columns of V stay in L1 */
+#define PREFILL_PF_LINES 8  /* lines of the driver's hint (sdpa_rows.pf) requested per score tile */
+/* the q8_0 / q4_0 decode path (shared/decode_q.h) */
+#define DECODE_Q_BLOCK 256  /* keys per block (at most: the driver's hint rules) */
+#define DECODE_Q_PF_KEYS 16 /* prefetch distance of its K and V rows */
+#define DECODE_Q_PV_GROUP 32 /* keys per P·V group: their V rows stay in L1 across column passes */
 
 /* Scores of decode row r at S + r * DECODE_LDS: a constant stride, so that the P·V loop reaches
    every row's p through one pointer and constant offsets; 16 floats more than a block, so that
@@ -40,16 +47,27 @@ static inline size_t state_floats(size_t rows) { return 4 * sdpa_round16(rows); 
 
 /* The two paths (decode.c, prefill.c) and their scratch sizes in floats. */
 void   sdpa_decode_avx512(const sdpa_rows *w);
-/* the decode path for K or V in q8_0 / q4_0, and fast scores (kernels/x86/decode_q.h): int8
-   dot products by pmaddubsw, and (vnni.c) by vpdpbusd */
+/* the decode path for K or V in q8_0 / q4_0, and fast scores (kernels/x86/shared/decode_q.h):
+   int8 dot products by pmaddubsw, and (vnni.c) by vpdpbusd */
 void   sdpa_decode_q_avx512(const sdpa_rows *w);
 void   sdpa_decode_q_avx512_vnni(const sdpa_rows *w);
 size_t sdpa_decode_q_ws_avx512(size_t rows, size_t d);
-void   sdpa_dequant_avx512(int type, const void *src, float *dst, size_t n);
+void   sdpa_dequant_avx512(sdpa_dtype type, const void *src, float *dst, size_t n);
 #define DEQUANT_FN sdpa_dequant_avx512
 void   sdpa_prefill_avx512(const sdpa_rows *w);
 size_t sdpa_decode_ws_avx512(size_t rows, size_t d, size_t dv, size_t block);
 size_t sdpa_prefill_ws_avx512(size_t rows, size_t d, size_t dv, size_t block);
+
+/* The functions of the kernel table (prims.c; rows and ws_floats: SDPA_DEFINE_PATHS),
+   exported (avx512-vnni derives its table from them, vnni.c). */
+void   sdpa_score_f32_avx512(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+                             float scale, float *s);
+float  sdpa_softmax_online_f32_avx512(float *s, size_t n, float *m, float *l);
+void   sdpa_accumulate_f32_avx512(float *o, float alpha, const float *p, const float *v,
+                                  size_t v_stride, size_t n, size_t dv);
+void   sdpa_exp_f32_avx512(const float *x, float *y, size_t n);
+void   sdpa_rows_avx512(const sdpa_rows *w);
+size_t sdpa_ws_floats_avx512(size_t rows, size_t d, size_t dv, size_t block);
 
 /* ------------------------------------------------------------------------------------------ */
 /* Lanes and loads                                                                             */

@@ -95,9 +95,9 @@ static inline sdpa_pf_rows decode_rows(const void *base, ptrdiff_t stride, size_
 /* One 16-element chunk (columns [c, c + 16), mask m) of the RP x NK score tile: each key chunk
    is converted once, in a register, and feeds all RP rows; a[PERM16(r * NK + i)] holds the
    16-lane partial sums of row r and key i. */
-SDPA_INLINE void score_decode_step(int RP, int NK, sdpa_dtype kt, __m512 *a, const float *const *qr,
-                       const void *k, const ptrdiff_t *ko, size_t c, __mmask16 m,
-                       decode_pf *pf)
+SDPA_INLINE void score_avx512_decode_step(int RP, int NK, sdpa_dtype kt, __m512 *a,
+                                          const float *const *qr, const void *k,
+                                          const ptrdiff_t *ko, size_t c, __mmask16 m, decode_pf *pf)
 {
     const size_t es = kt == SDPA_F32 ? 4 : 2;
     if (((c * es) & 63) == 0) decode_pf_step(pf); /* once per line of the rows */
@@ -111,12 +111,13 @@ SDPA_INLINE void score_decode_step(int RP, int NK, sdpa_dtype kt, __m512 *a, con
 }
 
 /* The fast path of a full score tile (NK keys), one 64-byte line of each K row per step. The
-   slow path (score_decode_step) keeps a row offset per key and a pointer per query row: more
+   slow path (score_avx512_decode_step) keeps a row offset per key and a pointer per query row: more
    integers than registers, and the spills and reloads it then makes compete with the FMAs for
    issue ports. Here q is packed (qp, see pack_q_lines) and every K row is kc + i * ksb, whole
    lines of each row; a last partial line (masked, zero-padded q) is done without requests. */
-SDPA_INLINE void score_decode_fast(int RP, int NK, int kt, int plain, const float *qp, size_t d,
-                       const char *kc, ptrdiff_t ksb, decode_pf *pf, __m512 *a)
+SDPA_INLINE void score_avx512_decode_fast(int RP, int NK, sdpa_dtype kt, int plain, const float *qp,
+                                          size_t d, const char *kc, ptrdiff_t ksb, decode_pf *pf,
+                                          __m512 *a)
 {
     const size_t es = kt == SDPA_F32 ? 4 : 2, E = 64 / es; /* elements per line */
     const size_t lines = d / E;
@@ -129,7 +130,7 @@ SDPA_INLINE void score_decode_fast(int RP, int NK, int kt, int plain, const floa
             __m512 qv[DECODE_MAX_ROWS];
             SDPA_UNROLL for (int r = 0; r < RP; r++) qv[r] = _mm512_load_ps(qp + (size_t)r * E + 16 * h);
             SDPA_UNROLL for (int i = 0; i < NK; i++) {
-                const __m512 kv = load_kv(kc + i * ksb, (sdpa_dtype)kt, (ptrdiff_t)(16 * h), 0xFFFF);
+                const __m512 kv = load_kv(kc + i * ksb, kt, (ptrdiff_t)(16 * h), 0xFFFF);
                 SDPA_UNROLL for (int r = 0; r < RP; r++)
                     a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qv[r], kv, a[PERM16(r * NK + i)]);
             }
@@ -139,7 +140,7 @@ SDPA_INLINE void score_decode_fast(int RP, int NK, int kt, int plain, const floa
     for (size_t c = lines * E; c < d; c += 16, qp += 16) {
         const __mmask16 m = lanes(d - c);
         SDPA_UNROLL for (int i = 0; i < NK; i++) {
-            const __m512 kv = load_kv(kc + i * ksb, (sdpa_dtype)kt, (ptrdiff_t)(c - lines * E), m);
+            const __m512 kv = load_kv(kc + i * ksb, kt, (ptrdiff_t)(c - lines * E), m);
             SDPA_UNROLL for (int r = 0; r < RP; r++)
                 a[PERM16(r * NK + i)] = _mm512_fmadd_ps(_mm512_load_ps(qp + (size_t)r * E), kv,
                                                         a[PERM16(r * NK + i)]);
@@ -147,8 +148,9 @@ SDPA_INLINE void score_decode_fast(int RP, int NK, int kt, int plain, const floa
     }
 }
 
-/* q rows [0, R) padded to RP (repeating the last), packed line by line for score_decode_fast: the E
-   elements of line g of row r at qp[(g * RP + r) * E], the partial last line zero-padded. */
+/* q rows [0, R) padded to RP (repeating the last), packed line by line for
+   score_avx512_decode_fast: the E elements of line g of row r at qp[(g * RP + r) * E], the
+   partial last line zero-padded. */
 static void pack_q_lines(const float *const *qr, size_t RP, size_t d, size_t E, float *qp)
 {
     const size_t lines = (d + E - 1) / E;
@@ -166,9 +168,10 @@ static void pack_q_lines(const float *const *qr, size_t RP, size_t d, size_t E, 
    them all and lane r * NK + i of its result is row r's score for key i: no horizontal sum per
    key, and (unlike a per-row pass) K is read and converted once for all rows. A tail tile
    repeats its last key (in bounds) in the missing lanes and stores only the real ones. */
-SDPA_INLINE void score_decode_block(int RP, int kt, const float *const *qr, size_t R, size_t d,
-                        const void *k, ptrdiff_t ks, size_t j0, size_t nk, float *S, size_t lds,
-                        decode_pf *pfs, const float *qp)
+SDPA_INLINE void score_avx512_decode_block(int RP, sdpa_dtype kt, const float *const *qr, size_t R,
+                                           size_t d, const void *k, ptrdiff_t ks, size_t j0,
+                                           size_t nk, float *S, size_t lds, decode_pf *pfs,
+                                           const float *qp)
 {
     const int NK = 16 / RP;
     const size_t es = kt == SDPA_F32 ? 4 : 2;
@@ -188,15 +191,15 @@ SDPA_INLINE void score_decode_block(int RP, int kt, const float *const *qr, size
             const size_t tl = (size_t)NK * fsteps;
             const int pm = decode_pf_mode(&pf, fsteps, tl);
             if (pm == 1) {
-                score_decode_fast(RP, NK, kt, 1, qp, d, kc, ksb, &pf, a);
+                score_avx512_decode_fast(RP, NK, kt, 1, qp, d, kc, ksb, &pf, a);
                 decode_pf_skip(&pf, tl, 1);
             } else if (pm == 2) {
-                score_decode_fast(RP, NK, kt, 2, qp, d, kc, ksb, &pf, a);
+                score_avx512_decode_fast(RP, NK, kt, 2, qp, d, kc, ksb, &pf, a);
                 decode_pf_skip(&pf, tl, 0);
             } else {
                 pff.s[0] = pf.s[0];
                 pff.s[1] = pf.s[1];
-                score_decode_fast(RP, NK, kt, 0, qp, d, kc, ksb, &pff, a);
+                score_avx512_decode_fast(RP, NK, kt, 0, qp, d, kc, ksb, &pff, a);
                 pf.s[0] = pff.s[0];
                 pf.s[1] = pff.s[1];
             }
@@ -213,8 +216,10 @@ SDPA_INLINE void score_decode_block(int RP, int kt, const float *const *qr, size
         SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
         size_t c = 0;
         _Pragma("GCC unroll 2")
-        for (; c + 16 <= d; c += 16) score_decode_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, c, 0xFFFF, &pf);
-        if (c < d) score_decode_step(RP, NK, (sdpa_dtype)kt, a, qr, k, ko, c, lanes(d - c), &pf);
+        for (; c + 16 <= d; c += 16)
+            score_avx512_decode_step(RP, NK, kt, a, qr, k, ko, c, 0xFFFF, &pf);
+        if (c < d)
+            score_avx512_decode_step(RP, NK, kt, a, qr, k, ko, c, lanes(d - c), &pf);
         const __m512 s = reduce16(a);
         const unsigned keys = (1u << nv) - 1u;
         /* row r's lanes [r * NK, r * NK + nv) go to S[r][j..); the pointer stays inside S */
@@ -228,16 +233,17 @@ SDPA_INLINE void score_decode_block(int RP, int kt, const float *const *qr, size
 }
 
 /* One function per shape (storage type by padded row count), called once per block. */
-typedef void score_decode_fn(const float *const *qr, size_t R, size_t d, const void *k,
-                             ptrdiff_t ks, size_t j0, size_t nk, float *S, size_t lds,
-                             decode_pf *pf, const float *qp);
+typedef void score_avx512_decode_fn(const float *const *qr, size_t R, size_t d, const void *k,
+                                    ptrdiff_t ks, size_t j0, size_t nk, float *S, size_t lds,
+                                    decode_pf *pf, const float *qp);
 #define SCORE_DECODE_FN(T, RP)                                                                 \
-    SDPA_NOINLINE void score_decode_##T##_##RP(const float *const *qr, size_t R, size_t d,     \
-                                               const void *k, ptrdiff_t ks, size_t j0,         \
-                                               size_t nk, float *S, size_t lds, decode_pf *pf, \
-                                               const float *qp)                                \
+    SDPA_NOINLINE void score_avx512_decode_##T##_##RP(const float *const *qr, size_t R,        \
+                                                      size_t d, const void *k, ptrdiff_t ks,   \
+                                                      size_t j0, size_t nk, float *S,          \
+                                                      size_t lds, decode_pf *pf,               \
+                                                      const float *qp)                         \
     {                                                                                          \
-        score_decode_block(RP, SDPA_##T, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);             \
+        score_avx512_decode_block(RP, SDPA_##T, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);      \
     }
 #define SCORE_DECODE_FNS(T)                                                                    \
     SCORE_DECODE_FN(T, 1) SCORE_DECODE_FN(T, 2) SCORE_DECODE_FN(T, 4) SCORE_DECODE_FN(T, 8)
@@ -245,38 +251,44 @@ SCORE_DECODE_FNS(F32)
 SCORE_DECODE_FNS(F16)
 SCORE_DECODE_FNS(BF16)
 #define SCORE_DECODE_ROW(T)                                                                    \
-    {score_decode_##T##_1, score_decode_##T##_2, score_decode_##T##_4, score_decode_##T##_8}
+    {score_avx512_decode_##T##_1, score_avx512_decode_##T##_2, score_avx512_decode_##T##_4,    \
+     score_avx512_decode_##T##_8}
 /* [F32, F16, BF16][RP 1, 2, 4, 8] */
-static score_decode_fn *const score_decode_fns[3][4] = {
+static score_avx512_decode_fn *const score_avx512_decode_fns[3][4] = {
     SCORE_DECODE_ROW(F32), SCORE_DECODE_ROW(F16), SCORE_DECODE_ROW(BF16)};
 #undef SCORE_DECODE_ROW
 #undef SCORE_DECODE_FNS
 #undef SCORE_DECODE_FN
 
 /* The row of a [type] table: F32, F16, anything else as BF16. */
-static inline size_t decode_type_ix(int t) { return t == SDPA_F32 ? 0 : t == SDPA_F16 ? 1 : 2; }
+static inline size_t decode_type_ix(sdpa_dtype t)
+{
+    return t == SDPA_F32 ? 0 : t == SDPA_F16 ? 1 : 2;
+}
 
 static void score_avx512_decode(const float *const *qr, size_t R, size_t d, const void *k,
-                                int kt, ptrdiff_t ks, size_t j0, size_t nk, float *S, size_t lds,
-                                decode_pf *pf, const float *qp)
+                                sdpa_dtype kt, ptrdiff_t ks, size_t j0, size_t nk, float *S,
+                                size_t lds, decode_pf *pf, const float *qp)
 {
     const size_t rp = R == 1 ? 0 : R == 2 ? 1 : R <= 4 ? 2 : 3;
-    score_decode_fns[decode_type_ix(kt)][rp](qr, R, d, k, ks, j0, nk, S, lds, pf, qp);
+    score_avx512_decode_fns[decode_type_ix(kt)][rp](qr, R, d, k, ks, j0, nk, S, lds, pf, qp);
 }
 
 /* NV vectors of a V row from element off (masks mk), converted. */
-SDPA_INLINE void pv_decode_load(int NV, __m512 *x, const void *v, int vt, ptrdiff_t off, const __mmask16 *mk)
+SDPA_INLINE void pv_avx512_decode_load(int NV, __m512 *x, const void *v, sdpa_dtype vt,
+                                       ptrdiff_t off, const __mmask16 *mk)
 {
-    SDPA_UNROLL for (int t = 0; t < NV; t++) x[t] = load_kv(v, (sdpa_dtype)vt, off + 16 * t, mk[t]);
+    SDPA_UNROLL for (int t = 0; t < NV; t++) x[t] = load_kv(v, vt, off + 16 * t, mk[t]);
 }
 
 /* acc[r][c0..) = alpha[r] * acc (alpha != NULL) + sum_{j in [ja, jb), j < nk[r]} S[r][j] *
    V[j][c0..) for r < R (nk non-decreasing in r), NV column vectors (masked past dv), V converted
    in registers, each converted vector feeding all R rows. Keys a row does not see are skipped
    rather than weighted by 0 (an inf or NaN there stays out of that row). */
-SDPA_INLINE void pv_decode_tile_p(int R, int NV, int full, int plain, float *acc, size_t dv, size_t c0,
-                      const float *alpha, const float *S, const void *v, int vt, ptrdiff_t vs,
-                      size_t j0, size_t ja, size_t jb, const size_t *nk, decode_pf *pfp)
+SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, float *acc, size_t dv,
+                                         size_t c0, const float *alpha, const float *S,
+                                         const void *v, sdpa_dtype vt, ptrdiff_t vs, size_t j0,
+                                         size_t ja, size_t jb, const size_t *nk, decode_pf *pfp)
 {
     const size_t lds = DECODE_LDS;
     decode_pf pf[1] = {*pfp}; /* a local copy, kept in registers */
@@ -306,7 +318,7 @@ SDPA_INLINE void pv_decode_tile_p(int R, int NV, int full, int plain, float *acc
         else
             decode_pf_step(pf);
         __m512 x[8];
-        pv_decode_load(NV, x, v, vt, off, mk);
+        pv_avx512_decode_load(NV, x, v, vt, off, mk);
         SDPA_UNROLL for (int r = 0; r < R; r++) {
             const __m512 p = _mm512_set1_ps(S[r * lds + j]);
             SDPA_UNROLL for (int t = 0; t < NV; t++) a[r][t] = _mm512_fmadd_ps(p, x[t], a[r][t]);
@@ -319,7 +331,7 @@ SDPA_INLINE void pv_decode_tile_p(int R, int NV, int full, int plain, float *acc
         else
             decode_pf_step(pf);
         __m512 x[8];
-        pv_decode_load(NV, x, v, vt, off, mk);
+        pv_avx512_decode_load(NV, x, v, vt, off, mk);
         SDPA_UNROLL for (int r = 1; r < R; r++) {
             if (j < nk[r]) {
                 const __m512 p = _mm512_set1_ps(S[r * lds + j]);
@@ -338,9 +350,10 @@ SDPA_INLINE void pv_decode_tile_p(int R, int NV, int full, int plain, float *acc
    key (a pass's share of a row, when both streams' rows are dv's size) with a pointer bump;
    the cases (two streams, one, the general cursor) are separate instances so that the plain
    ones keep their few pointers in registers. */
-SDPA_INLINE void pv_decode_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0, const float *alpha,
-                    const float *S, const void *v, int vt, ptrdiff_t vs, size_t j0, size_t ja,
-                    size_t jb, const size_t *nk, decode_pf *pf)
+SDPA_INLINE void pv_avx512_decode_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0,
+                                       const float *alpha, const float *S, const void *v,
+                                       sdpa_dtype vt, ptrdiff_t vs, size_t j0, size_t ja, size_t jb,
+                                       const size_t *nk, decode_pf *pf)
 {
     const size_t ev = vt == SDPA_F32 ? 4 : 2;
     const size_t PER = (size_t)NV * ev / 4;
@@ -348,12 +361,15 @@ SDPA_INLINE void pv_decode_tile(int R, int NV, int full, float *acc, size_t dv, 
     const int pm = full && dv % (16 * (size_t)NV) == 0 && (dv * ev) % 64 == 0
                        ? decode_pf_mode(pf, L, PER * kmax)
                        : 0;
+#define PV_TILE_P(p)                                                                           \
+    pv_avx512_decode_tile_p(R, NV, full, p, acc, dv, c0, alpha, S, v, vt, vs, j0, ja, jb, nk, pf)
     if (pm == 1)
-        pv_decode_tile_p(R, NV, full, 1, acc, dv, c0, alpha, S, v, vt, vs, j0, ja, jb, nk, pf);
+        PV_TILE_P(1);
     else if (pm == 2)
-        pv_decode_tile_p(R, NV, full, 2, acc, dv, c0, alpha, S, v, vt, vs, j0, ja, jb, nk, pf);
+        PV_TILE_P(2);
     else
-        pv_decode_tile_p(R, NV, full, 0, acc, dv, c0, alpha, S, v, vt, vs, j0, ja, jb, nk, pf);
+        PV_TILE_P(0);
+#undef PV_TILE_P
 }
 
 /* The value type is a template parameter so that each instance converts with one instruction
@@ -361,9 +377,9 @@ SDPA_INLINE void pv_decode_tile(int R, int NV, int full, float *acc, size_t dv, 
    staying in L1 while every column chunk passes over them; alpha is applied by the first. NV
    (column vectors per pass) keeps R * NV accumulators at 8..24: at least 8 independent FMA
    chains to cover the FMA latency, few enough to stay in registers. */
-SDPA_INLINE void pv_decode_r(int R, int NV, int vt, float *acc, size_t dv, const float *alpha,
-                             const float *S, const void *v, ptrdiff_t vs, size_t j0,
-                             const size_t *nk, decode_pf *pf)
+SDPA_INLINE void pv_avx512_decode_r(int R, int NV, sdpa_dtype vt, float *acc, size_t dv,
+                                    const float *alpha, const float *S, const void *v, ptrdiff_t vs,
+                                    size_t j0, const size_t *nk, decode_pf *pf)
 {
     const size_t cw = 16 * (size_t)NV; /* columns per pass */
     decode_pf_rate(pf, 1, (dv + cw - 1) / cw);
@@ -372,22 +388,23 @@ SDPA_INLINE void pv_decode_r(int R, int NV, int vt, float *acc, size_t dv, const
         const size_t jb = sdpa_min(ja + DECODE_PV_GROUP, nk[R - 1]);
         for (size_t c0 = 0; c0 < dv; c0 += cw) {
             if (c0 + cw <= dv)
-                pv_decode_tile(R, NV, 1, acc, dv, c0, al, S, v, vt, vs, j0, ja, jb, nk, pf);
+                pv_avx512_decode_tile(R, NV, 1, acc, dv, c0, al, S, v, vt, vs, j0, ja, jb, nk, pf);
             else
-                pv_decode_tile(R, NV, 0, acc, dv, c0, al, S, v, vt, vs, j0, ja, jb, nk, pf);
+                pv_avx512_decode_tile(R, NV, 0, acc, dv, c0, al, S, v, vt, vs, j0, ja, jb, nk, pf);
         }
     }
 }
 
 /* One function per shape (storage type by row count), called once per block. */
-typedef void pv_decode_fn(float *acc, size_t dv, const float *alpha, const float *S,
-                          const void *v, ptrdiff_t vs, size_t j0, const size_t *nk, decode_pf *pf);
+typedef void pv_avx512_decode_fn(float *acc, size_t dv, const float *alpha, const float *S,
+                                 const void *v, ptrdiff_t vs, size_t j0, const size_t *nk,
+                                 decode_pf *pf);
 #define PV_DECODE_FN(T, R, NV)                                                                 \
-    SDPA_NOINLINE void pv_decode_##T##_##R(float *acc, size_t dv, const float *alpha,          \
-                                           const float *S, const void *v, ptrdiff_t vs,        \
-                                           size_t j0, const size_t *nk, decode_pf *pf)         \
+    SDPA_NOINLINE void pv_avx512_decode_##T##_##R(float *acc, size_t dv, const float *alpha,   \
+                                                  const float *S, const void *v, ptrdiff_t vs, \
+                                                  size_t j0, const size_t *nk, decode_pf *pf)  \
     {                                                                                          \
-        pv_decode_r(R, NV, SDPA_##T, acc, dv, alpha, S, v, vs, j0, nk, pf);                    \
+        pv_avx512_decode_r(R, NV, SDPA_##T, acc, dv, alpha, S, v, vs, j0, nk, pf);             \
     }
 #define PV_DECODE_FNS(T)                                                                       \
     PV_DECODE_FN(T, 1, 8) PV_DECODE_FN(T, 2, 8) PV_DECODE_FN(T, 3, 4) PV_DECODE_FN(T, 4, 4)    \
@@ -396,28 +413,29 @@ PV_DECODE_FNS(F32)
 PV_DECODE_FNS(F16)
 PV_DECODE_FNS(BF16)
 #define PV_DECODE_ROW(T)                                                                       \
-    {pv_decode_##T##_1, pv_decode_##T##_2, pv_decode_##T##_3, pv_decode_##T##_4,               \
-     pv_decode_##T##_5, pv_decode_##T##_6, pv_decode_##T##_7, pv_decode_##T##_8}
+    {pv_avx512_decode_##T##_1, pv_avx512_decode_##T##_2, pv_avx512_decode_##T##_3,             \
+     pv_avx512_decode_##T##_4, pv_avx512_decode_##T##_5, pv_avx512_decode_##T##_6,             \
+     pv_avx512_decode_##T##_7, pv_avx512_decode_##T##_8}
 /* [F32, F16, BF16][rows - 1] */
-static pv_decode_fn *const pv_decode_fns[3][DECODE_MAX_ROWS] = {
+static pv_avx512_decode_fn *const pv_avx512_decode_fns[3][DECODE_MAX_ROWS] = {
     PV_DECODE_ROW(F32), PV_DECODE_ROW(F16), PV_DECODE_ROW(BF16)};
 #undef PV_DECODE_ROW
 #undef PV_DECODE_FNS
 #undef PV_DECODE_FN
 
 static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha, const float *S,
-                   const void *v, int vt, ptrdiff_t vs, size_t j0,
-                   const size_t *nk, decode_pf *pf)
+                             const void *v, sdpa_dtype vt, ptrdiff_t vs, size_t j0,
+                             const size_t *nk, decode_pf *pf)
 {
     if (R >= 1 && R <= DECODE_MAX_ROWS)
-        pv_decode_fns[decode_type_ix(vt)][R - 1](acc, dv, alpha, S, v, vs, j0, nk, pf);
+        pv_avx512_decode_fns[decode_type_ix(vt)][R - 1](acc, dv, alpha, S, v, vs, j0, nk, pf);
 }
 
 /* --- the hooks of the generic loop (rows_loop.h) -------------------------------------------- */
 
 typedef struct decode_ctx {
     const float *qr[DECODE_MAX_ROWS]; /* query rows, the last repeated up to DECODE_MAX_ROWS */
-    float       *qpk;                 /* q packed by lines for score_decode_fast */
+    float       *qpk;                 /* q packed by lines for score_avx512_decode_fast */
     size_t       ek, ev;              /* bytes per K, V element */
     size_t       kend;                /* keys past it are never read (of the unit last given) */
     size_t       NB;
@@ -465,7 +483,7 @@ static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
                            decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, j0, c->other ? nb : 0, c->kend)},
                           {0, 0}};
     c->pf = pf;
-    score_avx512_decode(c->qr, w->rows, d, w->k, (int)w->k_type, w->k_stride, j0, nb, S, lds,
+    score_avx512_decode(c->qr, w->rows, d, w->k, w->k_type, w->k_stride, j0, nb, S, lds,
                         &c->pf, c->qpk);
 }
 
@@ -488,7 +506,7 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
        rows) */
     c->pf.s[0] = decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, j0 + DECODE_PF_KEYS, nb, c->kend);
     c->pf.s[1] = decode_rows(w->k, w->k_stride, c->ek, w->d * c->ek, j0 + c->NB, c->other ? c->NB : 0, c->kend);
-    pv_avx512_decode(R, w->acc, w->dv, alpha, S, w->v, (int)w->v_type, w->v_stride, j0, valid, &c->pf);
+    pv_avx512_decode(R, w->acc, w->dv, alpha, S, w->v, w->v_type, w->v_stride, j0, valid, &c->pf);
 }
 
 #define SDPA_LOOP_FN decode_loop_avx512
@@ -497,7 +515,7 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
 
 void sdpa_decode_avx512(const sdpa_rows *w)
 {
-    if (w->qq || sdpa_dtype_quantized((int)w->k_type) || sdpa_dtype_quantized((int)w->v_type))
+    if (w->qq || sdpa_dtype_quantized(w->k_type) || sdpa_dtype_quantized(w->v_type))
         sdpa_decode_q_avx512(w);
     else
         decode_loop_avx512(w);

@@ -1,8 +1,8 @@
-/* decode_q.c -- the AVX-512 decode path for K or V in q8_0 / q4_0 (kernels/x86/decode_q.h), int8 scores by pmaddubsw */
+/* decode_q.c -- the AVX-512 decode path for K or V in q8_0 / q4_0 (shared/decode_q.h) */
 #include "avx512.h"
 
 /* the fused softmax, and p = 0 written for the keys past the row's limit (rows_loop.h) */
-static inline float softmax_q_avx512(float *s, size_t nv, size_t nb, float *m, float *l)
+static inline float softmax_avx512_q(float *s, size_t nv, size_t nb, float *m, float *l)
 {
     const float alpha = softmax_avx512(1, s, nv, m, l);
     for (size_t j = nv; j < nb; j++) s[j] = 0.0f;
@@ -10,16 +10,19 @@ static inline float softmax_q_avx512(float *s, size_t nv, size_t nb, float *m, f
 }
 
 #define SDPA_QD_FN decode_q_loop_avx512
-#define SDPA_QD_SOFTMAX softmax_q_avx512
+#define SDPA_QD_SOFTMAX softmax_avx512_q
 #ifndef SDPA_QD_VNNI
 #define SDPA_QD_VNNI 0
 #endif
-#include "../decode_q.h"
+#include "decode_q.h"
 
 #if SDPA_QD_VNNI
 void sdpa_decode_q_avx512_vnni(const sdpa_rows *w) { decode_q_loop_avx512(w); }
 #else
 void sdpa_decode_q_avx512(const sdpa_rows *w) { decode_q_loop_avx512(w); }
 size_t sdpa_decode_q_ws_avx512(size_t rows, size_t d) { return QD_WS_FLOATS(rows, d); }
-void sdpa_dequant_avx512(int type, const void *src, float *dst, size_t n) { qd_dequant(type, src, dst, n); }
+void sdpa_dequant_avx512(sdpa_dtype type, const void *src, float *dst, size_t n)
+{
+    qd_dequant(type, src, dst, n);
+}
 #endif

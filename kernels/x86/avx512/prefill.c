@@ -13,6 +13,9 @@
  * rather than the generic one (kernels/generic/rows_loop.h), whose tiles are row-major.
  */
 
+/* vectors of 16 lanes: the score tile's query rows, the P·V tile's columns */
+enum { SCORE_NV = SCORE_MR / 16, PV_NV = PV_NR / 16 };
+
 static size_t prefill_block(size_t block) { return sdpa_min(block ? block : 1, PREFILL_BLOCK); }
 
 size_t sdpa_prefill_ws_avx512(size_t rows, size_t d, size_t dv, size_t block)
@@ -43,27 +46,27 @@ static void convert_rows(const void *src, sdpa_dtype t, ptrdiff_t stride, size_t
     }
 }
 
-#define PF_LINES 8 /* hint lines requested per score tile (sdpa_pf_lines) */
-
-/* Sᵀ tile: st[i][0..16*NV) = sum_c k[i][c] * qt[c][0..16*NV) for MR keys i (key index j + i
-   within the block). qt is a Qᵀ panel [d][pw]; each step broadcasts MR key elements against NV
-   query vectors. With masking on, a key at or past a lane's limit lim[] becomes -inf (whatever
-   it computed, NaN included). The tile's maximum joins the panel's running maximum mx (NaN
-   scores skipped: MAXPS returns the second operand, the running maximum, for a NaN). */
-SDPA_INLINE void score_t_tile(int MR, int NV, const float *qt, size_t pw, const float *k, ptrdiff_t ks,
-                     size_t d, float *st, size_t j, int masked, const int32_t *lim, float *mx)
+/* Sᵀ tile: st[i][0..16*NV) = sum_c k[i][c] * qt[c][0..16*NV) for 16 NV query rows (NV
+   vectors) and NK keys i (key index j + i within the block). qt is a Qᵀ panel [d][pw]; each
+   step broadcasts NK key elements against NV query vectors. With masking on, a key at or past a
+   lane's limit lim[] becomes -inf (whatever it computed, NaN included). The tile's maximum joins
+   the panel's running maximum mx (NaN scores skipped: MAXPS returns the second operand, the
+   running maximum, for a NaN). */
+SDPA_INLINE void score_avx512_tile(int NV, int NK, const float *qt, size_t pw, const float *k,
+                                   ptrdiff_t ks, size_t d, float *st, size_t j, int masked,
+                                   const int32_t *lim, float *mx)
 {
-    __m512 a[SCORE_MR][4];
-    const float *kr[SCORE_MR];
-    SDPA_UNROLL for (int i = 0; i < MR; i++) {
+    __m512 a[SCORE_NR][SCORE_NV];
+    const float *kr[SCORE_NR];
+    SDPA_UNROLL for (int i = 0; i < NK; i++) {
         kr[i] = k + i * ks;
         SDPA_UNROLL for (int t = 0; t < NV; t++) a[i][t] = _mm512_setzero_ps();
     }
     _Pragma("GCC unroll 2")
     for (size_t c = 0; c < d; c++) {
-        __m512 qv[4];
+        __m512 qv[SCORE_NV];
         SDPA_UNROLL for (int t = 0; t < NV; t++) qv[t] = _mm512_load_ps(qt + c * pw + 16 * t);
-        SDPA_UNROLL for (int i = 0; i < MR; i++) {
+        SDPA_UNROLL for (int i = 0; i < NK; i++) {
             const __m512 kv = _mm512_set1_ps(kr[i][c]);
             SDPA_UNROLL for (int t = 0; t < NV; t++) a[i][t] = _mm512_fmadd_ps(kv, qv[t], a[i][t]);
         }
@@ -72,7 +75,7 @@ SDPA_INLINE void score_t_tile(int MR, int NV, const float *qt, size_t pw, const 
         const __m512 ninf = _mm512_set1_ps(-INFINITY);
         SDPA_UNROLL for (int t = 0; t < NV; t++) {
             const __m512i L = _mm512_loadu_si512(lim + 16 * t);
-            SDPA_UNROLL for (int i = 0; i < MR; i++) {
+            SDPA_UNROLL for (int i = 0; i < NK; i++) {
                 const __mmask16 in = _mm512_cmpgt_epi32_mask(L, _mm512_set1_epi32((int32_t)(j + i)));
                 a[i][t] = _mm512_mask_mov_ps(ninf, in, a[i][t]);
             }
@@ -80,7 +83,7 @@ SDPA_INLINE void score_t_tile(int MR, int NV, const float *qt, size_t pw, const 
     }
     SDPA_UNROLL for (int t = 0; t < NV; t++) {
         __m512 m = _mm512_load_ps(mx + 16 * t);
-        SDPA_UNROLL for (int i = 0; i < MR; i++) {
+        SDPA_UNROLL for (int i = 0; i < NK; i++) {
             _mm512_store_ps(st + i * pw + 16 * t, a[i][t]);
             m = _mm512_max_ps(a[i][t], m);
         }
@@ -88,64 +91,66 @@ SDPA_INLINE void score_t_tile(int MR, int NV, const float *qt, size_t pw, const 
     }
 }
 
-#define SCORE_T_NV(MR)                                                                      \
-    case MR:                                                                                \
-        switch (nv) {                                                                       \
-        case 1: score_t_tile(MR, 1, qt, pw, k, ks, d, st, j, 1, lim, mx); break;            \
-        case 2: score_t_tile(MR, 2, qt, pw, k, ks, d, st, j, 1, lim, mx); break;            \
-        case 3: score_t_tile(MR, 3, qt, pw, k, ks, d, st, j, 1, lim, mx); break;            \
-        default: score_t_tile(MR, 4, qt, pw, k, ks, d, st, j, 1, lim, mx); break;           \
-        }                                                                                   \
+#define SCORE_TILE_NV(NK)                                                                      \
+    case NK:                                                                                   \
+        switch (nv) {                                                                          \
+        case 1: score_avx512_tile(1, NK, qt, pw, k, ks, d, st, j, 1, lim, mx); break;          \
+        case 2: score_avx512_tile(2, NK, qt, pw, k, ks, d, st, j, 1, lim, mx); break;          \
+        case 3: score_avx512_tile(3, NK, qt, pw, k, ks, d, st, j, 1, lim, mx); break;          \
+        default: score_avx512_tile(4, NK, qt, pw, k, ks, d, st, j, 1, lim, mx); break;         \
+        }                                                                                      \
         break;
 
-/* Every tile shape other than the full unmasked one (key tails, narrow panels, the diagonal). */
-static void score_avx512_6x64(size_t mr, size_t nv, const float *qt, size_t pw, const float *k,
-                             ptrdiff_t ks, size_t d, float *st, size_t j, const int32_t *lim,
-                             float *mx)
+/* Every tile shape other than the full unmasked one, up to SCORE_MR rows (nv vectors) by
+   SCORE_NR keys (nk): key tails, narrow panels, the diagonal. */
+static void score_avx512_64x6(size_t nv, size_t nk, const float *qt, size_t pw, const float *k,
+                              ptrdiff_t ks, size_t d, float *st, size_t j, const int32_t *lim,
+                              float *mx)
 {
-    switch (mr) {
-        SCORE_T_NV(1)
-        SCORE_T_NV(2)
-        SCORE_T_NV(3)
-        SCORE_T_NV(4)
-        SCORE_T_NV(5)
-        SCORE_T_NV(6)
+    switch (nk) {
+        SCORE_TILE_NV(1)
+        SCORE_TILE_NV(2)
+        SCORE_TILE_NV(3)
+        SCORE_TILE_NV(4)
+        SCORE_TILE_NV(5)
+        SCORE_TILE_NV(6)
     default: break;
     }
 }
+#undef SCORE_TILE_NV
 
 /* The whole Sᵀ of a panel: keys [0, nk) (rows k, stride ks) against its pw rows, masked by the
    rows' limits lim[], with the row maxima left in mx[0..pw) (-inf where nothing is seen). */
-static void score_t(const float *qt, size_t pw, const float *k, ptrdiff_t ks, size_t d,
-                    size_t nk, float *st, const int32_t *lim, float *mx, sdpa_pf_cursor *pf)
+static void score_avx512_panel(const float *qt, size_t pw, const float *k, ptrdiff_t ks, size_t d,
+                               size_t nk, float *st, const int32_t *lim, float *mx,
+                               sdpa_pf_cursor *pf)
 {
     const size_t nv = pw / 16;
     /* limits are non-decreasing over the panel: keys below the first row's need no mask */
     const size_t jfree = (size_t)lim[0];
     for (size_t t = 0; t < pw; t += 16) _mm512_store_ps(mx + t, _mm512_set1_ps(-INFINITY));
     size_t j = 0;
-    if (nv == PREFILL_PANEL / 16)
-        for (; j + SCORE_MR <= nk && j + SCORE_MR <= jfree; j += SCORE_MR)
-        {
-            score_t_tile(SCORE_MR, PREFILL_PANEL / 16, qt, pw, k + (ptrdiff_t)j * ks, ks, d, st + j * pw, j, 0, lim,
-                         mx);
-            sdpa_pf_lines(pf, PF_LINES);
+    if (nv == SCORE_NV)
+        for (; j + SCORE_NR <= nk && j + SCORE_NR <= jfree; j += SCORE_NR) {
+            score_avx512_tile(SCORE_NV, SCORE_NR, qt, pw, k + (ptrdiff_t)j * ks, ks, d,
+                              st + j * pw, j, 0, lim, mx);
+            sdpa_pf_lines(pf, PREFILL_PF_LINES);
         }
-    for (; j < nk; j += SCORE_MR) {
+    for (; j < nk; j += SCORE_NR) {
         /* on the diagonal, a 16-row vector whose last row's limit is at or before key j sees
            none of the tile: skipped (its softmax stops at that limit and never reads here) */
         size_t t0 = 0;
         while ((size_t)lim[16 * t0 + 15] <= j) t0++; /* ends: the panel's last limit is nk */
-        score_avx512_6x64(sdpa_min(SCORE_MR, nk - j), nv - t0, qt + 16 * t0, pw,
-                         k + (ptrdiff_t)j * ks, ks, d, st + j * pw + 16 * t0, j, lim + 16 * t0,
-                         mx + 16 * t0);
-        sdpa_pf_lines(pf, PF_LINES);
+        score_avx512_64x6(nv - t0, sdpa_min(SCORE_NR, nk - j), qt + 16 * t0, pw,
+                          k + (ptrdiff_t)j * ks, ks, d, st + j * pw + 16 * t0, j, lim + 16 * t0,
+                          mx + 16 * t0);
+        sdpa_pf_lines(pf, PREFILL_PF_LINES);
     }
 }
 
 /* The rows' score multipliers (sdpa_rows.score_mul, powers of two) applied to a panel's Sᵀ,
    keys [0, nk), and to its block maxima: a positive factor keeps the maximum where it was. */
-static void scale_t(float *st, size_t pw, size_t nk, const float *mul, float *bm)
+static void scale_avx512_panel(float *st, size_t pw, size_t nk, const float *mul, float *bm)
 {
     for (size_t t = 0; t < pw; t += 16) {
         const __m512 f = _mm512_loadu_ps(mul + t);
@@ -155,24 +160,25 @@ static void scale_t(float *st, size_t pw, size_t nk, const float *mul, float *bm
     }
 }
 
-/* O tile: acc[i][c0..c0+64) (= alpha[i] * acc first when alpha != NULL) += sum_j P[j][i] *
+/* O tile: acc[i][c0..c0+PV_NR) (= alpha[i] * acc first when alpha != NULL) += sum_j P[j][i] *
    V[j][c0..) for MR rows i and keys j < nk[i] (non-decreasing in i); columns past dv masked
    off. A row's excluded keys are skipped, not multiplied by p = 0, so that an inf or NaN in a
    value row that only later rows see cannot reach it. */
-SDPA_INLINE void pv_t_tile(int MR, int full, float *acc, size_t dv, size_t c0, const float *alpha,
-                  const float *P, size_t pw, const float *v, ptrdiff_t vs, const size_t *nk)
+SDPA_INLINE void pv_avx512_tile(int MR, int full, float *acc, size_t dv, size_t c0,
+                                const float *alpha, const float *P, size_t pw, const float *v,
+                                ptrdiff_t vs, const size_t *nk)
 {
-    __m512 a[PV_MR][4];
-    __mmask16 mk[4];
-    /* full: all 64 columns inside dv, every load a plain one */
-    SDPA_UNROLL for (int t = 0; t < 4; t++)
+    __m512 a[PV_MR][PV_NV];
+    __mmask16 mk[PV_NV];
+    /* full: all PV_NR columns inside dv, every load a plain one */
+    SDPA_UNROLL for (int t = 0; t < PV_NV; t++)
         mk[t] = full ? (__mmask16)0xFFFF : c0 + 16 * t < dv ? lanes(dv - c0 - 16 * t) : 0;
     SDPA_UNROLL for (int i = 0; i < MR; i++) {
-        SDPA_UNROLL for (int t = 0; t < 4; t++)
+        SDPA_UNROLL for (int t = 0; t < PV_NV; t++)
             a[i][t] = _mm512_maskz_loadu_ps(mk[t], acc + i * dv + c0 + 16 * t);
         if (alpha) {
             const __m512 al = _mm512_set1_ps(alpha[i]);
-            SDPA_UNROLL for (int t = 0; t < 4; t++) a[i][t] = _mm512_mul_ps(a[i][t], al);
+            SDPA_UNROLL for (int t = 0; t < PV_NV; t++) a[i][t] = _mm512_mul_ps(a[i][t], al);
         }
     }
     /* pointers stepped per key (no index multiply), the bound in a register: the integer
@@ -182,44 +188,45 @@ SDPA_INLINE void pv_t_tile(int MR, int full, float *acc, size_t dv, size_t c0, c
     const size_t n0 = nk[0], n1 = nk[MR - 1];
     _Pragma("GCC unroll 2")
     for (; j < n0; j++, vp += vs, pp += pw) {
-        __m512 x[4];
-        SDPA_UNROLL for (int t = 0; t < 4; t++)
+        __m512 x[PV_NV];
+        SDPA_UNROLL for (int t = 0; t < PV_NV; t++)
             x[t] = full ? _mm512_loadu_ps(vp + 16 * t) : _mm512_maskz_loadu_ps(mk[t], vp + 16 * t);
         SDPA_UNROLL for (int i = 0; i < MR; i++) {
             const __m512 p = _mm512_set1_ps(pp[i]);
-            SDPA_UNROLL for (int t = 0; t < 4; t++) a[i][t] = _mm512_fmadd_ps(p, x[t], a[i][t]);
+            SDPA_UNROLL for (int t = 0; t < PV_NV; t++) a[i][t] = _mm512_fmadd_ps(p, x[t], a[i][t]);
         }
     }
     for (; j < n1; j++) { /* the diagonal: some rows stop earlier */
-        __m512 x[4];
-        SDPA_UNROLL for (int t = 0; t < 4; t++)
+        __m512 x[PV_NV];
+        SDPA_UNROLL for (int t = 0; t < PV_NV; t++)
             x[t] = _mm512_maskz_loadu_ps(mk[t], v + (ptrdiff_t)j * vs + (ptrdiff_t)(c0 + 16 * t));
         SDPA_UNROLL for (int i = 1; i < MR; i++) {
             if (j < nk[i]) {
                 const __m512 p = _mm512_set1_ps(P[j * pw + i]);
-                SDPA_UNROLL for (int t = 0; t < 4; t++) a[i][t] = _mm512_fmadd_ps(p, x[t], a[i][t]);
+                SDPA_UNROLL for (int t = 0; t < PV_NV; t++)
+                    a[i][t] = _mm512_fmadd_ps(p, x[t], a[i][t]);
             }
         }
     }
     SDPA_UNROLL for (int i = 0; i < MR; i++)
-        SDPA_UNROLL for (int t = 0; t < 4; t++)
+        SDPA_UNROLL for (int t = 0; t < PV_NV; t++)
             _mm512_mask_storeu_ps(acc + i * dv + c0 + 16 * t, mk[t], a[i][t]);
 }
 
 static void pv_avx512_6x64(size_t mr, float *acc, size_t dv, size_t c0, const float *alpha,
                      const float *P, size_t pw, const float *v, ptrdiff_t vs, const size_t *nk)
 {
-    if (mr == PV_MR && c0 + 64 <= dv) {
-        pv_t_tile(PV_MR, 1, acc, dv, c0, alpha, P, pw, v, vs, nk);
+    if (mr == PV_MR && c0 + PV_NR <= dv) {
+        pv_avx512_tile(PV_MR, 1, acc, dv, c0, alpha, P, pw, v, vs, nk);
         return;
     }
     switch (mr) {
-    case 1: pv_t_tile(1, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
-    case 2: pv_t_tile(2, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
-    case 3: pv_t_tile(3, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
-    case 4: pv_t_tile(4, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
-    case 5: pv_t_tile(5, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
-    case 6: pv_t_tile(6, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 1: pv_avx512_tile(1, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 2: pv_avx512_tile(2, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 3: pv_avx512_tile(3, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 4: pv_avx512_tile(4, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 5: pv_avx512_tile(5, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
+    case 6: pv_avx512_tile(6, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
     default: break;
     }
 }
@@ -227,7 +234,7 @@ static void pv_avx512_6x64(size_t mr, float *acc, size_t dv, size_t c0, const fl
 /* The online softmax of one 16-row vector of a panel's Sᵀ (stride pw), keys [0, nk), whose
    masked entries are already -inf and whose block maxima are bm (16 lanes). m, l, alpha: 16
    lanes in memory, updated. */
-static void softmax_t16(float *st, size_t pw, size_t nk, const float *bm, float *m, float *l,
+static void softmax_avx512_t16(float *st, size_t pw, size_t nk, const float *bm, float *m, float *l,
                         float *alpha)
 {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
@@ -383,8 +390,8 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
             const size_t np = (size_t)lim[rl];          /* keys any row of the panel sees */
             if (np == 0) continue;                      /* nothing seen: state unchanged */
             if (var && sdpa_block_hidden(w, p0, rl + 1, j0, nb)) continue;
-            score_t(qt + p0 * d, pw, kr, ks, d, np, st, lim + p0, bm, &pfc);
-            if (w->score_mul) scale_t(st, pw, np, mulw + p0, bm);
+            score_avx512_panel(qt + p0 * d, pw, kr, ks, d, np, st, lim + p0, bm, &pfc);
+            if (w->score_mul) scale_avx512_panel(st, pw, np, mulw + p0, bm);
             bool hidden = false; /* a key hidden from a row by its first or the mask */
             if (var) {
                 /* the modifiers on the real rows' visible keys, then their block maxima anew
@@ -402,8 +409,8 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
             }
             /* a vector's keys stop at its last row's limit: P past a row's limit is never read */
             for (size_t t = 0; t < pw; t += 16)
-                softmax_t16(st + t, pw, sdpa_min(np, (size_t)lim[p0 + t + 15]), bm + t, mw + p0 + t,
-                            lw + p0 + t, aw + p0 + t);
+                softmax_avx512_t16(st + t, pw, sdpa_min(np, (size_t)lim[p0 + t + 15]), bm + t,
+                                   mw + p0 + t, lw + p0 + t, aw + p0 + t);
             /* P·V over the panel's real rows, keys in L1-sized sub-blocks; hidden keys carry
                p = 0, which adds exactly 0 when their V is finite, else the exact per-row path
                skips them */
@@ -414,7 +421,7 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
                 continue;
             }
             for (size_t kb = 0; kb < np; kb += PV_KB) {
-                for (size_t c0 = 0; c0 < dv; c0 += 64) {
+                for (size_t c0 = 0; c0 < dv; c0 += PV_NR) {
                     for (size_t i = 0; i < nrow; i += PV_MR) {
                         const size_t mr = sdpa_min(PV_MR, nrow - i);
                         size_t nk[PV_MR]; /* keys of this sub-block each row sees */

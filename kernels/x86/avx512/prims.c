@@ -71,8 +71,8 @@ static inline float dot1_f32(const float *q, const float *k, size_t d)
 /* The three primitives                                                                        */
 /* ------------------------------------------------------------------------------------------ */
 
-static void score_f32_avx512(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
-                             float scale, float *s)
+void sdpa_score_f32_avx512(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+                           float scale, float *s)
 {
     const __m512 sc = _mm512_set1_ps(scale);
     size_t j = 0;
@@ -82,13 +82,13 @@ static void score_f32_avx512(const float *q, const float *k, size_t k_stride, si
     for (; j < n; j++) s[j] = dot1_f32(q, k + j * k_stride, d) * scale;
 }
 
-static float softmax_online_f32_avx512(float *s, size_t n, float *m, float *l)
+float sdpa_softmax_online_f32_avx512(float *s, size_t n, float *m, float *l)
 {
     return softmax_avx512(0, s, n, m, l);
 }
 
-static void accumulate_f32_avx512(float *o, float alpha, const float *p, const float *v,
-                                  size_t v_stride, size_t n, size_t dv)
+void sdpa_accumulate_f32_avx512(float *o, float alpha, const float *p, const float *v,
+                                size_t v_stride, size_t n, size_t dv)
 {
     const __m512 al = _mm512_set1_ps(alpha);
     for (size_t c = 0; c < dv; c += 64) {
@@ -113,7 +113,7 @@ static void accumulate_f32_avx512(float *o, float alpha, const float *p, const f
 /* exp over an array, and the fused kernel's entry                                             */
 /* ------------------------------------------------------------------------------------------ */
 
-static void exp_f32_avx512(const float *x, float *y, size_t n)
+void sdpa_exp_f32_avx512(const float *x, float *y, size_t n)
 {
     size_t i = 0;
     for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, exp_avx512(_mm512_loadu_ps(x + i)));
@@ -126,4 +126,4 @@ static void exp_f32_avx512(const float *x, float *y, size_t n)
 #include "kernel_def.h"
 
 SDPA_DEFINE_PATHS(avx512)
-SDPA_DEFINE_KERNELS(avx512, EXP_MAX_ULP);
+SDPA_DEFINE_KERNELS_EXPORTED(avx512, EXP_MAX_ULP);

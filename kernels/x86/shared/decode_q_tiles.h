@@ -1,0 +1,421 @@
+/* decode_q_tiles.h -- the score tiles and P·V panels of decode_q.h, for K or V in q8_0 / q4_0 */
+/*
+ * Exact scores convert each K block once, in registers, for every row; fast scores take the
+ * exact int32 dot product of a query block's quants with the key block's, scaled by qd * d_k in
+ * f32. P·V converts each V block once for every row. DECODE_Q_PF_KEYS (keys ahead whose rows
+ * are requested), DECODE_Q_PV_GROUP (keys per P·V group) and SDPA_QD_VNNI must be defined.
+ */
+#ifndef SDPA_DECODE_Q_TILES_H
+#define SDPA_DECODE_Q_TILES_H
+
+#include "decode_q_format.h"
+
+/* Scores of R rows (q packed, row r at q + r d) against NK keys (rows kr[i]), R * NK <= 8,
+   out[r * NK + i]. Exact: K converted per block, once for all rows, then f32 FMAs. */
+SDPA_INLINE void qd_score_tile(int R, int NK, sdpa_dtype kt, const float *q, size_t d,
+                               const unsigned char *const *kr, float *out)
+{
+    __m256 a[8];
+    SDPA_UNROLL for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+    if (sdpa_dtype_quantized(kt)) {
+        const size_t bb = sdpa_block_bytes(kt);
+        for (size_t b = 0; b < d / SDPA_QK; b++) {
+            __m256 dk[8], dk8[8];
+            qd_src src[8];
+            SDPA_UNROLL for (int i = 0; i < NK; i++) {
+                dk[i] = qd_f16x8(kr[i] + b * bb);
+                dk8[i] = _mm256_mul_ps(dk[i], _mm256_set1_ps(8.0f));
+                src[i] = qd_prepare(kt, kr[i] + b * bb);
+            }
+            SDPA_UNROLL for (int t = 0; t < 4; t++) {
+                __m256 kv[8];
+                SDPA_UNROLL for (int i = 0; i < NK; i++)
+                    kv[i] = qd_x8(kt, &src[i], t, dk[i], dk8[i]);
+                SDPA_UNROLL for (int r = 0; r < R; r++) {
+                    __m256 qv = _mm256_loadu_ps(q + (size_t)r * d + b * SDPA_QK + 8 * (size_t)t);
+                    if (NK > 1) __asm__("" : "+x"(qv)); /* one load per query vector */
+                    SDPA_UNROLL for (int i = 0; i < NK; i++)
+                        a[r * NK + i] = _mm256_fmadd_ps(qv, kv[i], a[r * NK + i]);
+                }
+            }
+        }
+    } else {
+        for (size_t c = 0; c < d; c += 8) {
+            const size_t n = d - c < 8 ? d - c : 8;
+            __m256 kv[8];
+            SDPA_UNROLL for (int i = 0; i < NK; i++) kv[i] = qd_load_float(kt, kr[i], c, n);
+            SDPA_UNROLL for (int r = 0; r < R; r++) {
+                const __m256 qv = qd_load_float(SDPA_F32, q + (size_t)r * d, c, n);
+                SDPA_UNROLL for (int i = 0; i < NK; i++)
+                    a[r * NK + i] = _mm256_fmadd_ps(qv, kv[i], a[r * NK + i]);
+            }
+        }
+    }
+    _mm256_storeu_ps(out, qd_reduce8(a));
+}
+
+/* Fast scores of R rows against NK keys: per block, the exact int32 dot product of the row's
+   quants with the key's, converted and scaled by qd * d_k. The byte products take one operand
+   unsigned: with VNNI the row's quants plus 128 (qu, packed by loop_begin) against k, less
+   128 sum(k) (the accumulator's start, once per key block); without, |k| against the row's
+   quants carrying k's sign. */
+SDPA_INLINE void qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *qq, const uint8_t *qu,
+                                  const float *qdv, size_t d, const unsigned char *const *kr,
+                                  float *out)
+{
+    __m256 a[8];
+    SDPA_UNROLL for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
+    const size_t bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK;
+    (void)qq, (void)qu;
+    for (size_t b = 0; b < nbk; b++) {
+        SDPA_UNROLL for (int i = 0; i < NK; i++) {
+            const unsigned char *kb = kr[i] + b * bb;
+            const __m256 dk = qd_f16x8(kb);
+            const __m256i k8 = qd_quants32(kt, kb);
+#if SDPA_QD_VNNI
+            const __m256i c0 = _mm256_sub_epi32(_mm256_setzero_si256(),
+                _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), k8));
+#else
+            const __m256i ak = _mm256_sign_epi8(k8, k8);
+#endif
+            SDPA_UNROLL for (int r = 0; r < R; r++) {
+#if SDPA_QD_VNNI
+                const __m256i u8 = _mm256_loadu_si256(
+                    (const __m256i *)(const void *)(qu + (size_t)r * d + b * SDPA_QK));
+                const __m256i p = _mm256_dpbusd_epi32(c0, u8, k8);
+#else
+                const __m256i q8 = _mm256_loadu_si256(
+                    (const __m256i *)(const void *)(qq + (size_t)r * d + b * SDPA_QK));
+                const __m256i p = qd_dot(ak, _mm256_sign_epi8(q8, k8));
+#endif
+                const __m256 s = _mm256_mul_ps(dk, _mm256_broadcast_ss(qdv + (size_t)r * nbk + b));
+                a[r * NK + i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, a[r * NK + i]);
+            }
+        }
+    }
+    _mm256_storeu_ps(out, qd_reduce8(a));
+}
+
+/* The rows of a score tile's keys j0 + j + i, i < NK (a tail tile of n < NK keys repeats its
+   last, in bounds), and the rows DECODE_Q_PF_KEYS keys ahead of its real ones requested (none
+   at or past the keys any row sees). */
+SDPA_INLINE void qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_t j0, size_t j,
+                              size_t n, const unsigned char **kr)
+{
+    const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
+    SDPA_UNROLL for (int i = 0; i < NK; i++)
+        kr[i] = qd_row(w->k, kt, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
+    for (size_t i = 0; i < n; i++)
+        if (j0 + j + i + DECODE_Q_PF_KEYS < kend)
+            qd_request(w->k, kt, w->k_stride, j0 + j + i + DECODE_Q_PF_KEYS, w->d);
+}
+
+/* A tile's scores, out[r NK + i] for row r and key i, to S[r][j + i] for the R real rows and n
+   real keys. */
+SDPA_INLINE void qd_tile_store(int R, int NK, const float *out, size_t n, float *S, size_t lds,
+                               size_t j)
+{
+    for (int r = 0; r < R; r++)
+        for (size_t i = 0; i < n; i++) S[(size_t)r * lds + j + i] = out[r * NK + (int)i];
+}
+
+#ifdef __AVX512F__
+/* --- 512-bit forms (the avx512 files): a block is two vectors ----------------------------- */
+
+
+/* Exact scores of R rows (padded to RP in {1, 2, 4, 8} by repeating the last; the padding is
+   computed, never stored) against keys [j0, j0 + nb) of a quantized K, tiles of NK = 16 / RP
+   keys: 16 accumulators that one shuffle tree (reduce16, PERM16) reduces to row r's score of
+   key i in lane r NK + i. */
+SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0, size_t nb,
+                             float *S, size_t lds)
+{
+    const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
+    const size_t d = w->d, bb = sdpa_block_bytes(kt);
+    const float *qr[8];
+    for (int r = 0; r < 8; r++) qr[r] = w->q + (size_t)(r < R ? r : R - 1) * d;
+    for (size_t j = 0; j < nb; j += (size_t)NK) {
+        const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
+        const unsigned char *kr[16];
+        qd_tile_keys(NK, kt, w, j0, j, n, kr);
+        __m512 a[16];
+        SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+        for (size_t b = 0; b < d / SDPA_QK; b++) {
+            SDPA_UNROLL for (int i = 0; i < NK; i++) {
+                const unsigned char *kb = kr[i] + b * bb;
+                const __m512 dk = qd_f16x16(kb), dk8 = _mm512_mul_ps(dk, _mm512_set1_ps(8.0f));
+                const qd_src src = qd_prepare(kt, kb);
+                SDPA_UNROLL for (int h = 0; h < 2; h++) {
+                    const __m512 kv = qd_x16(kt, &src, h, dk, dk8);
+                    SDPA_UNROLL for (int r = 0; r < RP; r++) {
+                        const __m512 qv = _mm512_loadu_ps(qr[r] + b * SDPA_QK + 16 * (size_t)h);
+                        a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qv, kv, a[PERM16(r * NK + i)]);
+                    }
+                }
+            }
+        }
+        float out[16];
+        _mm512_storeu_ps(out, reduce16(a));
+        qd_tile_store(R, NK, out, n, S, lds, j);
+    }
+}
+
+/* Fast scores of R rows (padded to RP) against keys [j0, j0 + nb), tiles of NK = 16 / RP keys,
+   two blocks per vector: the int32 dot products of blocks b and b + 1 in lanes 0-7 and 8-15,
+   scaled by qz (the rows' block scales, each repeated over its 8 lanes, made by loop_begin)
+   times the key's. VNNI: vpdpbusd on the rows' quants plus 128 (qu) from -128 sum(k); without:
+   pmaddubsw on |k| and the quants negated where k < 0. An odd last block takes 256 bits. */
+SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, const uint8_t *qu,
+                                  const float *qz, size_t j0, size_t nb, float *S, size_t lds)
+{
+    const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
+    const size_t d = w->d, bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
+    size_t rr[8];
+    for (int r = 0; r < 8; r++) rr[r] = (size_t)(r < R ? r : R - 1);
+    (void)qu;
+    for (size_t j = 0; j < nb; j += (size_t)NK) {
+        const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
+        const unsigned char *kr[16];
+        qd_tile_keys(NK, kt, w, j0, j, n, kr);
+        __m512 a[16];
+        SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
+        size_t b = 0;
+        for (; b + 2 <= nbk; b += 2) {
+            SDPA_UNROLL for (int i = 0; i < NK; i++) {
+                const unsigned char *k0 = kr[i] + b * bb, *k1 = k0 + bb;
+                const __m512i k = _mm512_inserti64x4(_mm512_castsi256_si512(qd_quants32(kt, k0)),
+                                                     qd_quants32(kt, k1), 1);
+                const __m512 dk =
+                    _mm512_insertf32x8(_mm512_castps256_ps512(qd_f16x8(k0)), qd_f16x8(k1), 1);
+#if SDPA_QD_VNNI
+                const __m512i c0 = _mm512_sub_epi32(_mm512_setzero_si512(),
+                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), k));
+#else
+                const __m512i ak = _mm512_abs_epi8(k);
+                const __mmask64 neg = _mm512_movepi8_mask(k);
+#endif
+                SDPA_UNROLL for (int r = 0; r < RP; r++) {
+#if SDPA_QD_VNNI
+                    const __m512i u =
+                        _mm512_loadu_si512((const void *)(qu + rr[r] * d + b * SDPA_QK));
+                    const __m512i p = _mm512_dpbusd_epi32(c0, u, k);
+#else
+                    const __m512i q =
+                        _mm512_loadu_si512((const void *)(w->qq + rr[r] * d + b * SDPA_QK));
+                    const __m512i sq = _mm512_mask_sub_epi8(q, neg, _mm512_setzero_si512(), q);
+                    const __m512i p =
+                        _mm512_madd_epi16(_mm512_maddubs_epi16(ak, sq), _mm512_set1_epi16(1));
+#endif
+                    const __m512 sc =
+                        _mm512_mul_ps(dk, _mm512_loadu_ps(qz + rr[r] * zr + b / 2 * 16));
+                    a[PERM16(r * NK + i)] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, a[PERM16(r * NK + i)]);
+                }
+            }
+        }
+        if (b < nbk)
+            SDPA_UNROLL for (int i = 0; i < NK; i++) {
+                const unsigned char *kb = kr[i] + b * bb;
+                const __m256i k8 = qd_quants32(kt, kb);
+                const __m256 dk = qd_f16x8(kb);
+                const __m256i ak = _mm256_sign_epi8(k8, k8);
+                SDPA_UNROLL for (int r = 0; r < RP; r++) {
+                    const __m256i q8 = _mm256_loadu_si256(
+                        (const __m256i *)(const void *)(w->qq + rr[r] * d + b * SDPA_QK));
+                    const __m256i p = _mm256_madd_epi16(
+                        _mm256_maddubs_epi16(ak, _mm256_sign_epi8(q8, k8)), _mm256_set1_epi16(1));
+                    const __m256 t = _mm256_mul_ps(
+                        _mm256_cvtepi32_ps(p),
+                        _mm256_mul_ps(dk, _mm256_loadu_ps(qz + rr[r] * zr + b / 2 * 16)));
+                    a[PERM16(r * NK + i)] =
+                        _mm512_add_ps(a[PERM16(r * NK + i)], _mm512_zextps256_ps512(t));
+                }
+            }
+        float out[16];
+        _mm512_storeu_ps(out, reduce16(a));
+        qd_tile_store(R, NK, out, n, S, lds, j);
+    }
+}
+
+/* acc[r][c0, c0 + 32) = al[r] acc + sum_j P[r][j] v_j over keys [0, n) (rows rv[j], every row
+   sees them): one block of a quantized V, two vectors per row. */
+SDPA_INLINE void qd_pv_block_z(int R, sdpa_dtype vt, float *acc, size_t dv, const float *al,
+                               const float *P, size_t lds, const unsigned char *const *rv, size_t n,
+                               size_t c0)
+{
+    __m512 a[16];
+    SDPA_UNROLL for (int r = 0; r < R; r++) {
+        const __m512 s = _mm512_set1_ps(al[r]);
+        SDPA_UNROLL for (int h = 0; h < 2; h++)
+            a[2 * r + h] =
+                _mm512_mul_ps(s, _mm512_loadu_ps(acc + (size_t)r * dv + c0 + 16 * (size_t)h));
+    }
+    const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)c0);
+    for (size_t j = 0; j < n; j++) {
+        const unsigned char *b = rv[j] + bo;
+        const __m512 dv16 = qd_f16x16(b), dv8 = _mm512_mul_ps(dv16, _mm512_set1_ps(8.0f));
+        const qd_src src = qd_prepare(vt, b);
+        const __m512 x0 = qd_x16(vt, &src, 0, dv16, dv8), x1 = qd_x16(vt, &src, 1, dv16, dv8);
+        SDPA_UNROLL for (int r = 0; r < R; r++) {
+            const __m512 p = _mm512_set1_ps(P[(size_t)r * lds + j]);
+            a[2 * r] = _mm512_fmadd_ps(p, x0, a[2 * r]);
+            a[2 * r + 1] = _mm512_fmadd_ps(p, x1, a[2 * r + 1]);
+        }
+    }
+    SDPA_UNROLL for (int r = 0; r < R; r++)
+        SDPA_UNROLL for (int h = 0; h < 2; h++)
+            _mm512_storeu_ps(acc + (size_t)r * dv + c0 + 16 * (size_t)h, a[2 * r + h]);
+}
+#endif
+
+/* Keys [j0, j0 + nb) for all R rows, tiles of NK = 8 / R keys (R * NK <= 8: one reduction). */
+SDPA_INLINE void qd_scores_r(int R, sdpa_dtype kt, const sdpa_rows *w, const uint8_t *qu,
+                             const float *qz, size_t j0, size_t nb, float *S, size_t lds)
+{
+    const int NK = R == 1 ? 8 : R == 2 ? 4 : R <= 4 ? 2 : 1;
+#ifdef __AVX512F__
+    if (sdpa_dtype_quantized(kt)) {
+        if (w->qq)
+            qd_scores_fast_z(R, kt, w, qu, qz, j0, nb, S, lds);
+        else
+            qd_scores_z(R, kt, w, j0, nb, S, lds);
+        return;
+    }
+#else
+    (void)qz;
+#endif
+    float out[8];
+    for (size_t j = 0; j < nb; j += (size_t)NK) {
+        const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
+        const unsigned char *kr[8];
+        qd_tile_keys(NK, kt, w, j0, j, n, kr);
+        if (w->qq)
+            qd_score_tile_i8(R, NK, kt, w->qq, qu, w->qd, w->d, kr, out);
+        else
+            qd_score_tile(R, NK, kt, w->q, w->d, kr, out);
+        qd_tile_store(R, NK, out, n, S, lds, j);
+    }
+}
+
+/* acc[r][c0, c0 + 8 NC) = al[r] acc + sum_j P[r][j] v_j over keys [0, n) of rows rv[j] (all R
+   rows see them), NC 8-column vectors of an element-type V (f32, f16, bf16; cut at dv). */
+SDPA_INLINE void qd_pv_panel(int R, int NC, sdpa_dtype vt, float *acc, size_t dv, const float *al,
+                             const float *P, size_t lds, const unsigned char *const *rv, size_t n,
+                             size_t c0)
+{
+    __m256 a[16];
+    const size_t left = dv - c0;
+    SDPA_UNROLL for (int r = 0; r < R; r++) {
+        const __m256 s = _mm256_broadcast_ss(al + r);
+        SDPA_UNROLL for (int t = 0; t < NC; t++) {
+            const size_t cnt = left - 8 * (size_t)t < 8 ? left - 8 * (size_t)t : 8;
+            const __m256 o = qd_load_float(SDPA_F32, acc + (size_t)r * dv, c0 + 8 * (size_t)t, cnt);
+            a[r * NC + t] = _mm256_mul_ps(s, o);
+        }
+    }
+    for (size_t j = 0; j < n; j++) {
+        __m256 x[4];
+        SDPA_UNROLL for (int t = 0; t < NC; t++) {
+            const size_t cnt = left - 8 * (size_t)t < 8 ? left - 8 * (size_t)t : 8;
+            x[t] = qd_load_float(vt, rv[j], c0 + 8 * (size_t)t, cnt);
+        }
+        SDPA_UNROLL for (int r = 0; r < R; r++) {
+            const __m256 p = _mm256_broadcast_ss(P + (size_t)r * lds + j);
+            SDPA_UNROLL for (int t = 0; t < NC; t++)
+                a[r * NC + t] = _mm256_fmadd_ps(p, x[t], a[r * NC + t]);
+        }
+    }
+    SDPA_UNROLL for (int r = 0; r < R; r++)
+        SDPA_UNROLL for (int t = 0; t < NC; t++) {
+            const size_t c = c0 + 8 * (size_t)t;
+            if (left >= 8 * (size_t)t + 8) {
+                _mm256_storeu_ps(acc + (size_t)r * dv + c, a[r * NC + t]);
+            } else {
+                float tmp[8];
+                _mm256_storeu_ps(tmp, a[r * NC + t]);
+                memcpy(acc + (size_t)r * dv + c, tmp, (left - 8 * (size_t)t) * sizeof *tmp);
+            }
+        }
+}
+
+/* The same for a quantized V whose dv is a multiple of 32: whole vectors, no element type. */
+SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, sdpa_dtype vt, float *acc, size_t dv,
+                               const float *al, const float *P, size_t lds,
+                               const unsigned char *const *rv, size_t n, size_t c0)
+{
+    __m256 a[16];
+    SDPA_UNROLL for (int r = 0; r < R; r++) {
+        const __m256 s = _mm256_broadcast_ss(al + r);
+        SDPA_UNROLL for (int t = 0; t < NC; t++)
+            a[r * NC + t] =
+                _mm256_mul_ps(s, _mm256_loadu_ps(acc + (size_t)r * dv + c0 + 8 * (size_t)t));
+    }
+    const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)(c0 / SDPA_QK * SDPA_QK));
+    for (size_t j = 0; j < n; j++) {
+        const unsigned char *b = rv[j] + bo;
+        const __m256 dv8 = qd_f16x8(b), dv88 = _mm256_mul_ps(dv8, _mm256_set1_ps(8.0f));
+        const qd_src src = qd_prepare(vt, b);
+        __m256 x[4];
+        SDPA_UNROLL for (int t = 0; t < NC; t++) x[t] = qd_x8(vt, &src, T0 + t, dv8, dv88);
+        SDPA_UNROLL for (int r = 0; r < R; r++) {
+            const __m256 p = _mm256_broadcast_ss(P + (size_t)r * lds + j);
+            SDPA_UNROLL for (int t = 0; t < NC; t++)
+                a[r * NC + t] = _mm256_fmadd_ps(p, x[t], a[r * NC + t]);
+        }
+    }
+    SDPA_UNROLL for (int r = 0; r < R; r++)
+        SDPA_UNROLL for (int t = 0; t < NC; t++)
+            _mm256_storeu_ps(acc + (size_t)r * dv + c0 + 8 * (size_t)t, a[r * NC + t]);
+}
+
+/* Rows [0, R) over keys [0, n) from key j0 (every row sees them), in groups of
+   DECODE_Q_PV_GROUP keys whose V rows stay in L1 over the column passes; alpha applied by the
+   first group only. */
+SDPA_INLINE void qd_values_r(int R, sdpa_dtype vt, const sdpa_rows *w, float *acc,
+                             const float *alpha, const float *P, size_t lds, size_t j0, size_t n,
+                             size_t kend)
+{
+    static const float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
+    const size_t dv = w->dv;
+    const unsigned char *rv[DECODE_Q_PV_GROUP];
+    for (size_t g = 0; g < n; g += DECODE_Q_PV_GROUP) {
+        const size_t ng = n - g < DECODE_Q_PV_GROUP ? n - g : DECODE_Q_PV_GROUP;
+        for (size_t j = 0; j < ng; j++) {
+            rv[j] = qd_row(w->v, vt, w->v_stride, j0 + g + j);
+            if (j0 + g + j + DECODE_Q_PF_KEYS < kend)
+                qd_request(w->v, vt, w->v_stride, j0 + g + j + DECODE_Q_PF_KEYS, dv);
+        }
+        const float *al = g == 0 ? alpha : ones;
+        if (sdpa_dtype_quantized(vt)) {
+#ifdef __AVX512F__
+            for (size_t c = 0; c < dv; c += 32)
+                qd_pv_block_z(R, vt, acc, dv, al, P + g, lds, rv, ng, c);
+            continue;
+#endif
+            if (R <= 2)
+                for (size_t c = 0; c < dv; c += 32)
+                    qd_pv_panel_q(R, 4, 0, vt, acc, dv, al, P + g, lds, rv, ng, c);
+            else if (R <= 4)
+                for (size_t c = 0; c < dv; c += 32) {
+                    qd_pv_panel_q(R, 2, 0, vt, acc, dv, al, P + g, lds, rv, ng, c);
+                    qd_pv_panel_q(R, 2, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 16);
+                }
+            else
+                for (size_t c = 0; c < dv; c += 32) {
+                    qd_pv_panel_q(R, 1, 0, vt, acc, dv, al, P + g, lds, rv, ng, c);
+                    qd_pv_panel_q(R, 1, 1, vt, acc, dv, al, P + g, lds, rv, ng, c + 8);
+                    qd_pv_panel_q(R, 1, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 16);
+                    qd_pv_panel_q(R, 1, 3, vt, acc, dv, al, P + g, lds, rv, ng, c + 24);
+                }
+            continue;
+        }
+        /* an element-type V beside a quantized K: 16 columns per pass with at most 4 rows, 8
+           beyond, so that the accumulators stay in registers */
+        size_t c = 0;
+        if (R <= 4)
+            for (; c + 16 <= dv; c += 16) qd_pv_panel(R, 2, vt, acc, dv, al, P + g, lds, rv, ng, c);
+        for (; c < dv; c += 8) qd_pv_panel(R, 1, vt, acc, dv, al, P + g, lds, rv, ng, c);
+    }
+}
+
+#endif /* SDPA_DECODE_Q_TILES_H */
