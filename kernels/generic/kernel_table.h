@@ -125,8 +125,9 @@ typedef struct sdpa_rows {
     /* NULL: exact scores. Else fast scores (sdpa_params.q8_scores, K in a block format only, a
        unit of at most sdpa_kernels.quant_rows rows): row r's query quantized per 32-block,
        quants at qq + r * d and block scales at qd + r * d / 32, and the score of key j is
-       sum_b (qd[b] d_k[b]) dot_b(qq, k quants) with the block dot products exact in int32
-       (q still holds the scaled rows). A NaN qd makes the score NaN. */
+       sum_b qd[b] (d_k[b] dot_b(qq, k quants) + m_k[b] sum_b qq) with the block dot products
+       and sums exact in int32, k quants and m_k as sdpa_block_quants gives them (m_k = 0 but for
+       q4_1 and q5_1; q still holds the scaled rows). A NaN qd makes the score NaN. */
     const int8_t *qq;
     const float  *qd;
 } sdpa_rows;
@@ -137,7 +138,7 @@ typedef struct sdpa_rows {
    decode_max_rows rows takes the decode path (K and V read in place, once, every load shared
    by the rows), a larger one the prefill path (K and V packed per block, register-blocked
    micro-kernels named <op>_<isa>_<mr>x<nr>); decode_q_* are those of a separate decode path
-   for K or V in q8_0 / q4_0 (read in place, in blocks). */
+   for K or V in a block format (read in place, format block by format block). */
 typedef struct sdpa_tuning {
     size_t decode_max_rows;  /* rows of the largest unit that takes the decode path */
     size_t decode_block;     /* keys per decode block (at most) */
