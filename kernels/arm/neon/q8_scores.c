@@ -1,0 +1,104 @@
+/* q8_scores.c -- NEON fast scores (sdpa_rows.qq): int8 keys per block and the int8 score tile */
+#include "neon.h"
+
+/* Fast scores (sdpa_rows.qq). Key j's 32-quant blocks at kq + j * d as int8 (q4_0's nibbles
+   expanded to n - 8), its block scales at kd[b * nb + j], so that four keys' scales of a block
+   are one load. Every query row of the unit reuses them. */
+void sdpa_pack_kq_neon(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd)
+{
+    const sdpa_dtype t = w->k_type;
+    const size_t d = w->d, bb = sdpa_block_bytes(t);
+    for (size_t j = 0; j < nb; j++) {
+        const unsigned char *p = (const unsigned char *)w->k +
+                                 sdpa_off_bytes(t, (ptrdiff_t)(j0 + j) * w->k_stride);
+        int8_t *q = kq + j * d;
+        for (size_t b = 0; b < d / SDPA_QK; b++, p += bb, q += SDPA_QK) {
+            kd[b * nb + j] = qscale_neon(p);
+            int8x16_t lo, hi;
+            if (t == SDPA_Q8_0)
+                quants_neon(p, SDPA_Q8_0, &lo, &hi);
+            else
+                quants_neon(p, SDPA_Q4_0, &lo, &hi);
+            vst1q_s8(q, lo);
+            vst1q_s8(q + 16, hi);
+        }
+    }
+}
+
+/* s + the exact int32 dot product of 32 int8 pairs, in four lanes: armv8-a has no SDOT, so
+   SMULL (each product fits int16, -128 * -128 included) and SADALP (pairs into int32). */
+SDPA_INLINE int32x4_t dot_q8_neon(int32x4_t s, int8x16_t qa, int8x16_t qb, int8x16_t ka,
+                                  int8x16_t kb)
+{
+    s = vpadalq_s16(s, vmull_s8(vget_low_s8(qa), vget_low_s8(ka)));
+    s = vpadalq_s16(s, vmull_high_s8(qa, ka));
+    s = vpadalq_s16(s, vmull_s8(vget_low_s8(qb), vget_low_s8(kb)));
+    return vpadalq_s16(s, vmull_high_s8(qb, kb));
+}
+
+/* Fast scores of mr (1 or 2) rows against four keys (kq at the first, kd at its block-0
+   scale, ldk keys between block scales): per block the int32 sums of the 4 x mr pairs, then
+   s += (qd d_k) sum in f32, blocks in order (the scalar reference's arithmetic, op for op). */
+SDPA_INLINE void score_q8_neon_mx4(const int8_t *qq, const float *qd, size_t d, const int8_t *kq,
+                                   const float *kd, size_t ldk, float *S, size_t lds, const int mr)
+{
+    const size_t nblk = d / SDPA_QK;
+    float32x4_t acc[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+    for (size_t b = 0; b < nblk; b++) {
+        const size_t o = b * SDPA_QK;
+        int32x4_t s[2][4];
+        int8x16_t qa[2], qb[2];
+        for (int r = 0; r < mr; r++) {
+            qa[r] = vld1q_s8(qq + (size_t)r * d + o);
+            qb[r] = vld1q_s8(qq + (size_t)r * d + o + 16);
+            for (int i = 0; i < 4; i++) s[r][i] = vdupq_n_s32(0);
+        }
+        for (int i = 0; i < 4; i++) {
+            const int8x16_t ka = vld1q_s8(kq + (size_t)i * d + o);
+            const int8x16_t kb = vld1q_s8(kq + (size_t)i * d + o + 16);
+            for (int r = 0; r < mr; r++) s[r][i] = dot_q8_neon(s[r][i], qa[r], qb[r], ka, kb);
+        }
+        const float32x4_t kdv = vld1q_f32(kd + b * ldk);
+        for (int r = 0; r < mr; r++) {
+            /* lane i: key i's sum */
+            const int32x4_t sum =
+                vpaddq_s32(vpaddq_s32(s[r][0], s[r][1]), vpaddq_s32(s[r][2], s[r][3]));
+            const float32x4_t sc = vmulq_n_f32(kdv, qd[(size_t)r * nblk + b]);
+            acc[r] = vaddq_f32(acc[r], vmulq_f32(sc, vcvtq_f32_s32(sum)));
+        }
+    }
+    for (int r = 0; r < mr; r++) vst1q_f32(S + (size_t)r * lds, acc[r]);
+}
+
+/* One row against one key, as score_q8_neon_mx4. */
+SDPA_INLINE float score_q8_neon_1x1(const int8_t *qq, const float *qd, size_t d, const int8_t *kq,
+                                    const float *kd, size_t ldk)
+{
+    float acc = 0.0f;
+    for (size_t b = 0; b < d / SDPA_QK; b++) {
+        const size_t o = b * SDPA_QK;
+        const int32x4_t s = dot_q8_neon(vdupq_n_s32(0), vld1q_s8(qq + o), vld1q_s8(qq + o + 16),
+                                        vld1q_s8(kq + o), vld1q_s8(kq + o + 16));
+        acc += kd[b * ldk] * qd[b] * (float)vaddvq_s32(s);
+    }
+    return acc;
+}
+
+void sdpa_score_q8_neon(const int8_t *qq, const float *qd, size_t ra, size_t d,
+                        const int8_t *kq, const float *kd, size_t nb, float *S, size_t lds)
+{
+    const size_t nblk = d / SDPA_QK, n4 = nb & ~(size_t)3;
+    size_t r = 0;
+    for (; r + 2 <= ra; r += 2)
+        for (size_t j = 0; j < n4; j += 4)
+            score_q8_neon_mx4(qq + r * d, qd + r * nblk, d, kq + j * d, kd + j, nb, S + r * lds + j,
+                              lds, 2);
+    for (; r < ra; r++)
+        for (size_t j = 0; j < n4; j += 4)
+            score_q8_neon_mx4(qq + r * d, qd + r * nblk, d, kq + j * d, kd + j, nb, S + r * lds + j,
+                              lds, 1);
+    for (r = 0; r < ra; r++)
+        for (size_t j = n4; j < nb; j++)
+            S[r * lds + j] =
+                score_q8_neon_1x1(qq + r * d, qd + r * nblk, d, kq + j * d, kd + j, nb);
+}
