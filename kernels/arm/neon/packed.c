@@ -29,9 +29,9 @@ SDPA_INLINE void pack_neon_4x4(const void *k, ptrdiff_t ks, ptrdiff_t row0, size
                     load_neon_1x4(k, o + 2 * ks, t), load_neon_1x4(k, o + 3 * ks, t), dst, W);
 }
 
-/* A q8_0/q4_0 panel of W keys: four keys at a time, each block dequantized in registers half
-   by half (16 elements of 4 keys: 16 vectors) and transposed 4x4 into the panel (d is a
-   multiple of 32). */
+/* A panel of W keys of a block format: four keys at a time, each block dequantized in
+   registers half by half (16 elements of 4 keys: 16 vectors) and transposed 4x4 into the panel
+   (d is a multiple of 32). */
 SDPA_INLINE void pack_neon_panel_q(const void *k, ptrdiff_t ks, ptrdiff_t row0, size_t d,
                                    sdpa_dtype t, size_t W, float *dst)
 {
@@ -41,16 +41,18 @@ SDPA_INLINE void pack_neon_panel_q(const void *k, ptrdiff_t ks, ptrdiff_t row0, 
         for (int i = 0; i < 4; i++)
             r[i] = (const unsigned char *)k +
                    sdpa_off_bytes(t, (row0 + (ptrdiff_t)(g + (size_t)i)) * ks);
+        const int hm = sdpa_dtype_has_min(t);
         for (size_t b = 0; b < d / SDPA_QK; b++) {
-            float32x4_t dk[4];
+            float32x4_t dk[4], mk[4];
             int8x16_t q[4][2];
             for (int i = 0; i < 4; i++) {
                 dk[i] = vdupq_n_f32(qscale_neon(r[i] + b * bb));
+                mk[i] = hm ? vdupq_n_f32(qmin_neon(r[i] + b * bb)) : dk[i];
                 quants_neon(r[i] + b * bb, t, &q[i][0], &q[i][1]);
             }
             for (int h = 0; h < 2; h++) {
                 float32x4_t y[4][4];
-                for (int i = 0; i < 4; i++) widen_q_neon(q[i][h], dk[i], y[i]);
+                for (int i = 0; i < 4; i++) widen_q_neon(q[i][h], dk[i], mk[i], hm, y[i]);
                 float *col = dst + (b * SDPA_QK + 16 * (size_t)h) * W + g;
                 for (int x = 0; x < 4; x++)
                     store_neon_4x4t(y[0][x], y[1][x], y[2][x], y[3][x], col + 4 * (size_t)x * W, W);
@@ -97,6 +99,10 @@ static void pack_k(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
     case SDPA_BF16: pack_k_neon_typed(w, j0, nb, kp, SDPA_BF16); break;
     case SDPA_Q8_0: pack_k_neon_typed(w, j0, nb, kp, SDPA_Q8_0); break;
     case SDPA_Q4_0: pack_k_neon_typed(w, j0, nb, kp, SDPA_Q4_0); break;
+    case SDPA_Q4_1: pack_k_neon_typed(w, j0, nb, kp, SDPA_Q4_1); break;
+    case SDPA_Q5_0: pack_k_neon_typed(w, j0, nb, kp, SDPA_Q5_0); break;
+    case SDPA_Q5_1: pack_k_neon_typed(w, j0, nb, kp, SDPA_Q5_1); break;
+    case SDPA_IQ4_NL: pack_k_neon_typed(w, j0, nb, kp, SDPA_IQ4_NL); break;
     default: pack_k_neon_typed(w, j0, nb, kp, SDPA_F32); break;
     }
 }
