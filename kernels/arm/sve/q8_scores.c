@@ -56,12 +56,12 @@ void sdpa_pack_kq_sve(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, floa
 }
 
 /* Fast scores of mr rows against a panel of W <= NV * VL keys: per block, int32 sums by SDOT
-   (each lane a key, four quants per step), then s += (qd d_k) sum and, with a minimum (hm, a
-   constant), s += (qd m_k) qs in f32, blocks in order (the scalar reference's arithmetic, op
-   for op). */
+   (each lane a key, four quants per step), then s += (qd d_k) sum and, with a minimum (qs not
+   NULL: one branch per block, not a copy per case), s += (qd m_k) qs in f32, blocks in order
+   (the scalar reference's arithmetic, op for op). */
 SDPA_INLINE void score_q8_sve_mxn(const int8_t *qq, const float *qd, const float *qs, size_t d,
                                   const int32_t *kq, const float *kd, const float *km, size_t W,
-                                  float *S, size_t lds, const int mr, const int NV, const int hm)
+                                  float *S, size_t lds, const int mr, const int NV)
 {
     const svbool_t all = svptrue_b32(), all8 = svptrue_b8(); /* all8: byte-granular loads */
     const uint64_t vl = svcntw();
@@ -112,7 +112,7 @@ SDPA_INLINE void score_q8_sve_mxn(const int8_t *qq, const float *qd, const float
         s0 = svld1_f32(p0, kd + b * W);
         if (NV > 1) s1 = svld1_f32(p1, kd + b * W + vl);
         SVE_FOR_BLOCK(Q8_SCALE);
-        if (hm) {
+        if (qs) {
             m0 = svld1_f32(p0, km + b * W);
             if (NV > 1) m1 = svld1_f32(p1, km + b * W + vl);
             SVE_FOR_BLOCK(Q8_MIN);
@@ -132,35 +132,30 @@ SDPA_INLINE void score_q8_sve_mxn(const int8_t *qq, const float *qd, const float
     (void)q1, (void)q2, (void)q3, (void)k1, (void)s1, (void)m1;
 }
 
-/* The full register block, named after it (rows x vectors of keys); qs NULL: no minimum. */
 static void score_q8_sve_4x2v(const int8_t *qq, const float *qd, const float *qs, size_t d,
                               const int32_t *kq, const float *kd, const float *km, size_t W,
                               float *S, size_t lds)
 {
-    if (qs)
-        score_q8_sve_mxn(qq, qd, qs, d, kq, kd, km, W, S, lds, 4, 2, 1);
-    else
-        score_q8_sve_mxn(qq, qd, qs, d, kq, kd, km, W, S, lds, 4, 2, 0);
+    score_q8_sve_mxn(qq, qd, qs, d, kq, kd, km, W, S, lds, 4, 2);
 }
 
-/* The tile for keys without a minimum (hm 0) or with one: panel by panel, 4 rows at a time. */
-SDPA_INLINE void score_q8_sve_tile(const int8_t *qq, const float *qd, const float *qs, size_t ra,
-                                   size_t d, const int8_t *kq, const float *kd, const float *km,
-                                   size_t nb, float *S, size_t lds, const int hm)
+void sdpa_score_q8_sve(const int8_t *qq, const float *qd, const float *qs, size_t ra, size_t d,
+                       const int8_t *kq, const float *kd, const float *km, size_t nb, float *S,
+                       size_t lds)
 {
     const uint64_t vl = svcntw();
     const size_t nblk = d / SDPA_QK;
     for (size_t r0 = 0; r0 < ra; r0 += TILE_MR) {
         const size_t mr = ra - r0 < TILE_MR ? ra - r0 : TILE_MR;
         const int8_t *qr = qq + r0 * d;
-        const float *qdr = qd + r0 * nblk, *qsr = hm ? qs + r0 * nblk : NULL;
+        const float *qdr = qd + r0 * nblk, *qsr = qs ? qs + r0 * nblk : NULL;
         float *Sr = S + r0 * lds;
         for (size_t c0 = 0; c0 < nb; c0 += 2 * vl) {
             const size_t W = nb - c0 < 2 * vl ? nb - c0 : 2 * vl;
             const int32_t *pn = (const int32_t *)(const void *)(kq + c0 * d);
             const float *kdp = kd + c0 * nblk, *kmp = km + c0 * nblk;
             float *Sc = Sr + c0;
-#define Q8_TILE(m, nv) score_q8_sve_mxn(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds, m, nv, hm)
+#define Q8_TILE(m, nv) score_q8_sve_mxn(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds, m, nv)
             if (W > vl) {
                 switch (mr) {
                 case 4: score_q8_sve_4x2v(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds); break;
@@ -168,7 +163,7 @@ SDPA_INLINE void score_q8_sve_tile(const int8_t *qq, const float *qd, const floa
                 case 2: Q8_TILE(2, 2); break;
                 default: Q8_TILE(1, 2); break;
                 }
-            } else {
+            } else { /* a narrow last panel needs one vector of keys */
                 switch (mr) {
                 case 4: Q8_TILE(4, 1); break;
                 case 3: Q8_TILE(3, 1); break;
@@ -179,14 +174,4 @@ SDPA_INLINE void score_q8_sve_tile(const int8_t *qq, const float *qd, const floa
 #undef Q8_TILE
         }
     }
-}
-
-void sdpa_score_q8_sve(const int8_t *qq, const float *qd, const float *qs, size_t ra, size_t d,
-                       const int8_t *kq, const float *kd, const float *km, size_t nb, float *S,
-                       size_t lds)
-{
-    if (qs)
-        score_q8_sve_tile(qq, qd, qs, ra, d, kq, kd, km, nb, S, lds, 1);
-    else
-        score_q8_sve_tile(qq, qd, qs, ra, d, kq, kd, km, nb, S, lds, 0);
 }
