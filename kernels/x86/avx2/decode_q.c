@@ -1,4 +1,4 @@
-/* decode_q.c -- the AVX2 decode path for K or V in q8_0 / q4_0 (shared/decode_q.h) */
+/* decode_q.c -- the AVX2 decode path for K or V in a block format (shared/decode_q.h) */
 #include "avx2.h"
 
 #define SDPA_QD_FN decode_q_loop_avx2
@@ -7,7 +7,10 @@
 #include "decode_q.h"
 
 void sdpa_decode_q_avx2(const sdpa_rows *w) { decode_q_loop_avx2(w); }
-size_t sdpa_decode_q_ws_avx2(size_t rows, size_t d) { return QD_WS_FLOATS(rows, d); }
+size_t sdpa_decode_q_ws_avx2(size_t rows, size_t d, size_t dv)
+{
+    return QD_WS_FLOATS(rows, d, dv);
+}
 void sdpa_dequant_avx2(sdpa_dtype type, const void *src, float *dst, size_t n)
 {
     qd_dequant(type, src, dst, n);

@@ -1,14 +1,37 @@
-/* decode_q_tiles.h -- the score tiles and P·V panels of decode_q.h, for K or V in q8_0 / q4_0 */
+/* decode_q_tiles.h -- the score tiles and P·V panels of decode_q.h, for K or V in a block format */
 /*
  * Exact scores convert each K block once, in registers, for every row; fast scores take the
  * exact int32 dot product of a query block's quants with the key block's, scaled by qd * d_k in
- * f32. P·V converts each V block once for every row. DECODE_Q_PF_KEYS (keys ahead whose rows
- * are requested), DECODE_Q_PV_GROUP (keys per P·V group) and SDPA_QD_VNNI must be defined.
+ * f32, plus qd * m_k * sum(query quants) for the types with a minimum. P·V converts each V
+ * block once for every row. q8_0 and q4_0 are read in place; the other block formats are
+ * staged first (QD_STAGED): a score tile's K rows, a P·V group's V rows, each block converted
+ * once, into the scratch past decode_q.h's (QD_WS_FLOATS). DECODE_Q_PF_KEYS (keys ahead whose
+ * rows are requested), DECODE_Q_PV_GROUP (keys per P·V group) and SDPA_QD_VNNI must be
+ * defined.
  */
 #ifndef SDPA_DECODE_Q_TILES_H
 #define SDPA_DECODE_Q_TILES_H
 
 #include "decode_q_format.h"
+
+/* The scratch of decode_q.h for R rows, in floats (each part a multiple of 16): S
+   [R][DECODE_Q_BLOCK], alpha [R], the VNNI query bytes, the 512-bit fast scores' block scales
+   (qz); then the fast scores' qd * sum(q) of each row's blocks (qm, qz's layout, only lane 0 of
+   each block's 8 set), the staged K rows of a score tile (16 keys at most) and the staged V
+   rows of a P·V group. */
+#define QD_WS_QM(R, d)                                                                             \
+    ((R) * sdpa_round16(DECODE_Q_BLOCK) + sdpa_round16(R) + sdpa_round16((R) * (d) / 4 + 1) +      \
+     sdpa_round16((R) * ((d) / 4 + 16)))
+#define QD_WS_STAGE_K(R, d) (QD_WS_QM(R, d) + sdpa_round16((R) * ((d) / 4 + 16)))
+#define QD_WS_STAGE_V(R, d) (QD_WS_STAGE_K(R, d) + 16 * ((d) / SDPA_QK) * (QD_ST_BYTES / 4))
+#define QD_WS_FLOATS(R, d, dv)                                                                     \
+    (QD_WS_STAGE_V(R, d) + DECODE_Q_PV_GROUP * ((dv) / SDPA_QK) * (QD_ST_BYTES / 4))
+
+/* The storage type a tile reads: QD_STAGED for the block formats that are staged. */
+static inline sdpa_dtype qd_tile_type(sdpa_dtype t)
+{
+    return sdpa_dtype_quantized(t) && t != SDPA_Q8_0 && t != SDPA_Q4_0 ? QD_STAGED : t;
+}
 
 /* Scores of R rows (q packed, row r at q + r d) against NK keys (rows kr[i]), R * NK <= 8,
    out[r * NK + i]. Exact: K converted per block, once for all rows, then f32 FMAs. */
@@ -17,14 +40,13 @@ SDPA_INLINE void qd_score_tile(int R, int NK, sdpa_dtype kt, const float *q, siz
 {
     __m256 a[8];
     SDPA_UNROLL for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
-    if (sdpa_dtype_quantized(kt)) {
-        const size_t bb = sdpa_block_bytes(kt);
+    if (qd_quantized(kt)) {
+        const size_t bb = qd_block_bytes(kt);
         for (size_t b = 0; b < d / SDPA_QK; b++) {
             __m256 dk[8], dk8[8];
             qd_src src[8];
             SDPA_UNROLL for (int i = 0; i < NK; i++) {
-                dk[i] = qd_f16x8(kr[i] + b * bb);
-                dk8[i] = _mm256_mul_ps(dk[i], _mm256_set1_ps(8.0f));
+                qd_scales8(kt, kr[i] + b * bb, &dk[i], &dk8[i]);
                 src[i] = qd_prepare(kt, kr[i] + b * bb);
             }
             SDPA_UNROLL for (int t = 0; t < 4; t++) {
@@ -58,19 +80,21 @@ SDPA_INLINE void qd_score_tile(int R, int NK, sdpa_dtype kt, const float *q, siz
    quants with the key's, converted and scaled by qd * d_k. The byte products take one operand
    unsigned: with VNNI the row's quants plus 128 (qu, packed by loop_begin) against k, less
    128 sum(k) (the accumulator's start, once per key block); without, |k| against the row's
-   quants carrying k's sign. */
+   quants carrying k's sign. QD_STAGED adds its c (the minimum, or -0) times qm (qd * sum(q),
+   lane 0 of each block's 8, by loop_begin). */
 SDPA_INLINE void qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *qq, const uint8_t *qu,
-                                  const float *qdv, size_t d, const unsigned char *const *kr,
-                                  float *out)
+                                  const float *qdv, const float *qm, size_t d,
+                                  const unsigned char *const *kr, float *out)
 {
     __m256 a[8];
     SDPA_UNROLL for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
-    const size_t bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK;
-    (void)qq, (void)qu;
+    const size_t bb = qd_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
+    (void)qq, (void)qu, (void)qm, (void)zr;
     for (size_t b = 0; b < nbk; b++) {
         SDPA_UNROLL for (int i = 0; i < NK; i++) {
             const unsigned char *kb = kr[i] + b * bb;
-            const __m256 dk = qd_f16x8(kb);
+            __m256 dk, mk;
+            qd_scales8(kt, kb, &dk, &mk);
             const __m256i k8 = qd_quants32(kt, kb);
 #if SDPA_QD_VNNI
             const __m256i c0 = _mm256_sub_epi32(_mm256_setzero_si256(),
@@ -90,6 +114,9 @@ SDPA_INLINE void qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *qq
 #endif
                 const __m256 s = _mm256_mul_ps(dk, _mm256_broadcast_ss(qdv + (size_t)r * nbk + b));
                 a[r * NK + i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, a[r * NK + i]);
+                if (kt == QD_STAGED)
+                    a[r * NK + i] = _mm256_fmadd_ps(
+                        mk, _mm256_loadu_ps(qm + (size_t)r * zr + b * 8), a[r * NK + i]);
             }
         }
     }
@@ -97,17 +124,25 @@ SDPA_INLINE void qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *qq
 }
 
 /* The rows of a score tile's keys j0 + j + i, i < NK (a tail tile of n < NK keys repeats its
-   last, in bounds), and the rows DECODE_Q_PF_KEYS keys ahead of its real ones requested (none
-   at or past the keys any row sees). */
+   last, in bounds; QD_STAGED: the n keys staged), and the rows DECODE_Q_PF_KEYS keys ahead of
+   its real ones requested (none at or past the keys any row sees). */
 SDPA_INLINE void qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_t j0, size_t j,
                               size_t n, const unsigned char **kr)
 {
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
+    const sdpa_dtype st = kt == QD_STAGED ? w->k_type : kt;
     SDPA_UNROLL for (int i = 0; i < NK; i++)
-        kr[i] = qd_row(w->k, kt, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
+        kr[i] = qd_row(w->k, st, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
     for (size_t i = 0; i < n; i++)
         if (j0 + j + i + DECODE_Q_PF_KEYS < kend)
-            qd_request(w->k, kt, w->k_stride, j0 + j + i + DECODE_Q_PF_KEYS, w->d);
+            qd_request(w->k, st, w->k_stride, j0 + j + i + DECODE_Q_PF_KEYS, w->d);
+    if (kt == QD_STAGED) {
+        const size_t nbk = w->d / SDPA_QK, rb = nbk * QD_ST_BYTES;
+        unsigned char *sk = (unsigned char *)(void *)(w->ws + QD_WS_STAGE_K(w->rows, w->d));
+        for (size_t i = 0; i < n; i++) qd_stage(w->k_type, kr[i], sk + i * rb, nbk);
+        SDPA_UNROLL for (int i = 0; i < NK; i++)
+            kr[i] = sk + ((size_t)i < n ? (size_t)i : n - 1) * rb;
+    }
 }
 
 /* A tile's scores, out[r NK + i] for row r and key i, to S[r][j + i] for the R real rows and n
@@ -131,7 +166,7 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
                              float *S, size_t lds)
 {
     const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
-    const size_t d = w->d, bb = sdpa_block_bytes(kt);
+    const size_t d = w->d, bb = qd_block_bytes(kt);
     const float *qr[8];
     for (int r = 0; r < 8; r++) qr[r] = w->q + (size_t)(r < R ? r : R - 1) * d;
     for (size_t j = 0; j < nb; j += (size_t)NK) {
@@ -143,7 +178,8 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
         for (size_t b = 0; b < d / SDPA_QK; b++) {
             SDPA_UNROLL for (int i = 0; i < NK; i++) {
                 const unsigned char *kb = kr[i] + b * bb;
-                const __m512 dk = qd_f16x16(kb), dk8 = _mm512_mul_ps(dk, _mm512_set1_ps(8.0f));
+                __m512 dk, dk8;
+                qd_scales16(kt, kb, &dk, &dk8);
                 const qd_src src = qd_prepare(kt, kb);
                 SDPA_UNROLL for (int h = 0; h < 2; h++) {
                     const __m512 kv = qd_x16(kt, &src, h, dk, dk8);
@@ -164,12 +200,15 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
    two blocks per vector: the int32 dot products of blocks b and b + 1 in lanes 0-7 and 8-15,
    scaled by qz (the rows' block scales, each repeated over its 8 lanes, made by loop_begin)
    times the key's. VNNI: vpdpbusd on the rows' quants plus 128 (qu) from -128 sum(k); without:
-   pmaddubsw on |k| and the quants negated where k < 0. An odd last block takes 256 bits. */
+   pmaddubsw on |k| and the quants negated where k < 0. An odd last block takes 256 bits.
+   QD_STAGED adds its c times qm (qd_score_tile_i8). */
 SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, const uint8_t *qu,
-                                  const float *qz, size_t j0, size_t nb, float *S, size_t lds)
+                                  const float *qz, const float *qm, size_t j0, size_t nb,
+                                  float *S, size_t lds)
 {
     const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
-    const size_t d = w->d, bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
+    const size_t d = w->d, bb = qd_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
+    (void)qm;
     size_t rr[8];
     for (int r = 0; r < 8; r++) rr[r] = (size_t)(r < R ? r : R - 1);
     (void)qu;
@@ -185,8 +224,12 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
                 const unsigned char *k0 = kr[i] + b * bb, *k1 = k0 + bb;
                 const __m512i k = _mm512_inserti64x4(_mm512_castsi256_si512(qd_quants32(kt, k0)),
                                                      qd_quants32(kt, k1), 1);
-                const __m512 dk =
-                    _mm512_insertf32x8(_mm512_castps256_ps512(qd_f16x8(k0)), qd_f16x8(k1), 1);
+                __m256 d0, c0s, d1, c1s;
+                qd_scales8(kt, k0, &d0, &c0s);
+                qd_scales8(kt, k1, &d1, &c1s);
+                const __m512 dk = _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1);
+                const __m512 mk = _mm512_insertf32x8(_mm512_castps256_ps512(c0s), c1s, 1);
+                (void)mk;
 #if SDPA_QD_VNNI
                 const __m512i c0 = _mm512_sub_epi32(_mm512_setzero_si512(),
                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), k));
@@ -210,6 +253,10 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
                         _mm512_mul_ps(dk, _mm512_loadu_ps(qz + rr[r] * zr + b / 2 * 16));
                     a[PERM16(r * NK + i)] =
                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, a[PERM16(r * NK + i)]);
+                    if (kt == QD_STAGED)
+                        a[PERM16(r * NK + i)] = _mm512_fmadd_ps(
+                            mk, _mm512_loadu_ps(qm + rr[r] * zr + b / 2 * 16),
+                            a[PERM16(r * NK + i)]);
                 }
             }
         }
@@ -217,16 +264,19 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
             SDPA_UNROLL for (int i = 0; i < NK; i++) {
                 const unsigned char *kb = kr[i] + b * bb;
                 const __m256i k8 = qd_quants32(kt, kb);
-                const __m256 dk = qd_f16x8(kb);
+                __m256 dk, mk;
+                qd_scales8(kt, kb, &dk, &mk);
                 const __m256i ak = _mm256_sign_epi8(k8, k8);
                 SDPA_UNROLL for (int r = 0; r < RP; r++) {
                     const __m256i q8 = _mm256_loadu_si256(
                         (const __m256i *)(const void *)(w->qq + rr[r] * d + b * SDPA_QK));
                     const __m256i p = _mm256_madd_epi16(
                         _mm256_maddubs_epi16(ak, _mm256_sign_epi8(q8, k8)), _mm256_set1_epi16(1));
-                    const __m256 t = _mm256_mul_ps(
+                    __m256 t = _mm256_mul_ps(
                         _mm256_cvtepi32_ps(p),
                         _mm256_mul_ps(dk, _mm256_loadu_ps(qz + rr[r] * zr + b / 2 * 16)));
+                    if (kt == QD_STAGED)
+                        t = _mm256_fmadd_ps(mk, _mm256_loadu_ps(qm + rr[r] * zr + b / 2 * 16), t);
                     a[PERM16(r * NK + i)] =
                         _mm512_add_ps(a[PERM16(r * NK + i)], _mm512_zextps256_ps512(t));
                 }
@@ -250,10 +300,11 @@ SDPA_INLINE void qd_pv_block_z(int R, sdpa_dtype vt, float *acc, size_t dv, cons
             a[2 * r + h] =
                 _mm512_mul_ps(s, _mm512_loadu_ps(acc + (size_t)r * dv + c0 + 16 * (size_t)h));
     }
-    const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)c0);
+    const size_t bo = qd_col_bytes(vt, c0);
     for (size_t j = 0; j < n; j++) {
         const unsigned char *b = rv[j] + bo;
-        const __m512 dv16 = qd_f16x16(b), dv8 = _mm512_mul_ps(dv16, _mm512_set1_ps(8.0f));
+        __m512 dv16, dv8;
+        qd_scales16(vt, b, &dv16, &dv8);
         const qd_src src = qd_prepare(vt, b);
         const __m512 x0 = qd_x16(vt, &src, 0, dv16, dv8), x1 = qd_x16(vt, &src, 1, dv16, dv8);
         SDPA_UNROLL for (int r = 0; r < R; r++) {
@@ -270,13 +321,14 @@ SDPA_INLINE void qd_pv_block_z(int R, sdpa_dtype vt, float *acc, size_t dv, cons
 
 /* Keys [j0, j0 + nb) for all R rows, tiles of NK = 8 / R keys (R * NK <= 8: one reduction). */
 SDPA_INLINE void qd_scores_r(int R, sdpa_dtype kt, const sdpa_rows *w, const uint8_t *qu,
-                             const float *qz, size_t j0, size_t nb, float *S, size_t lds)
+                             const float *qz, const float *qm, size_t j0, size_t nb, float *S,
+                             size_t lds)
 {
     const int NK = R == 1 ? 8 : R == 2 ? 4 : R <= 4 ? 2 : 1;
 #ifdef __AVX512F__
-    if (sdpa_dtype_quantized(kt)) {
+    if (qd_quantized(kt)) {
         if (w->qq)
-            qd_scores_fast_z(R, kt, w, qu, qz, j0, nb, S, lds);
+            qd_scores_fast_z(R, kt, w, qu, qz, qm, j0, nb, S, lds);
         else
             qd_scores_z(R, kt, w, j0, nb, S, lds);
         return;
@@ -290,7 +342,7 @@ SDPA_INLINE void qd_scores_r(int R, sdpa_dtype kt, const sdpa_rows *w, const uin
         const unsigned char *kr[8];
         qd_tile_keys(NK, kt, w, j0, j, n, kr);
         if (w->qq)
-            qd_score_tile_i8(R, NK, kt, w->qq, qu, w->qd, w->d, kr, out);
+            qd_score_tile_i8(R, NK, kt, w->qq, qu, w->qd, qm, w->d, kr, out);
         else
             qd_score_tile(R, NK, kt, w->q, w->d, kr, out);
         qd_tile_store(R, NK, out, n, S, lds, j);
@@ -350,10 +402,11 @@ SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, sdpa_dtype vt, float *acc,
             a[r * NC + t] =
                 _mm256_mul_ps(s, _mm256_loadu_ps(acc + (size_t)r * dv + c0 + 8 * (size_t)t));
     }
-    const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)(c0 / SDPA_QK * SDPA_QK));
+    const size_t bo = qd_col_bytes(vt, c0 / SDPA_QK * SDPA_QK);
     for (size_t j = 0; j < n; j++) {
         const unsigned char *b = rv[j] + bo;
-        const __m256 dv8 = qd_f16x8(b), dv88 = _mm256_mul_ps(dv8, _mm256_set1_ps(8.0f));
+        __m256 dv8, dv88;
+        qd_scales8(vt, b, &dv8, &dv88);
         const qd_src src = qd_prepare(vt, b);
         __m256 x[4];
         SDPA_UNROLL for (int t = 0; t < NC; t++) x[t] = qd_x8(vt, &src, T0 + t, dv8, dv88);
@@ -378,15 +431,24 @@ SDPA_INLINE void qd_values_r(int R, sdpa_dtype vt, const sdpa_rows *w, float *ac
     static const float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     const size_t dv = w->dv;
     const unsigned char *rv[DECODE_Q_PV_GROUP];
+    const sdpa_dtype st = vt == QD_STAGED ? w->v_type : vt;
     for (size_t g = 0; g < n; g += DECODE_Q_PV_GROUP) {
         const size_t ng = n - g < DECODE_Q_PV_GROUP ? n - g : DECODE_Q_PV_GROUP;
         for (size_t j = 0; j < ng; j++) {
-            rv[j] = qd_row(w->v, vt, w->v_stride, j0 + g + j);
+            rv[j] = qd_row(w->v, st, w->v_stride, j0 + g + j);
             if (j0 + g + j + DECODE_Q_PF_KEYS < kend)
-                qd_request(w->v, vt, w->v_stride, j0 + g + j + DECODE_Q_PF_KEYS, dv);
+                qd_request(w->v, st, w->v_stride, j0 + g + j + DECODE_Q_PF_KEYS, dv);
+        }
+        if (vt == QD_STAGED) {
+            const size_t nbv = dv / SDPA_QK, rb = nbv * QD_ST_BYTES;
+            unsigned char *sv = (unsigned char *)(void *)(w->ws + QD_WS_STAGE_V(w->rows, w->d));
+            for (size_t j = 0; j < ng; j++) {
+                qd_stage(w->v_type, rv[j], sv + j * rb, nbv);
+                rv[j] = sv + j * rb;
+            }
         }
         const float *al = g == 0 ? alpha : ones;
-        if (sdpa_dtype_quantized(vt)) {
+        if (qd_quantized(vt)) {
 #ifdef __AVX512F__
             for (size_t c = 0; c < dv; c += 32)
                 qd_pv_block_z(R, vt, acc, dv, al, P + g, lds, rv, ng, c);
