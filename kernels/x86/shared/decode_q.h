@@ -81,6 +81,13 @@ static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t
     return B;
 }
 
+/* An element type (f32, f16, bf16) as one of three constants: its shapes then hold none of the
+   block formats' paths. */
+static inline sdpa_dtype qd_el(sdpa_dtype t)
+{
+    return t == SDPA_F32 ? SDPA_F32 : t == SDPA_F16 ? SDPA_F16 : SDPA_BF16;
+}
+
 /* One function per shape (how the blocks are read: q8_0, q4_0, staged or an element type; the
    row count), called once per block, for loop_scores and loop_values. */
 typedef void qd_scores_fn(const sdpa_rows *w, const uint8_t *qu, const float *qz, const float *qm,
@@ -106,11 +113,11 @@ typedef void qd_values_fn(const sdpa_rows *w, float *acc, const float *al, const
 QD_FNS(QD_SCORES_FN, q8, SDPA_Q8_0)
 QD_FNS(QD_SCORES_FN, q4, SDPA_Q4_0)
 QD_FNS(QD_SCORES_FN, st, QD_STAGED)
-QD_FNS(QD_SCORES_FN, el, w->k_type)
+QD_FNS(QD_SCORES_FN, el, qd_el(w->k_type))
 QD_FNS(QD_VALUES_FN, q8, SDPA_Q8_0)
 QD_FNS(QD_VALUES_FN, q4, SDPA_Q4_0)
 QD_FNS(QD_VALUES_FN, st, QD_STAGED)
-QD_FNS(QD_VALUES_FN, el, w->v_type)
+QD_FNS(QD_VALUES_FN, el, qd_el(w->v_type))
 #define QD_ROW(F, N) {F##_##N##_1, F##_##N##_2, F##_##N##_3, F##_##N##_4,                          \
                       F##_##N##_5, F##_##N##_6, F##_##N##_7, F##_##N##_8}
 /* [q8_0, q4_0, staged, an element type][rows - 1] */

@@ -341,7 +341,7 @@ SDPA_INLINE void qd_scores_r(int R, sdpa_dtype kt, const sdpa_rows *w, const uin
         const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
         const unsigned char *kr[8];
         qd_tile_keys(NK, kt, w, j0, j, n, kr);
-        if (w->qq)
+        if (w->qq && qd_quantized(kt)) /* fast scores: K in a block format */
             qd_score_tile_i8(R, NK, kt, w->qq, qu, w->qd, qm, w->d, kr, out);
         else
             qd_score_tile(R, NK, kt, w->q, w->d, kr, out);
