@@ -43,7 +43,7 @@ static inline size_t block_keys(size_t block, size_t cap)
 void   sdpa_decode_avx2(const sdpa_rows *w);
 /* the decode path for K or V in q8_0 / q4_0, and fast scores (kernels/x86/shared/decode_q.h) */
 void   sdpa_decode_q_avx2(const sdpa_rows *w);
-size_t sdpa_decode_q_ws_avx2(size_t rows, size_t d, size_t dv);
+size_t sdpa_decode_q_ws_avx2(size_t rows, size_t d);
 void   sdpa_dequant_avx2(sdpa_dtype type, const void *src, float *dst, size_t n);
 #define DEQUANT_FN sdpa_dequant_avx2
 void   sdpa_prefill_avx2(const sdpa_rows *w);

@@ -12,8 +12,9 @@
 /* Scratch: S [R][lds] | alpha [R]. */
 size_t sdpa_decode_ws_avx2(size_t rows, size_t d, size_t dv, size_t block)
 {
+    (void)dv;
     return sdpa_max(rows * sdpa_round16(block_keys(block, DECODE_BLOCK)) + sdpa_round16(rows),
-                    sdpa_decode_q_ws_avx2(rows, d, dv));
+                    sdpa_decode_q_ws_avx2(rows, d));
 }
 
 /* --- direct path (few rows): micro-kernels reading K/V in place --------------------------- */

@@ -7,10 +7,7 @@
 #include "decode_q.h"
 
 void sdpa_decode_q_avx2(const sdpa_rows *w) { decode_q_loop_avx2(w); }
-size_t sdpa_decode_q_ws_avx2(size_t rows, size_t d, size_t dv)
-{
-    return QD_WS_FLOATS(rows, d, dv);
-}
+size_t sdpa_decode_q_ws_avx2(size_t rows, size_t d) { return QD_WS_FLOATS(rows, d); }
 void sdpa_dequant_avx2(sdpa_dtype type, const void *src, float *dst, size_t n)
 {
     qd_dequant(type, src, dst, n);

@@ -51,7 +51,7 @@ void   sdpa_decode_avx512(const sdpa_rows *w);
    int8 dot products by pmaddubsw, and (vnni.c) by vpdpbusd */
 void   sdpa_decode_q_avx512(const sdpa_rows *w);
 void   sdpa_decode_q_avx512_vnni(const sdpa_rows *w);
-size_t sdpa_decode_q_ws_avx512(size_t rows, size_t d, size_t dv);
+size_t sdpa_decode_q_ws_avx512(size_t rows, size_t d);
 void   sdpa_dequant_avx512(sdpa_dtype type, const void *src, float *dst, size_t n);
 #define DEQUANT_FN sdpa_dequant_avx512
 void   sdpa_prefill_avx512(const sdpa_rows *w);

@@ -5,14 +5,14 @@
  *   SDPA_QD_SOFTMAX(s, nv, nb, m, l)  the ISA's fused online-softmax step (rows_loop.h's
  *                   loop_softmax contract)
  *   SDPA_QD_VNNI    1: int8 dot products by vpdpbusd (AVX512-VNNI + VL), 0: pmaddubsw + pmaddwd
- * Few rows read K and V once: each block of a key row is converted once and feeds every row
- * (decode_q_tiles.h); q8_0 and q4_0 in place, in registers, the other block formats staged per
- * score tile or P·V group into int8 quants with f32 d and c (decode_q_blocks.h). A quantized
- * value enters exactly as sdpa.h states it. Fast scores (sdpa_rows.qq) take the exact int32 dot
- * product of a query block's quants with the key block's, then scale it by qd * d_k in f32
- * (and add qd * m_k * sum(q) for q4_1 and q5_1). One function per row count and way to read the
- * blocks (q8_0, q4_0, staged, an element type), for scores and P·V: the staged formats share
- * one. 256-bit vectors on both ISAs: the block is 32 elements, one ymm of bytes, and the
+ * Few rows read K and V once, in place: each block of a key row is converted once, in
+ * registers, and feeds every row (decode_q_tiles.h). A quantized value enters exactly as sdpa.h
+ * states it (decode_q_blocks.h). Fast scores (sdpa_rows.qq) take the exact int32 dot product of
+ * a query block's quants with the key block's, then scale it by qd * d_k in f32 (and add
+ * qd * m_k * sum(q) for q4_1 and q5_1). One function per storage type (the element types share
+ * one) and row count, for scores and for P·V: the shared arithmetic is small, the per-type
+ * decode inlined into it. 256-bit vectors on both ISAs: the block is 32 elements, one ymm of
+ * bytes, and the
  * decode is bound by memory and conversions, not by the vector width (the avx512 files use
  * 512-bit forms where two blocks fill a vector).
  */
@@ -29,8 +29,8 @@ typedef struct qd_ctx {
     const uint8_t *qu; /* fast scores with VNNI: the rows' quants plus 128, [rows][d] */
     const float   *qz; /* fast scores: each row's block scales by pairs of blocks, each scale
                           over 8 lanes, [rows][(d / 32 + 1) / 2 * 16] */
-    const float   *qm; /* fast scores, K staged: qd * sum(q) of each row's blocks, qz's layout
-                          with lanes 1-7 of each block 0 (the sum enters once per block) */
+    const float   *qm; /* fast scores, K in q4_1 or q5_1: qd * sum(q) of each row's blocks, qz's
+                          layout with lanes 1-7 of each block 0 (the sum enters once per block) */
 } qd_ctx;
 
 static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
@@ -61,7 +61,7 @@ static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t
                 for (size_t e = 0; e < 8; e++)
                     qz[r * zr + b / 2 * 16 + b % 2 * 8 + e] = w->qd[r * nbk + b];
         c->qz = qz;
-        if (qd_tile_type(w->k_type) == QD_STAGED) {
+        if (sdpa_dtype_has_min(w->k_type)) {
             float *qm = w->ws + QD_WS_QM(w->rows, w->d);
             for (size_t r = 0; r < w->rows; r++)
                 for (size_t b = 0; b < nbk; b++) {
@@ -88,8 +88,8 @@ static inline sdpa_dtype qd_el(sdpa_dtype t)
     return t == SDPA_F32 ? SDPA_F32 : t == SDPA_F16 ? SDPA_F16 : SDPA_BF16;
 }
 
-/* One function per shape (how the blocks are read: q8_0, q4_0, staged or an element type; the
-   row count), called once per block, for loop_scores and loop_values. */
+/* One function per shape (the storage type, or an element type; the row count), called once per
+   block, for loop_scores and loop_values. */
 typedef void qd_scores_fn(const sdpa_rows *w, const uint8_t *qu, const float *qz, const float *qm,
                           size_t j0, size_t nb, float *S, size_t lds);
 typedef void qd_values_fn(const sdpa_rows *w, float *acc, const float *al, const float *P,
@@ -112,19 +112,27 @@ typedef void qd_values_fn(const sdpa_rows *w, float *acc, const float *al, const
     F(N, T, 1) F(N, T, 2) F(N, T, 3) F(N, T, 4) F(N, T, 5) F(N, T, 6) F(N, T, 7) F(N, T, 8)
 QD_FNS(QD_SCORES_FN, q8, SDPA_Q8_0)
 QD_FNS(QD_SCORES_FN, q4, SDPA_Q4_0)
-QD_FNS(QD_SCORES_FN, st, QD_STAGED)
+QD_FNS(QD_SCORES_FN, q41, SDPA_Q4_1)
+QD_FNS(QD_SCORES_FN, q50, SDPA_Q5_0)
+QD_FNS(QD_SCORES_FN, q51, SDPA_Q5_1)
+QD_FNS(QD_SCORES_FN, iq4, SDPA_IQ4_NL)
 QD_FNS(QD_SCORES_FN, el, qd_el(w->k_type))
 QD_FNS(QD_VALUES_FN, q8, SDPA_Q8_0)
 QD_FNS(QD_VALUES_FN, q4, SDPA_Q4_0)
-QD_FNS(QD_VALUES_FN, st, QD_STAGED)
+QD_FNS(QD_VALUES_FN, q41, SDPA_Q4_1)
+QD_FNS(QD_VALUES_FN, q50, SDPA_Q5_0)
+QD_FNS(QD_VALUES_FN, q51, SDPA_Q5_1)
+QD_FNS(QD_VALUES_FN, iq4, SDPA_IQ4_NL)
 QD_FNS(QD_VALUES_FN, el, qd_el(w->v_type))
 #define QD_ROW(F, N) {F##_##N##_1, F##_##N##_2, F##_##N##_3, F##_##N##_4,                          \
                       F##_##N##_5, F##_##N##_6, F##_##N##_7, F##_##N##_8}
-/* [q8_0, q4_0, staged, an element type][rows - 1] */
-static qd_scores_fn *const qd_scores_fns[4][8] = {
-    QD_ROW(qd_scores, q8), QD_ROW(qd_scores, q4), QD_ROW(qd_scores, st), QD_ROW(qd_scores, el)};
-static qd_values_fn *const qd_values_fns[4][8] = {
-    QD_ROW(qd_values, q8), QD_ROW(qd_values, q4), QD_ROW(qd_values, st), QD_ROW(qd_values, el)};
+/* [q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, an element type][rows - 1] */
+static qd_scores_fn *const qd_scores_fns[7][8] = {
+    QD_ROW(qd_scores, q8),  QD_ROW(qd_scores, q4),  QD_ROW(qd_scores, q41), QD_ROW(qd_scores, q50),
+    QD_ROW(qd_scores, q51), QD_ROW(qd_scores, iq4), QD_ROW(qd_scores, el)};
+static qd_values_fn *const qd_values_fns[7][8] = {
+    QD_ROW(qd_values, q8),  QD_ROW(qd_values, q4),  QD_ROW(qd_values, q41), QD_ROW(qd_values, q50),
+    QD_ROW(qd_values, q51), QD_ROW(qd_values, iq4), QD_ROW(qd_values, el)};
 #undef QD_ROW
 #undef QD_FNS
 #undef QD_VALUES_FN
@@ -133,7 +141,15 @@ static qd_values_fn *const qd_values_fns[4][8] = {
 /* The row of a table for a storage type, and the column for R >= 1 rows (more as 8). */
 static inline size_t qd_type_ix(sdpa_dtype t)
 {
-    return t == SDPA_Q8_0 ? 0 : t == SDPA_Q4_0 ? 1 : sdpa_dtype_quantized(t) ? 2 : 3;
+    switch (t) {
+    case SDPA_Q8_0: return 0;
+    case SDPA_Q4_0: return 1;
+    case SDPA_Q4_1: return 2;
+    case SDPA_Q5_0: return 3;
+    case SDPA_Q5_1: return 4;
+    case SDPA_IQ4_NL: return 5;
+    default: return 6;
+    }
 }
 static inline size_t qd_rows_ix(size_t R) { return (R < 8 ? R : 8) - 1; }
 

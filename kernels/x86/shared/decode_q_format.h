@@ -2,9 +2,9 @@
 /*
  * Each block's f16 scale and its quants, converted exactly: an element of q8_0, q4_0, q5_0 or
  * iq4_nl is d q, exact in f32 (an f16 times an integer of at most 8 bits); one of q4_1 or q5_1
- * is d n + m rounded once, what one fused multiply-add gives. q8_0 and q4_0 are read in place;
- * the others are first staged (qd_stage) into QD_STAGED blocks, whose one conversion serves
- * them all. 256-bit forms for both ISAs, and 512-bit ones (a block in two vectors) where the
+ * is d n + m rounded once, what one fused multiply-add gives. Every format but q8_0 (read from
+ * memory) is decoded once per block into int8 quants in registers, then converted by shared
+ * arithmetic. 256-bit forms for both ISAs, and 512-bit ones (a block in two vectors) where the
  * including file is compiled for AVX-512. SDPA_QD_VNNI (0 or 1) must be defined: it selects
  * qd_dot's instruction.
  */
@@ -23,25 +23,6 @@ SDPA_INLINE __m256 qd_f16x8(const unsigned char *p)
     short h;
     memcpy(&h, p, sizeof h);
     return _mm256_cvtph_ps(_mm_set1_epi16(h));
-}
-
-/* A pseudo storage type, never a view's: the staged form of q4_1, q5_0, q5_1 and iq4_nl. Per
-   block, QD_ST_BYTES bytes: f32 d, f32 c, then the block's 32 integer quants q as int8
-   (sdpa_block_quants': n - 16 for q5_0, the iq4_nl value, the n of q4_1 and q5_1), so that
-   element i is fma(q_i, d, c) exactly: c = m for q4_1 and q5_1 (d q exact, one rounding), -0
-   for the others (d q + -0 is d q, its sign of zero too). */
-#define QD_STAGED ((sdpa_dtype)0x5d)
-#define QD_ST_BYTES 40
-
-static inline int qd_quantized(sdpa_dtype t) { return t == QD_STAGED || sdpa_dtype_quantized(t); }
-static inline size_t qd_block_bytes(sdpa_dtype t)
-{
-    return t == QD_STAGED ? QD_ST_BYTES : sdpa_block_bytes(t);
-}
-/* The byte offset of column c (a multiple of 32) in a row of a block format or QD_STAGED. */
-static inline size_t qd_col_bytes(sdpa_dtype t, size_t c)
-{
-    return c / SDPA_QK * qd_block_bytes(t);
 }
 
 /* The 32 nibbles of the 16 bytes at p as bytes, in element order (element i < 16 the low
@@ -80,7 +61,6 @@ SDPA_INLINE __m256i qd_high_bits32(uint32_t h)
 SDPA_INLINE __m256i qd_quants32(sdpa_dtype type, const unsigned char *b)
 {
     if (type == SDPA_Q8_0) return _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
-    if (type == QD_STAGED) return _mm256_loadu_si256((const __m256i *)(const void *)(b + 8));
     if (type == SDPA_Q4_1) return qd_nibbles32(b + 4);
     if (type == SDPA_Q5_1) return _mm256_or_si256(qd_nibbles32(b + 8), qd_high_bits32(qd_u32(b + 4)));
     if (type == SDPA_Q5_0) {
@@ -102,32 +82,6 @@ SDPA_INLINE __m256i qd_quants32(sdpa_dtype type, const unsigned char *b)
     const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, m), e);
     const __m128i hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m), e);
     return _mm256_set_m128i(hi, lo);
-}
-
-/* nblk consecutive blocks of a block format other than q8_0 and q4_0 at src to QD_STAGED blocks
-   at dst. */
-SDPA_INLINE void qd_stage_t(sdpa_dtype type, const unsigned char *src, unsigned char *dst,
-                            size_t nblk)
-{
-    const size_t bb = sdpa_block_bytes(type);
-    for (size_t i = 0; i < nblk; i++, src += bb, dst += QD_ST_BYTES) {
-        short h[2];
-        memcpy(h, src, sizeof h);
-        const __m128 dm = _mm_cvtph_ps(_mm_setr_epi16(h[0], h[1], 0, 0, 0, 0, 0, 0));
-        const __m128 dc = sdpa_dtype_has_min(type) ? dm : _mm_blend_ps(dm, _mm_set1_ps(-0.0f), 2);
-        _mm_storel_pi((__m64 *)(void *)dst, dc);
-        _mm256_storeu_si256((__m256i *)(void *)(dst + 8), qd_quants32(type, src));
-    }
-}
-SDPA_NOINLINE void qd_stage(sdpa_dtype type, const unsigned char *src, unsigned char *dst,
-                            size_t nblk)
-{
-    switch (type) {
-    case SDPA_Q4_1: qd_stage_t(SDPA_Q4_1, src, dst, nblk); break;
-    case SDPA_Q5_0: qd_stage_t(SDPA_Q5_0, src, dst, nblk); break;
-    case SDPA_Q5_1: qd_stage_t(SDPA_Q5_1, src, dst, nblk); break;
-    default: qd_stage_t(SDPA_IQ4_NL, src, dst, nblk); break;
-    }
 }
 
 /* Eight elements from element c of a row of an element type (f32, f16, bf16), exactly to f32;
@@ -184,21 +138,21 @@ SDPA_INLINE void qd_request(const void *base, sdpa_dtype type, ptrdiff_t stride,
     __builtin_prefetch(r + bytes - 1, 0, 3);
 }
 
-/* A block's scale d in every lane, and c: for q4_0 8 d (qd_x8 takes d n - 8 d), for QD_STAGED
-   its c; unused for q8_0. */
+/* A block's scale d in every lane, and c: for q4_0 8 d (qd_x8 takes d n - 8 d), for q4_1 and
+   q5_1 the minimum m, for q5_0 and iq4_nl -0 (qd_x8 takes fma(q, d, c): d q + -0 is d q, its
+   sign of zero too); unused for q8_0. */
 SDPA_INLINE void qd_scales8(sdpa_dtype type, const unsigned char *b, __m256 *d, __m256 *c)
 {
-    if (type == QD_STAGED) {
-        *d = _mm256_broadcast_ss((const float *)(const void *)b);
-        *c = _mm256_broadcast_ss((const float *)(const void *)b + 1);
-    } else {
-        *d = qd_f16x8(b);
+    *d = qd_f16x8(b);
+    if (type == SDPA_Q8_0 || type == SDPA_Q4_0)
         *c = _mm256_mul_ps(*d, _mm256_set1_ps(8.0f));
-    }
+    else
+        *c = sdpa_dtype_has_min(type) ? qd_f16x8(b + 2) : _mm256_set1_ps(-0.0f);
 }
 
-/* A block's quants ready for qd_x8: q8_0 and QD_STAGED, the block's address; q4_0, its low and
-   high nibbles (elements 0-15 and 16-31) as bytes. */
+/* A block's quants ready for qd_x8: q8_0, the block's address; q4_0, its low and high nibbles
+   (elements 0-15 and 16-31) as bytes; the other formats, their int8 quants (qd_quants32),
+   elements 0-15 and 16-31. */
 typedef struct qd_src {
     const unsigned char *b;
     __m128i lo, hi;
@@ -213,53 +167,43 @@ SDPA_INLINE qd_src qd_prepare(sdpa_dtype type, const unsigned char *b)
         const __m128i m = _mm_set1_epi8(15);
         s.lo = _mm_and_si128(raw, m);
         s.hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
-    } else {
+    } else if (type == SDPA_Q8_0) {
         s.lo = s.hi = _mm_setzero_si128();
+    } else {
+        const __m256i q = qd_quants32(type, b);
+        s.lo = _mm256_castsi256_si128(q);
+        s.hi = _mm256_extracti128_si256(q, 1);
     }
     return s;
 }
 
 /* Elements [8 t, 8 t + 8) of the block as f32, d and c from qd_scales8: d q; for q4_0
    d n - 8 d (both products and their difference exact in f32, so one fused step gives
-   d (n - 8) exactly); for QD_STAGED fma(q, d, c). */
+   d (n - 8) exactly); for the others fma(q, d, c). */
 SDPA_INLINE __m256 qd_x8(sdpa_dtype type, const qd_src *s, int t, __m256 d, __m256 c)
 {
-    if (type == SDPA_Q8_0 || type == QD_STAGED) {
-        const __m256 q = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
-            (const __m128i *)(const void *)(s->b + (type == QD_STAGED ? 8 : 2) + 8 * t))));
-        return type == SDPA_Q8_0 ? _mm256_mul_ps(q, d) : _mm256_fmadd_ps(q, d, c);
-    }
+    if (type == SDPA_Q8_0)
+        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                 (const __m128i *)(const void *)(s->b + 2 + 8 * t)))),
+                             d);
     const __m128i n = t < 2 ? s->lo : s->hi;
     const __m128i h = t & 1 ? _mm_srli_si128(n, 8) : n;
-    return _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(h)), d, c);
+    if (type == SDPA_Q4_0)
+        return _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(h)), d, c);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h)), d, c);
 }
 
-/* n elements (a multiple of 32) of a q8_0 or q4_0 row to f32, exactly (sdpa_kernels.dequant). */
+/* n elements (a multiple of 32) of a row of a block format to f32, exactly
+   (sdpa_kernels.dequant). */
 SDPA_INLINE void qd_dequant_t(sdpa_dtype type, const unsigned char *src, float *dst, size_t n)
 {
     const size_t bb = sdpa_block_bytes(type);
     for (size_t b = 0; b < n / SDPA_QK; b++, src += bb, dst += SDPA_QK) {
-        const __m256 d = qd_f16x8(src), d8 = _mm256_mul_ps(d, _mm256_set1_ps(8.0f));
+        __m256 d, c;
+        qd_scales8(type, src, &d, &c);
         const qd_src s = qd_prepare(type, src);
         SDPA_UNROLL for (int t = 0; t < 4; t++)
-            _mm256_storeu_ps(dst + 8 * t, qd_x8(type, &s, t, d, d8));
-    }
-}
-/* The same for the other block formats: the block's int8 quants, then fma(q, d, c) with c its
-   minimum or -0 (QD_STAGED's arithmetic). */
-SDPA_INLINE void qd_dequant_q(sdpa_dtype type, const unsigned char *src, float *dst, size_t n)
-{
-    const size_t bb = sdpa_block_bytes(type);
-    for (size_t b = 0; b < n / SDPA_QK; b++, src += bb, dst += SDPA_QK) {
-        const __m256 d = qd_f16x8(src);
-        const __m256 c = sdpa_dtype_has_min(type) ? qd_f16x8(src + 2) : _mm256_set1_ps(-0.0f);
-        const __m256i q = qd_quants32(type, src);
-        const __m128i h[2] = {_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)};
-        SDPA_UNROLL for (int t = 0; t < 4; t++) {
-            const __m128i e = t & 1 ? _mm_srli_si128(h[t / 2], 8) : h[t / 2];
-            _mm256_storeu_ps(dst + 8 * t,
-                             _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(e)), d, c));
-        }
+            _mm256_storeu_ps(dst + 8 * t, qd_x8(type, &s, t, d, c));
     }
 }
 static inline void qd_dequant(sdpa_dtype type, const void *src, float *dst, size_t n)
@@ -268,10 +212,10 @@ static inline void qd_dequant(sdpa_dtype type, const void *src, float *dst, size
     switch (type) {
     case SDPA_Q8_0: qd_dequant_t(SDPA_Q8_0, s, dst, n); break;
     case SDPA_Q4_0: qd_dequant_t(SDPA_Q4_0, s, dst, n); break;
-    case SDPA_Q4_1: qd_dequant_q(SDPA_Q4_1, s, dst, n); break;
-    case SDPA_Q5_0: qd_dequant_q(SDPA_Q5_0, s, dst, n); break;
-    case SDPA_Q5_1: qd_dequant_q(SDPA_Q5_1, s, dst, n); break;
-    case SDPA_IQ4_NL: qd_dequant_q(SDPA_IQ4_NL, s, dst, n); break;
+    case SDPA_Q4_1: qd_dequant_t(SDPA_Q4_1, s, dst, n); break;
+    case SDPA_Q5_0: qd_dequant_t(SDPA_Q5_0, s, dst, n); break;
+    case SDPA_Q5_1: qd_dequant_t(SDPA_Q5_1, s, dst, n); break;
+    case SDPA_IQ4_NL: qd_dequant_t(SDPA_IQ4_NL, s, dst, n); break;
     default: break;
     }
 }
@@ -289,24 +233,23 @@ SDPA_INLINE __m512 qd_f16x16(const unsigned char *p)
 /* qd_scales8 over 16 lanes. */
 SDPA_INLINE void qd_scales16(sdpa_dtype type, const unsigned char *b, __m512 *d, __m512 *c)
 {
-    if (type == QD_STAGED) {
-        *d = _mm512_set1_ps(*(const float *)(const void *)b);
-        *c = _mm512_set1_ps(*((const float *)(const void *)b + 1));
-    } else {
-        *d = qd_f16x16(b);
+    *d = qd_f16x16(b);
+    if (type == SDPA_Q8_0 || type == SDPA_Q4_0)
         *c = _mm512_mul_ps(*d, _mm512_set1_ps(8.0f));
-    }
+    else
+        *c = sdpa_dtype_has_min(type) ? qd_f16x16(b + 2) : _mm512_set1_ps(-0.0f);
 }
 
 /* Elements [16 h, 16 h + 16) of the block as f32 (qd_x8's arithmetic). */
 SDPA_INLINE __m512 qd_x16(sdpa_dtype type, const qd_src *s, int h, __m512 d, __m512 c)
 {
-    if (type == SDPA_Q8_0 || type == QD_STAGED) {
-        const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
-            (const __m128i *)(const void *)(s->b + (type == QD_STAGED ? 8 : 2) + 16 * h))));
-        return type == SDPA_Q8_0 ? _mm512_mul_ps(q, d) : _mm512_fmadd_ps(q, d, c);
-    }
-    return _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(h ? s->hi : s->lo)), d, c);
+    if (type == SDPA_Q8_0)
+        return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                 (const __m128i *)(const void *)(s->b + 2 + 16 * h)))),
+                             d);
+    if (type == SDPA_Q4_0)
+        return _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(h ? s->hi : s->lo)), d, c);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(h ? s->hi : s->lo)), d, c);
 }
 #endif
 

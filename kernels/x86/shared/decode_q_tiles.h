@@ -2,12 +2,9 @@
 /*
  * Exact scores convert each K block once, in registers, for every row; fast scores take the
  * exact int32 dot product of a query block's quants with the key block's, scaled by qd * d_k in
- * f32, plus qd * m_k * sum(query quants) for the types with a minimum. P·V converts each V
- * block once for every row. q8_0 and q4_0 are read in place; the other block formats are
- * staged first (QD_STAGED): a score tile's K rows, a P·V group's V rows, each block converted
- * once, into the scratch past decode_q.h's (QD_WS_FLOATS). DECODE_Q_PF_KEYS (keys ahead whose
- * rows are requested), DECODE_Q_PV_GROUP (keys per P·V group) and SDPA_QD_VNNI must be
- * defined.
+ * f32, plus qd * m_k * sum(query quants) for q4_1 and q5_1. P·V converts each V block once
+ * for every row. DECODE_Q_PF_KEYS (keys ahead whose rows are requested), DECODE_Q_PV_GROUP
+ * (keys per P·V group) and SDPA_QD_VNNI must be defined.
  */
 #ifndef SDPA_DECODE_Q_TILES_H
 #define SDPA_DECODE_Q_TILES_H
@@ -15,23 +12,13 @@
 #include "decode_q_format.h"
 
 /* The scratch of decode_q.h for R rows, in floats (each part a multiple of 16): S
-   [R][DECODE_Q_BLOCK], alpha [R], the VNNI query bytes, the 512-bit fast scores' block scales
-   (qz); then the fast scores' qd * sum(q) of each row's blocks (qm, qz's layout, only lane 0 of
-   each block's 8 set), the staged K rows of a score tile (16 keys at most) and the staged V
-   rows of a P·V group. */
+   [R][DECODE_Q_BLOCK], alpha [R], the VNNI query bytes, the fast scores' block scales (qz),
+   then for q4_1 and q5_1 the fast scores' qd * sum(q) of each row's blocks (qm: qz's layout,
+   only lane 0 of each block's 8 set, so that the sum enters once per block). */
 #define QD_WS_QM(R, d)                                                                             \
     ((R) * sdpa_round16(DECODE_Q_BLOCK) + sdpa_round16(R) + sdpa_round16((R) * (d) / 4 + 1) +      \
      sdpa_round16((R) * ((d) / 4 + 16)))
-#define QD_WS_STAGE_K(R, d) (QD_WS_QM(R, d) + sdpa_round16((R) * ((d) / 4 + 16)))
-#define QD_WS_STAGE_V(R, d) (QD_WS_STAGE_K(R, d) + 16 * ((d) / SDPA_QK) * (QD_ST_BYTES / 4))
-#define QD_WS_FLOATS(R, d, dv)                                                                     \
-    (QD_WS_STAGE_V(R, d) + DECODE_Q_PV_GROUP * ((dv) / SDPA_QK) * (QD_ST_BYTES / 4))
-
-/* The storage type a tile reads: QD_STAGED for the block formats that are staged. */
-static inline sdpa_dtype qd_tile_type(sdpa_dtype t)
-{
-    return sdpa_dtype_quantized(t) && t != SDPA_Q8_0 && t != SDPA_Q4_0 ? QD_STAGED : t;
-}
+#define QD_WS_FLOATS(R, d) (QD_WS_QM(R, d) + sdpa_round16((R) * ((d) / 4 + 16)))
 
 /* Scores of R rows (q packed, row r at q + r d) against NK keys (rows kr[i]), R * NK <= 8,
    out[r * NK + i]. Exact: K converted per block, once for all rows, then f32 FMAs. */
@@ -40,8 +27,8 @@ SDPA_INLINE void qd_score_tile(int R, int NK, sdpa_dtype kt, const float *q, siz
 {
     __m256 a[8];
     SDPA_UNROLL for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
-    if (qd_quantized(kt)) {
-        const size_t bb = qd_block_bytes(kt);
+    if (sdpa_dtype_quantized(kt)) {
+        const size_t bb = sdpa_block_bytes(kt);
         for (size_t b = 0; b < d / SDPA_QK; b++) {
             __m256 dk[8], dk8[8];
             qd_src src[8];
@@ -80,15 +67,15 @@ SDPA_INLINE void qd_score_tile(int R, int NK, sdpa_dtype kt, const float *q, siz
    quants with the key's, converted and scaled by qd * d_k. The byte products take one operand
    unsigned: with VNNI the row's quants plus 128 (qu, packed by loop_begin) against k, less
    128 sum(k) (the accumulator's start, once per key block); without, |k| against the row's
-   quants carrying k's sign. QD_STAGED adds its c (the minimum, or -0) times qm (qd * sum(q),
-   lane 0 of each block's 8, by loop_begin). */
+   quants carrying k's sign. q4_1 and q5_1 add m_k times qm (qd * sum(q), lane 0 of each
+   block's 8, by loop_begin). */
 SDPA_INLINE void qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *qq, const uint8_t *qu,
                                   const float *qdv, const float *qm, size_t d,
                                   const unsigned char *const *kr, float *out)
 {
     __m256 a[8];
     SDPA_UNROLL for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
-    const size_t bb = qd_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
+    const size_t bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
     (void)qq, (void)qu, (void)qm, (void)zr;
     for (size_t b = 0; b < nbk; b++) {
         SDPA_UNROLL for (int i = 0; i < NK; i++) {
@@ -114,7 +101,7 @@ SDPA_INLINE void qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *qq
 #endif
                 const __m256 s = _mm256_mul_ps(dk, _mm256_broadcast_ss(qdv + (size_t)r * nbk + b));
                 a[r * NK + i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, a[r * NK + i]);
-                if (kt == QD_STAGED)
+                if (sdpa_dtype_has_min(kt))
                     a[r * NK + i] = _mm256_fmadd_ps(
                         mk, _mm256_loadu_ps(qm + (size_t)r * zr + b * 8), a[r * NK + i]);
             }
@@ -124,25 +111,17 @@ SDPA_INLINE void qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *qq
 }
 
 /* The rows of a score tile's keys j0 + j + i, i < NK (a tail tile of n < NK keys repeats its
-   last, in bounds; QD_STAGED: the n keys staged), and the rows DECODE_Q_PF_KEYS keys ahead of
-   its real ones requested (none at or past the keys any row sees). */
+   last, in bounds), and the rows DECODE_Q_PF_KEYS keys ahead of its real ones requested (none
+   at or past the keys any row sees). */
 SDPA_INLINE void qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_t j0, size_t j,
                               size_t n, const unsigned char **kr)
 {
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
-    const sdpa_dtype st = kt == QD_STAGED ? w->k_type : kt;
     SDPA_UNROLL for (int i = 0; i < NK; i++)
-        kr[i] = qd_row(w->k, st, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
+        kr[i] = qd_row(w->k, kt, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
     for (size_t i = 0; i < n; i++)
         if (j0 + j + i + DECODE_Q_PF_KEYS < kend)
-            qd_request(w->k, st, w->k_stride, j0 + j + i + DECODE_Q_PF_KEYS, w->d);
-    if (kt == QD_STAGED) {
-        const size_t nbk = w->d / SDPA_QK, rb = nbk * QD_ST_BYTES;
-        unsigned char *sk = (unsigned char *)(void *)(w->ws + QD_WS_STAGE_K(w->rows, w->d));
-        for (size_t i = 0; i < n; i++) qd_stage(w->k_type, kr[i], sk + i * rb, nbk);
-        SDPA_UNROLL for (int i = 0; i < NK; i++)
-            kr[i] = sk + ((size_t)i < n ? (size_t)i : n - 1) * rb;
-    }
+            qd_request(w->k, kt, w->k_stride, j0 + j + i + DECODE_Q_PF_KEYS, w->d);
 }
 
 /* A tile's scores, out[r NK + i] for row r and key i, to S[r][j + i] for the R real rows and n
@@ -166,7 +145,7 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
                              float *S, size_t lds)
 {
     const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
-    const size_t d = w->d, bb = qd_block_bytes(kt);
+    const size_t d = w->d, bb = sdpa_block_bytes(kt);
     const float *qr[8];
     for (int r = 0; r < 8; r++) qr[r] = w->q + (size_t)(r < R ? r : R - 1) * d;
     for (size_t j = 0; j < nb; j += (size_t)NK) {
@@ -201,13 +180,13 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
    scaled by qz (the rows' block scales, each repeated over its 8 lanes, made by loop_begin)
    times the key's. VNNI: vpdpbusd on the rows' quants plus 128 (qu) from -128 sum(k); without:
    pmaddubsw on |k| and the quants negated where k < 0. An odd last block takes 256 bits.
-   QD_STAGED adds its c times qm (qd_score_tile_i8). */
+   q4_1 and q5_1 add m_k times qm (qd_score_tile_i8). */
 SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, const uint8_t *qu,
                                   const float *qz, const float *qm, size_t j0, size_t nb,
                                   float *S, size_t lds)
 {
     const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
-    const size_t d = w->d, bb = qd_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
+    const size_t d = w->d, bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
     (void)qm;
     size_t rr[8];
     for (int r = 0; r < 8; r++) rr[r] = (size_t)(r < R ? r : R - 1);
@@ -253,7 +232,7 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
                         _mm512_mul_ps(dk, _mm512_loadu_ps(qz + rr[r] * zr + b / 2 * 16));
                     a[PERM16(r * NK + i)] =
                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, a[PERM16(r * NK + i)]);
-                    if (kt == QD_STAGED)
+                    if (sdpa_dtype_has_min(kt))
                         a[PERM16(r * NK + i)] = _mm512_fmadd_ps(
                             mk, _mm512_loadu_ps(qm + rr[r] * zr + b / 2 * 16),
                             a[PERM16(r * NK + i)]);
@@ -275,7 +254,7 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
                     __m256 t = _mm256_mul_ps(
                         _mm256_cvtepi32_ps(p),
                         _mm256_mul_ps(dk, _mm256_loadu_ps(qz + rr[r] * zr + b / 2 * 16)));
-                    if (kt == QD_STAGED)
+                    if (sdpa_dtype_has_min(kt))
                         t = _mm256_fmadd_ps(mk, _mm256_loadu_ps(qm + rr[r] * zr + b / 2 * 16), t);
                     a[PERM16(r * NK + i)] =
                         _mm512_add_ps(a[PERM16(r * NK + i)], _mm512_zextps256_ps512(t));
@@ -300,7 +279,7 @@ SDPA_INLINE void qd_pv_block_z(int R, sdpa_dtype vt, float *acc, size_t dv, cons
             a[2 * r + h] =
                 _mm512_mul_ps(s, _mm512_loadu_ps(acc + (size_t)r * dv + c0 + 16 * (size_t)h));
     }
-    const size_t bo = qd_col_bytes(vt, c0);
+    const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)c0);
     for (size_t j = 0; j < n; j++) {
         const unsigned char *b = rv[j] + bo;
         __m512 dv16, dv8;
@@ -326,7 +305,7 @@ SDPA_INLINE void qd_scores_r(int R, sdpa_dtype kt, const sdpa_rows *w, const uin
 {
     const int NK = R == 1 ? 8 : R == 2 ? 4 : R <= 4 ? 2 : 1;
 #ifdef __AVX512F__
-    if (qd_quantized(kt)) {
+    if (sdpa_dtype_quantized(kt)) {
         if (w->qq)
             qd_scores_fast_z(R, kt, w, qu, qz, qm, j0, nb, S, lds);
         else
@@ -341,7 +320,7 @@ SDPA_INLINE void qd_scores_r(int R, sdpa_dtype kt, const sdpa_rows *w, const uin
         const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
         const unsigned char *kr[8];
         qd_tile_keys(NK, kt, w, j0, j, n, kr);
-        if (w->qq && qd_quantized(kt)) /* fast scores: K in a block format */
+        if (w->qq && sdpa_dtype_quantized(kt)) /* fast scores: K in a block format */
             qd_score_tile_i8(R, NK, kt, w->qq, qu, w->qd, qm, w->d, kr, out);
         else
             qd_score_tile(R, NK, kt, w->q, w->d, kr, out);
@@ -402,7 +381,7 @@ SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, sdpa_dtype vt, float *acc,
             a[r * NC + t] =
                 _mm256_mul_ps(s, _mm256_loadu_ps(acc + (size_t)r * dv + c0 + 8 * (size_t)t));
     }
-    const size_t bo = qd_col_bytes(vt, c0 / SDPA_QK * SDPA_QK);
+    const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)(c0 / SDPA_QK * SDPA_QK));
     for (size_t j = 0; j < n; j++) {
         const unsigned char *b = rv[j] + bo;
         __m256 dv8, dv88;
@@ -431,24 +410,15 @@ SDPA_INLINE void qd_values_r(int R, sdpa_dtype vt, const sdpa_rows *w, float *ac
     static const float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     const size_t dv = w->dv;
     const unsigned char *rv[DECODE_Q_PV_GROUP];
-    const sdpa_dtype st = vt == QD_STAGED ? w->v_type : vt;
     for (size_t g = 0; g < n; g += DECODE_Q_PV_GROUP) {
         const size_t ng = n - g < DECODE_Q_PV_GROUP ? n - g : DECODE_Q_PV_GROUP;
         for (size_t j = 0; j < ng; j++) {
-            rv[j] = qd_row(w->v, st, w->v_stride, j0 + g + j);
+            rv[j] = qd_row(w->v, vt, w->v_stride, j0 + g + j);
             if (j0 + g + j + DECODE_Q_PF_KEYS < kend)
-                qd_request(w->v, st, w->v_stride, j0 + g + j + DECODE_Q_PF_KEYS, dv);
-        }
-        if (vt == QD_STAGED) {
-            const size_t nbv = dv / SDPA_QK, rb = nbv * QD_ST_BYTES;
-            unsigned char *sv = (unsigned char *)(void *)(w->ws + QD_WS_STAGE_V(w->rows, w->d));
-            for (size_t j = 0; j < ng; j++) {
-                qd_stage(w->v_type, rv[j], sv + j * rb, nbv);
-                rv[j] = sv + j * rb;
-            }
+                qd_request(w->v, vt, w->v_stride, j0 + g + j + DECODE_Q_PF_KEYS, dv);
         }
         const float *al = g == 0 ? alpha : ones;
-        if (qd_quantized(vt)) {
+        if (sdpa_dtype_quantized(vt)) {
 #ifdef __AVX512F__
             for (size_t c = 0; c < dv; c += 32)
                 qd_pv_block_z(R, vt, acc, dv, al, P + g, lds, rv, ng, c);
