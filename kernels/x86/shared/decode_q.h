@@ -7,12 +7,11 @@
  *   SDPA_QD_VNNI    1: int8 dot products by vpdpbusd (AVX512-VNNI + VL), 0: pmaddubsw + pmaddwd
  * Few rows read K and V once, in place: each block of a key row is converted once, in
  * registers, and feeds every row (decode_q_tiles.h). A quantized value enters exactly as sdpa.h
- * states it (decode_q_blocks.h). Fast scores (sdpa_rows.qq) take the exact int32 dot product of
+ * states it (decode_q_format.h). Fast scores (sdpa_rows.qq) take the exact int32 dot product of
  * a query block's quants with the key block's, then scale it by qd * d_k in f32 (and add
  * qd * m_k * sum(q) for q4_1 and q5_1). One function per storage type (the element types share
- * one) and row count, for scores and for P·V: the shared arithmetic is small, the per-type
- * decode inlined into it. 256-bit vectors on both ISAs: the block is 32 elements, one ymm of
- * bytes, and the
+ * one) and row count, for scores and for P·V, each block's decode inlined into the shared
+ * arithmetic. 256-bit vectors on both ISAs: the block is 32 elements, one ymm of bytes, and the
  * decode is bound by memory and conversions, not by the vector width (the avx512 files use
  * 512-bit forms where two blocks fill a vector).
  */
@@ -20,7 +19,7 @@
 #if !defined(DECODE_Q_BLOCK) || !defined(DECODE_Q_PF_KEYS) || !defined(DECODE_Q_PV_GROUP)
 #error "the ISA header defines DECODE_Q_BLOCK, DECODE_Q_PF_KEYS and DECODE_Q_PV_GROUP"
 #endif
-/* The scratch floats of this path: QD_WS_FLOATS(R, d, dv) (decode_q_tiles.h). */
+/* The scratch floats of this path: QD_WS_FLOATS(R, d) (decode_q_tiles.h). */
 #include "decode_q_tiles.h"
 
 /* --- the hooks of the generic loop (rows_loop.h) ------------------------------------------- */

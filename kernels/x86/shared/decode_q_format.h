@@ -1,4 +1,4 @@
-/* decode_q_format.h -- format blocks in registers for decode_q.h: loads, conversions */
+/* decode_q_format.h -- the block formats in registers for decode_q.h: loads, conversions */
 /*
  * Each block's f16 scale and its quants, converted exactly: an element of q8_0, q4_0, q5_0 or
  * iq4_nl is d q, exact in f32 (an f16 times an integer of at most 8 bits); one of q4_1 or q5_1
@@ -62,7 +62,8 @@ SDPA_INLINE __m256i qd_quants32(sdpa_dtype type, const unsigned char *b)
 {
     if (type == SDPA_Q8_0) return _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
     if (type == SDPA_Q4_1) return qd_nibbles32(b + 4);
-    if (type == SDPA_Q5_1) return _mm256_or_si256(qd_nibbles32(b + 8), qd_high_bits32(qd_u32(b + 4)));
+    if (type == SDPA_Q5_1)
+        return _mm256_or_si256(qd_nibbles32(b + 8), qd_high_bits32(qd_u32(b + 4)));
     if (type == SDPA_Q5_0) {
         const __m256i n = qd_nibbles32(b + 6);
 #if defined(__AVX512BW__) && defined(__AVX512VL__)

@@ -30,16 +30,16 @@ SDPA_INLINE void qd_score_tile(int R, int NK, sdpa_dtype kt, const float *q, siz
     if (sdpa_dtype_quantized(kt)) {
         const size_t bb = sdpa_block_bytes(kt);
         for (size_t b = 0; b < d / SDPA_QK; b++) {
-            __m256 dk[8], dk8[8];
+            __m256 dk[8], ck[8];
             qd_src src[8];
             SDPA_UNROLL for (int i = 0; i < NK; i++) {
-                qd_scales8(kt, kr[i] + b * bb, &dk[i], &dk8[i]);
+                qd_scales8(kt, kr[i] + b * bb, &dk[i], &ck[i]);
                 src[i] = qd_prepare(kt, kr[i] + b * bb);
             }
             SDPA_UNROLL for (int t = 0; t < 4; t++) {
                 __m256 kv[8];
                 SDPA_UNROLL for (int i = 0; i < NK; i++)
-                    kv[i] = qd_x8(kt, &src[i], t, dk[i], dk8[i]);
+                    kv[i] = qd_x8(kt, &src[i], t, dk[i], ck[i]);
                 SDPA_UNROLL for (int r = 0; r < R; r++) {
                     __m256 qv = _mm256_loadu_ps(q + (size_t)r * d + b * SDPA_QK + 8 * (size_t)t);
                     if (NK > 1) __asm__("" : "+x"(qv)); /* one load per query vector */
@@ -157,11 +157,11 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
         for (size_t b = 0; b < d / SDPA_QK; b++) {
             SDPA_UNROLL for (int i = 0; i < NK; i++) {
                 const unsigned char *kb = kr[i] + b * bb;
-                __m512 dk, dk8;
-                qd_scales16(kt, kb, &dk, &dk8);
+                __m512 dk, ck;
+                qd_scales16(kt, kb, &dk, &ck);
                 const qd_src src = qd_prepare(kt, kb);
                 SDPA_UNROLL for (int h = 0; h < 2; h++) {
-                    const __m512 kv = qd_x16(kt, &src, h, dk, dk8);
+                    const __m512 kv = qd_x16(kt, &src, h, dk, ck);
                     SDPA_UNROLL for (int r = 0; r < RP; r++) {
                         const __m512 qv = _mm512_loadu_ps(qr[r] + b * SDPA_QK + 16 * (size_t)h);
                         a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qv, kv, a[PERM16(r * NK + i)]);
@@ -203,11 +203,11 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
                 const unsigned char *k0 = kr[i] + b * bb, *k1 = k0 + bb;
                 const __m512i k = _mm512_inserti64x4(_mm512_castsi256_si512(qd_quants32(kt, k0)),
                                                      qd_quants32(kt, k1), 1);
-                __m256 d0, c0s, d1, c1s;
-                qd_scales8(kt, k0, &d0, &c0s);
-                qd_scales8(kt, k1, &d1, &c1s);
+                __m256 d0, m0, d1, m1;
+                qd_scales8(kt, k0, &d0, &m0);
+                qd_scales8(kt, k1, &d1, &m1);
                 const __m512 dk = _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1);
-                const __m512 mk = _mm512_insertf32x8(_mm512_castps256_ps512(c0s), c1s, 1);
+                const __m512 mk = _mm512_insertf32x8(_mm512_castps256_ps512(m0), m1, 1);
                 (void)mk;
 #if SDPA_QD_VNNI
                 const __m512i c0 = _mm512_sub_epi32(_mm512_setzero_si512(),
@@ -282,10 +282,10 @@ SDPA_INLINE void qd_pv_block_z(int R, sdpa_dtype vt, float *acc, size_t dv, cons
     const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)c0);
     for (size_t j = 0; j < n; j++) {
         const unsigned char *b = rv[j] + bo;
-        __m512 dv16, dv8;
-        qd_scales16(vt, b, &dv16, &dv8);
+        __m512 dv16, cv16;
+        qd_scales16(vt, b, &dv16, &cv16);
         const qd_src src = qd_prepare(vt, b);
-        const __m512 x0 = qd_x16(vt, &src, 0, dv16, dv8), x1 = qd_x16(vt, &src, 1, dv16, dv8);
+        const __m512 x0 = qd_x16(vt, &src, 0, dv16, cv16), x1 = qd_x16(vt, &src, 1, dv16, cv16);
         SDPA_UNROLL for (int r = 0; r < R; r++) {
             const __m512 p = _mm512_set1_ps(P[(size_t)r * lds + j]);
             a[2 * r] = _mm512_fmadd_ps(p, x0, a[2 * r]);
@@ -384,11 +384,11 @@ SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, sdpa_dtype vt, float *acc,
     const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)(c0 / SDPA_QK * SDPA_QK));
     for (size_t j = 0; j < n; j++) {
         const unsigned char *b = rv[j] + bo;
-        __m256 dv8, dv88;
-        qd_scales8(vt, b, &dv8, &dv88);
+        __m256 dv8, cv8;
+        qd_scales8(vt, b, &dv8, &cv8);
         const qd_src src = qd_prepare(vt, b);
         __m256 x[4];
-        SDPA_UNROLL for (int t = 0; t < NC; t++) x[t] = qd_x8(vt, &src, T0 + t, dv8, dv88);
+        SDPA_UNROLL for (int t = 0; t < NC; t++) x[t] = qd_x8(vt, &src, T0 + t, dv8, cv8);
         SDPA_UNROLL for (int r = 0; r < R; r++) {
             const __m256 p = _mm256_broadcast_ss(P + (size_t)r * lds + j);
             SDPA_UNROLL for (int t = 0; t < NC; t++)
