@@ -88,8 +88,8 @@ float  bench_kv_walk_avx512(const uint16_t *k, const uint16_t *v, size_t rows, s
 void *bench_alloc_random(sdpa_dtype dtype, size_t n, uint64_t seed);
 void *bench_alloc_zero(size_t bytes);
 void  bench_free(void *p);
-/* The n elements of src (f32, f16 or bf16; n a multiple of 32) quantized to dst (SDPA_Q8_0 or
-   SDPA_Q4_0) by the library's sdpa_quantize_*: the same values a 16-bit tensor holds, in the
+/* The n elements of src (f32, f16 or bf16; n a multiple of 32) quantized to dst (a block
+   format) by the library's sdpa_quantize: the same values a 16-bit tensor holds, in the
    block format. Allocated as bench_alloc_zero does; NULL on failure. */
 void *bench_alloc_quantized(sdpa_dtype dst, const void *src, sdpa_dtype src_type, size_t n);
 

@@ -1,4 +1,4 @@
-/* bench_data.c -- deterministic test tensors for the benchmarks, in f32, f16 or bf16, and their q8_0/q4_0 copies */
+/* bench_data.c -- deterministic test tensors for the benchmarks, in f32, f16 or bf16, and their block-format copies */
 #define _DEFAULT_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -66,7 +66,7 @@ void *bench_alloc_quantized(sdpa_dtype dst, const void *src, sdpa_dtype src_type
 {
     enum { CHUNK = 4096 }; /* a multiple of the 32-element block */
     const size_t bytes = sdpa_dtype_bytes(dst, n), es = sdpa_dtype_size(src_type);
-    if (!src || bytes == 0 || es == 0 || (dst != SDPA_Q8_0 && dst != SDPA_Q4_0)) return NULL;
+    if (!src || bytes == 0 || es == 0 || sdpa_dtype_block(dst) != 32) return NULL;
     char *p = (char *)bench_alloc_zero(bytes);
     if (!p) return NULL;
     float f[CHUNK];
@@ -82,8 +82,7 @@ void *bench_alloc_quantized(sdpa_dtype dst, const void *src, sdpa_dtype src_type
         }
         /* i and m are multiples of 32, so chunk i starts on block i / 32 */
         char *out = p + sdpa_dtype_bytes(dst, i);
-        const sdpa_status r = dst == SDPA_Q8_0 ? sdpa_quantize_q8_0(f, m, out)
-                                               : sdpa_quantize_q4_0(f, m, out);
+        const sdpa_status r = sdpa_quantize(dst, f, m, out);
         if (r != SDPA_OK) {
             bench_free(p);
             return NULL;

@@ -1,4 +1,4 @@
-// bench_quant.cc -- sdpa-bench's quantized K/V rows: decode and prefill on q8_0 and q4_0, exact and fast scores, against f16
+// bench_quant.cc -- sdpa-bench's quantized K/V rows: decode and prefill on every block format, exact and fast scores, against f16
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -8,8 +8,8 @@
 namespace sdpa_bench {
 namespace {
 
-// ---- quantized K/V: q8_0 and q4_0 against f16, interleaved -------------------------------
-// A quant row times the f16 call and the same call on K and V quantized to q8_0 or q4_0 (the
+// ---- quantized K/V: the block formats against f16, interleaved ----------------------------
+// A quant row times the f16 call and the same call on K and V quantized to a block format (the
 // f16 values, quantized by sdpa_quantize_*), in one process on the same Q: exact (q8_scores 0)
 // in the order AB BA, fast (q8_scores 1) with the exact call between, ABC CBA, so that a drift
 // of the machine's speed falls on every call alike (an iteration is the two passes). Each pass
@@ -20,13 +20,14 @@ namespace {
 // fastest; pairs: the passes). The f16_exact row is the f16 call against itself: the noise of the ratio.
 // FLOP and bytes_per_second are the quantized call's rates from its median call (f16_FLOP,
 // f16_bytes_per_second: the f16 call's), plain values; decode bytes are each format's own K and
-// V bytes (sdpa_dtype_bytes: 34 per 32 elements for q8_0, 18 for q4_0). % of roofline
+// V bytes (sdpa_dtype_bytes: 34 per 32 elements for q8_0, 18 for q4_0; bytes_per_key, K and V
+// of one key of one KV head). % of roofline
 // (pct_roofline; f16_pct_roofline, exact_pct_roofline for the other calls of the row): the
 // shortest time the limits allow over the median call, with the limits sampled before each
 // iteration and after the last (Probe), averaged: decode max(bytes / read bandwidth,
 // FLOPs / FMA peak of the implementation's ISA), prefill FLOPs / FMA peak (limit_bytes_per_s,
 // limit_flops). Every decode call follows an untimed read of twice the L3 size, as the variant
-// rows do: q4_0's 36 MiB would otherwise partly stay in cache. max_abs_diff: the largest
+// rows do: a 4-bit format's 36 MiB would otherwise partly stay in cache. max_abs_diff: the largest
 // difference of the row's output from the f16 call's. `target`: the speed-up over f16
 // at 1 thread (exact rows), `target_exact`: fast over exact where the CPU has VNNI for the
 // implementation's ISA. The library refuses fast scores on a K that is not quantized, so f16
@@ -35,13 +36,19 @@ namespace {
 struct QuantCase {
     std::string row;  // the shape part of the name: quant/<impl>/<row>/threads:<n>
     Shape       base; // the f16 shape: the baseline, and the values quantized
-    sdpa_dtype  fmt;  // SDPA_F16 (the baseline against itself), SDPA_Q8_0 or SDPA_Q4_0
+    sdpa_dtype  fmt;  // SDPA_F16 (the baseline against itself) or a block format
     bool        fast, decode;
 };
 
-const char *quant_fmt_name(sdpa_dtype t)
+const char *quant_fmt_name(sdpa_dtype t) { return sdpa_dtype_name(t); }
+
+// Every storage type sdpa.h names that is a block format, in its order.
+std::vector<sdpa_dtype> block_formats()
 {
-    return t == SDPA_Q8_0 ? "q8_0" : t == SDPA_Q4_0 ? "q4_0" : "f16";
+    std::vector<sdpa_dtype> v;
+    for (int t = 0; sdpa_dtype_size((sdpa_dtype)t) != 0; t++)
+        if (sdpa_dtype_block((sdpa_dtype)t) == 32) v.push_back((sdpa_dtype)t);
+    return v;
 }
 
 std::vector<QuantCase> quant_cases()
@@ -51,7 +58,11 @@ std::vector<QuantCase> quant_cases()
     std::vector<QuantCase> v;
     for (const auto &sh : {std::make_pair(dec, std::string("decode_B1_Hq32_Hkv8_kv32768_D128_")),
                            std::make_pair(pre, std::string("prefill_B1_H16_L2048_D128_causal_"))})
-        for (sdpa_dtype t : {SDPA_F16, SDPA_Q8_0, SDPA_Q4_0})
+        for (sdpa_dtype t : [] {
+                 std::vector<sdpa_dtype> f = block_formats();
+                 f.insert(f.begin(), SDPA_F16);
+                 return f;
+             }())
             for (bool fast : {false, true}) {
                 if (fast && t == SDPA_F16) continue; // refused by the library
                 v.push_back({sh.second + quant_fmt_name(t) + (fast ? "_fast" : "_exact"), sh.first,
@@ -102,7 +113,8 @@ double quant_target(const QuantCase &c, const sdpa_impl *impl)
     if (c.fast || c.fmt == SDPA_F16 || !(a512 || a2)) return 0;
     if (!c.decode) return 0.85;
     if (c.fmt == SDPA_Q8_0) return a512 ? 1.6 : 1.3;
-    return a512 ? 2.2 : 1.6;
+    if (c.fmt == SDPA_Q4_0) return a512 ? 2.2 : 1.6;
+    return 0; // the other formats' targets are the decode-roofline work's
 }
 
 void register_quant(const sdpa_impl *impl, const QuantCase &c, size_t threads)
@@ -197,6 +209,8 @@ void register_quant(const sdpa_impl *impl, const QuantCase &c, size_t threads)
             st.counters["bytes_per_second"] = bytes_q / tmed[last];
             st.counters["f16_bytes_per_second"] = bytes_b / tmed[0];
             st.counters["kv_bytes"] = bytes_q;
+            // K and V bytes of one key of one KV head: the format's density
+            st.counters["bytes_per_key"] = (double)(sdpa_dtype_bytes(c.fmt, s.head_dim) * 2);
             if (lim_bw > 0) st.counters["limit_bytes_per_s"] = lim_bw;
         }
         if (lim_flops > 0) st.counters["limit_flops"] = lim_flops;

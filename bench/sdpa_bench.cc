@@ -11,7 +11,7 @@
 //      mask, softcap, ALiBi, sinks), each timed in turn with the plain call (see below);
 //   5. only when --benchmark_filter names them ('^layout/'): ragged, packed and paged decode
 //      batches and a chunked-prefill mix, with the scattered pages' own read speed (see below).
-//   6. only when --benchmark_filter names them ('^quant/'): decode and prefill on q8_0 and q4_0
+//   6. only when --benchmark_filter names them ('^quant/'): decode and prefill on every block format
 //      K/V, exact and fast scores, each timed in turn with the f16 call (see below).
 // Each prefill, decode and BLAS run measures its own limit (the FMA peak of its ISA, or the read
 // bandwidth, at its thread count) before every timed iteration and once after the last, outside

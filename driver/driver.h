@@ -58,7 +58,7 @@ typedef struct plan {
     size_t mptr_off;  /* where the merge's part pointers (3 max_chunks) start */
     size_t stage_off; /* where the staged copy of short pages' K and V rows starts */
     size_t stage_keys; /* keys per staged copy; 0: K/V always handed to the kernel in place */
-    bool   quant;      /* K or V in a block format (q8_0, q4_0) */
+    bool   quant;      /* K or V in a block format (sdpa_dtype_quantized) */
     size_t qq_off;     /* fast scores (q8_scores): the rows' int8 quants [R*D], then their block
                           scales [R*D/32] */
     size_t ptab_off;  /* from stage_off: the page lists of a unit the kernel pages itself */

@@ -229,7 +229,7 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
                         (int)ts[i]->dtype);
     if (q->dtype != SDPA_F32 || o->dtype != SDPA_F32)
         return fail(c, SDPA_ERR_UNSUPPORTED,
-                    "%s must be SDPA_F32 (f16, bf16, q8_0 and q4_0 storage is for k and v)",
+                    "%s must be SDPA_F32 (f16, bf16 and the block formats are for k and v)",
                     q->dtype != SDPA_F32 ? "q" : "o");
     /* a block format's rows start on a block: its dim and every stride a multiple of one */
     for (int i = 1; i < 3; i++) {
@@ -240,20 +240,21 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
         if (dim % blk != 0)
             return fail(c, SDPA_ERR_INVALID_ARGUMENT,
                         "%s is %s: its %s (%zu) must be a multiple of %zu", tn[i],
-                        ts[i]->dtype == SDPA_Q8_0 ? "q8_0" : "q4_0", i == 1 ? "head_dim" : "v_dim",
+                        sdpa_dtype_str(ts[i]->dtype), i == 1 ? "head_dim" : "v_dim",
                         dim, blk);
         for (int a = 0; a < 3; a++)
             if (st[a] % (ptrdiff_t)blk != 0)
                 return fail(c, SDPA_ERR_INVALID_ARGUMENT,
                             "%s is %s: its %s (%td) must be a multiple of %zu elements", tn[i],
-                            ts[i]->dtype == SDPA_Q8_0 ? "q8_0" : "q4_0", sn[a], st[a], blk);
+                            sdpa_dtype_str(ts[i]->dtype), sn[a], st[a], blk);
     }
     if (p->q8_scores != 0 && p->q8_scores != 1)
         return fail(c, SDPA_ERR_INVALID_ARGUMENT, "q8_scores is %d: it must be 0 (exact) or 1",
                     p->q8_scores);
     if (p->q8_scores && !sdpa_dtype_quantized(k->dtype))
         return fail(c, SDPA_ERR_UNSUPPORTED,
-                    "q8_scores needs k in q8_0 or q4_0 (k has dtype %d)", (int)k->dtype);
+                    "q8_scores needs k in a block format (q8_0, q4_0, q4_1, q5_0, q5_1 or "
+                    "iq4_nl); k is %s", sdpa_dtype_str(k->dtype));
 
     /* Every product the driver will form must fit. */
     size_t rows, t;

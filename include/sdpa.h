@@ -115,41 +115,88 @@ double sdpa_impl_tanh_max_ulp(const sdpa_impl *impl);
 /* Fused attention: o = softmax(s) · v over the keys each row sees, s = softcap(scale q·kᵀ)    */
 /* + alibi + mask, with optional sinks in the denominator; streamed, f32 accumulation.          */
 /* ------------------------------------------------------------------------------------------ */
-/* Storage types. SDPA_Q8_0 and SDPA_Q4_0 are ggml's block_q8_0 and block_q4_0, byte for byte
-   (K and V only): blocks of 32 elements, each an f16 scale d (little-endian) followed by
-   - q8_0: 32 signed bytes q_i, x_i = d q_i (34 bytes a block);
-   - q4_0: 16 bytes, element i < 16 the low nibble n of byte i and element 16 + i its high
-     nibble, x = d (n - 8) (18 bytes a block).
+/* Storage types. The block formats are ggml's block types of the same names, byte for byte
+   (K and V only): blocks of 32 elements, each starting with an f16 scale d (little-endian).
+   Element i of a block is the value its quant gives, exactly as ggml's reference dequantizer
+   computes it:
+   - q8_0 (34 bytes): d, then 32 signed bytes q_i; x_i = d q_i.
+   - q4_0 (18 bytes): d, then 16 bytes of nibbles (element i < 16 the low nibble n of byte i,
+     element 16 + i its high nibble); x = d (n - 8).
+   - q4_1 (20 bytes): d, an f16 minimum m, the nibbles as q4_0; x = d n + m.
+   - q5_0 (22 bytes): d, 4 bytes qh (a little-endian u32, bit i the 5th bit of element i), the
+     nibbles as q4_0; with n = nibble + 16 bit_i: x = d (n - 16).
+   - q5_1 (24 bytes): d, m, qh, the nibbles; x = d n + m.
+   - iq4_nl (18 bytes): d, the nibbles as q4_0, each an index into the 16 values
+     {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}; x = d value.
+   d times an integer of at most 8 bits is exact in f32, so x is exact for q8_0, q4_0, q5_0 and
+   iq4_nl. For q4_1 and q5_1, d n is exact and d n + m is rounded once, to nearest even: that
+   f32 is the element's value on every implementation (a fused multiply-add gives the same).
    Strides and dims stay in elements: a quantized view's head dim and strides must be multiples
    of 32, so that every row starts on a block. */
-typedef enum sdpa_dtype { SDPA_F32 = 0, SDPA_F16, SDPA_BF16, SDPA_Q8_0, SDPA_Q4_0 } sdpa_dtype;
+typedef enum sdpa_dtype {
+    SDPA_F32 = 0,
+    SDPA_F16,
+    SDPA_BF16,
+    SDPA_Q8_0,
+    SDPA_Q4_0,
+    SDPA_Q4_1,
+    SDPA_Q5_0,
+    SDPA_Q5_1,
+    SDPA_IQ4_NL
+} sdpa_dtype;
 
-/* Elements per block of a storage type: 1 for f32, f16 and bf16, 32 for q8_0 and q4_0; 0 for
-   an unknown type. */
+/* Elements per block of a storage type: 1 for f32, f16 and bf16, 32 for the block formats; 0
+   for an unknown type. */
 size_t sdpa_dtype_block(sdpa_dtype t);
-/* Bytes per block (for f32, f16 and bf16: per element): 4, 2, 2, 34, 18; 0 for an unknown
-   type. */
+/* Bytes per block (for f32, f16 and bf16: per element): 4, 2, 2, then q8_0 34, q4_0 18,
+   q4_1 20, q5_0 22, q5_1 24, iq4_nl 18; 0 for an unknown type. */
 size_t sdpa_dtype_size(sdpa_dtype t);
 /* Bytes that n consecutive elements of type t occupy; 0 when n is not a multiple of the block,
    the type is unknown, or the product overflows size_t. */
 size_t sdpa_dtype_bytes(sdpa_dtype t, size_t n);
+/* The type's name as ggml and llama.cpp's --cache-type-k spell it: "f32", "f16", "bf16",
+   "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"; "unknown" for any other value. */
+const char *sdpa_dtype_name(sdpa_dtype t);
 
 /* Conversions between f32 and the block formats, n elements (a multiple of 32). The quantizers
-   give the bytes of ggml's reference quantizers (quantize_row_q8_0_ref, quantize_row_q4_0_ref):
-   q8_0: per block amax = max |x|, d = amax / 127, q = round(x / d) (half away from zero);
-   q4_0: per block m = the first element of largest magnitude (signed), d = m / -8,
-   n = min(15, trunc(x / d + 8.5)); d stored as f16, rounded to nearest even. A block whose
-   1 / d overflows float (its largest |x| is subnormal) stores d as an f16 0 and every quant
-   (nibble) as 0, the bytes ggml's reference quantizers give on x86. Refused
+   give the bytes of ggml's reference quantizers (quantize_row_<type>_ref), per block of x:
+   - q8_0: amax = max |x|, d = amax / 127, q = round(x / d) (half away from zero);
+   - q4_0: m = the first element of largest magnitude (signed), d = m / -8,
+     n = min(15, trunc(x / d + 8.5));
+   - q5_0: as q4_0 with d = m / -16 and n = min(31, trunc(x / d + 16.5));
+   - q4_1: lo = min x, hi = max x, d = (hi - lo) / 15, m = lo, n = min(15, trunc((x - lo) / d
+     + 0.5));
+   - q5_1: as q4_1 with d = (hi - lo) / 31 and n = trunc((x - lo) / d + 0.5);
+   - iq4_nl: m = the first element of largest magnitude, then with weights w = x^2 each x takes
+     the value v of the table nearest x / (m / -127) (the upper one on a tie), and the stored
+     scale is the weighted least-squares d = sum w v x / sum w v^2 (0 when that sum is 0). This
+     is ggml's reference, quantize_row_iq4_nl_ref, which runs no further scale trials.
+   "x / d" is x times the f32 reciprocal 1 / d, as ggml computes it; d (and m) are stored as
+   f16, rounded to nearest even. Where 1 / d overflows float (d below 2^-128) every stored
+   integer is 0, the bytes ggml's reference quantizers give on x86 (where d is 0 they keep the
+   formula's value: 8 for q4_0, 16 for q5_0, 0 for the others). An iq4_nl block whose largest
+   |x| is below 1e-15 stores d = 0 and every nibble 0 (ggml leaves that block's nibbles to
+   whatever its previous block left; any nibbles decode to 0 there). Refused
    (SDPA_ERR_INVALID_ARGUMENT, nothing written): a NULL pointer, n not a multiple of 32, a
-   non-finite input, or a block whose scale overflows f16. The dequantizers write x = d q
-   exactly (a non-finite stored scale gives non-finite values); NULL or a bad n is refused.
-   n = 0 is an empty conversion: SDPA_OK, nothing read or written (the pointers must still be
-   non-NULL). */
+   non-finite input, or a block whose d or m overflows f16. The dequantizers write the exact
+   element values above (a non-finite stored scale gives non-finite values); NULL or a bad n is
+   refused. n = 0 is an empty conversion: SDPA_OK, nothing read or written (the pointers must
+   still be non-NULL). sdpa_quantize and sdpa_dequantize take the type as an argument (a type
+   that is not a block format is refused). */
+sdpa_status sdpa_quantize(sdpa_dtype t, const float *x, size_t n, void *dst);
+sdpa_status sdpa_dequantize(sdpa_dtype t, const void *src, size_t n, float *y);
 sdpa_status sdpa_quantize_q8_0(const float *x, size_t n, void *dst);
 sdpa_status sdpa_quantize_q4_0(const float *x, size_t n, void *dst);
+sdpa_status sdpa_quantize_q4_1(const float *x, size_t n, void *dst);
+sdpa_status sdpa_quantize_q5_0(const float *x, size_t n, void *dst);
+sdpa_status sdpa_quantize_q5_1(const float *x, size_t n, void *dst);
+sdpa_status sdpa_quantize_iq4_nl(const float *x, size_t n, void *dst);
 sdpa_status sdpa_dequantize_q8_0(const void *src, size_t n, float *y);
 sdpa_status sdpa_dequantize_q4_0(const void *src, size_t n, float *y);
+sdpa_status sdpa_dequantize_q4_1(const void *src, size_t n, float *y);
+sdpa_status sdpa_dequantize_q5_0(const void *src, size_t n, float *y);
+sdpa_status sdpa_dequantize_q5_1(const void *src, size_t n, float *y);
+sdpa_status sdpa_dequantize_iq4_nl(const void *src, size_t n, float *y);
 
 typedef struct sdpa_tensor { /* a view [batch][head][token][dim], dim contiguous */
     void      *data;
@@ -227,24 +274,28 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
        [0, n_pages), which is checked before anything is read. */
     const int32_t       *block_table;
     size_t               page_size, max_pages, n_pages;
-    /* --- quantized K (SDPA_Q8_0 / SDPA_Q4_0). 0: exact, the default: every stored value
-       enters the arithmetic as its exact f32 value d q, and the numerics are those of f16 K/V.
-       1: fast Q.K, as ggml computes it: each scaled query row x is quantized per 32-block to
-       int8, d_q = max |x| / 127 (kept in f32) and q = x (1 / d_q) rounded to nearest even,
-       and every score is the sum over blocks of (d_q d_k) times the exact int32 dot
-       product of the quants, through the CPU's int8 dot products (VNNI, sdot) where it has
-       them. The bound this adds to a score s = sum_c x_c k_c of one row:
+    /* --- K in a block format (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl). 0: exact, the default:
+       every stored value enters the arithmetic as its f32 value (see sdpa_dtype), and the
+       numerics are those of f16 K/V. 1: fast Q.K, as ggml computes it: each scaled query row
+       x is quantized per 32-block to int8, d_q = max |x| / 127 (kept in f32) and
+       q = x (1 / d_q) rounded to nearest even, and the score is a sum over blocks b of
+         d_q,b (d_k,b dot_b(q, n_k) + m_k,b sum_b q),
+       with n_k the key block's integer quants (sdpa_dtype: the int8 of q8_0, n - 8, n - 16,
+       the iq4_nl value, or the n of q4_1 and q5_1), m_k its minimum (q4_1, q5_1; else 0), and
+       the dot products and sums of quants exact in int32, through the CPU's int8 dot products
+       (VNNI, pmaddubsw, sdot) where it has them; the float operations' order is the
+       implementation's. The bound this adds to a score s = sum_c x_c k_c of one row:
        |s_fast - s| <= sum_b (max_{c in b} |x_c| / 254) sum_{c in b} |k_c|, plus float
        rounding; softmax turns a bound D on every score of a row into
        |o_fast - o| <= (e^(2 D) - 1) max |v| on its output. A non-finite query element makes
-       its row NaN. P.V stays f32. Refused (SDPA_ERR_UNSUPPORTED) unless K is q8_0 or q4_0; a
-       value other than 0 or 1 is SDPA_ERR_INVALID_ARGUMENT. */
+       its row NaN. P.V stays f32. Refused (SDPA_ERR_UNSUPPORTED) unless K is a block format;
+       a value other than 0 or 1 is SDPA_ERR_INVALID_ARGUMENT. */
     int                  q8_scores;
 } sdpa_params;
 
 /* Runs attention for every (batch, head, query) of p on the active implementation.
    q: f32 [batch][q_heads][q_len][head_dim]; k: [batch][kv_heads][kv_len][head_dim] and
-   v: [batch][kv_heads][kv_len][v_dim] in f32, f16, bf16, q8_0 or q4_0;
+   v: [batch][kv_heads][kv_len][v_dim] in f32, f16, bf16 or a block format (sdpa_dtype);
    o: f32 [batch][q_heads][q_len][v_dim].
    q_heads must be a multiple of kv_heads (GQA/MQA: query head h reads KV head h / (q_heads /
    kv_heads)). Rows that see no key (causal with q_len > kv_len, a window, a mask) are written

@@ -197,6 +197,11 @@ typedef struct attn_problem {
     size_t        mbs, mhs, mis;            /* 0 broadcasts */
     double        tanh_ulp;                 /* the implementation's softcap error, for ds */
     bool          q8_model;                 /* also the float64 model of q8 scores (D % 32 == 0) */
+    /* q8_model: K's d n + m unrounded, dense like k (NULL: k), the values the integer
+       arithmetic of the fast scores stands for; k_min: K has a minimum m per block (q4_1, q5_1),
+       whose term m_k sum q is rounded on its own. */
+    const double *kmodel;
+    bool          k_min;
 } attn_problem;
 
 typedef struct attn_ref {
@@ -213,7 +218,8 @@ typedef struct attn_ref {
     size_t        *seen;  /* per row: keys seen */
     unsigned char *kind;  /* per row: ATTN_ROW_* */
     /* q8_model: x = scale q quantized per 32-block (d_b = max |x_c| / 127, q = round, +-127),  */
-    /* score sum_c d_b q_c k_c; dq: sdpa.h's bound on the score error, tm: T_row (ties)          */
+    /* score sum_b d_b (d_k dot(q, n) + m_k sum q) = sum_c d_b q_c (d_k n_c + m_k) in float64;   */
+    /* dq: sdpa.h's bound on the score error, tm: T_row (ties); both with the float rounding    */
     double        *om, *lsem, *dq, *tm;
 } attn_ref;
 
@@ -307,7 +313,7 @@ static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
                     }
                 size_t n = 0;
                 bool nan_row = false;
-                double mx = -INFINITY, mxm = -INFINITY, A = 0, dsmax = 0, dq = 0, tmax = 0;
+                double mx = -INFINITY, mxm = -INFINITY, A = 0, dsmax = 0, dq = 0, tmax = 0, R = 0;
                 for (size_t j = 0; j < lkb; j++) {
                     const long long jj = (long long)j;
                     const double mv = P->mask ? P->mask[b * P->mbs + h * P->mhs + i * P->mis + j] : 0.0;
@@ -315,19 +321,24 @@ static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
                         mv == -INFINITY)
                         continue; /* never read */
                     const float *kr = P->k + ((b * P->Hk + hk) * Lk + j) * D;
-                    double acc = 0, mag = 0, accm = 0, dqj = 0, tj = 0;
+                    const double *km =
+                        P->kmodel ? P->kmodel + ((b * P->Hk + hk) * Lk + j) * D : NULL;
+                    double acc = 0, mag = 0, accm = 0, dqj = 0, tj = 0, rj = 0;
                     for (size_t e = 0; e < D; e++) {
                         acc += (double)qr[e] * kr[e];
                         mag += fabs((double)qr[e] * kr[e]);
                     }
                     if (P->q8_model)
                         for (size_t bl = 0; bl < nb; bl++) {
-                            double ka = 0;
+                            double ka = 0, kb = 0, xa = 0;
                             for (size_t e = bl * QB; e < (bl + 1) * QB; e++) {
-                                ka += fabs((double)kr[e]);
-                                accm += xq[e] * kr[e], tj += tie[e] * fabs((double)kr[e]);
+                                ka += fabs((double)kr[e]), kb = fmax(kb, fabs((double)kr[e]));
+                                xa += fabs(x[e]);
+                                accm += xq[e] * (km ? km[e] : kr[e]);
+                                tj += tie[e] * fabs((double)kr[e]);
                             }
                             dqj += bmax[bl] / 254.0 * ka;
+                            rj += xa * kb;
                         }
                     double y = scale * acc, ym = accm;
                     if (cap > 0) y = cap * tanh(y / cap), ym = cap * tanh(ym / cap);
@@ -344,6 +355,7 @@ static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
                     if (ds > dsmax) dsmax = ds;
                     if (dqj > dq) dq = dqj;
                     if (tj > tmax) tmax = tj;
+                    if (P->k_min && rj > R) R = rj;
                 }
                 r->seen[row] = n;
                 r->kind[row] = nan_row ? ATTN_ROW_NAN : n == 0 ? ATTN_ROW_NOTHING : ATTN_ROW_KEYS;
@@ -392,9 +404,15 @@ static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
                 r->wk[row] = wk / l;
                 r->vmax[row] = vmax;
                 if (P->q8_model) {
+                    /* the float rounding: each block's terms and their sum over blocks, relative
+                       to sum |x k| and the bound itself; with a minimum also to what d_k dot and
+                       m_k sum q reach on their own, sum_c |x_c| (|k_c| + 2 |m_k|), |m_k| at most
+                       the block's largest |k| (an element of n = 0 is m_k itself: the reference
+                       quantizers give every block one), so sum_b sum |x| max |k| = R bounds it */
+                    const double fr = (double)(nb + 8) * u * (A + dq + 2 * R);
                     r->lsem[row] = Mm + log(lm);
-                    r->dq[row] = dq + (double)(nb + 8) * u * (A + dq);
-                    r->tm[row] = tmax + (double)(nb + 8) * u * (A + dq);
+                    r->dq[row] = dq + fr;
+                    r->tm[row] = tmax + fr;
                 }
             }
         }

@@ -8,8 +8,9 @@
 /*
  * A problem is a batch of sequences (lq_b queries, lk_b keys) held as logical data
  * [b][head][token][dim] (the values as stored: f16/bf16 converted exactly, block formats
- * quantized and dequantized by the reference codec below, written from ggml's published
- * formulas, never the library's), seen by the call through one of the forms of sdpa_params:
+ * quantized and dequantized by the reference codec below, written from the formulas sdpa.h
+ * publishes, never the library's: a table with a row per block format, its bytes, quantizer
+ * and decoder), seen by the call through one of the forms of sdpa_params:
  *
  *   queries  each (q_len each), padded (q_lens, the view [B][Hq][q_len][D]) or packed (cu_q,
  *            token-major [tokens][Hq][D], batch_stride garbage: it must be unused)
@@ -29,20 +30,17 @@
 
 static bench_pool *g_pool[2]; /* 2 threads, and 3 threads in shuffled order: made by the test */
 
-#define F32 SDPA_F32
-#define F16 SDPA_F16
+#define F32  SDPA_F32
+#define F16  SDPA_F16
 #define BF16 SDPA_BF16
-#define Q8 SDPA_Q8_0
-#define Q4 SDPA_Q4_0
+#define Q8   SDPA_Q8_0
+#define Q4   SDPA_Q4_0
+#define Q41  SDPA_Q4_1
+#define Q50  SDPA_Q5_0
+#define Q51  SDPA_Q5_1
+#define IQ4  SDPA_IQ4_NL
 
-enum { QK = 32, Q8_BYTES = 34, Q4_BYTES = 18 };
-
-static inline const char *dtn(sdpa_dtype t)
-{
-    return t == F16 ? "f16" : t == BF16 ? "bf16" : t == Q8 ? "q8_0" : t == Q4 ? "q4_0" : "f32";
-}
-
-static inline bool quantized(sdpa_dtype t) { return t == Q8 || t == Q4; }
+enum { QK = 32, Q8_BYTES = 34, Q4_BYTES = 18, QMAX_BYTES = 34 /* the largest block */ };
 
 /* ------------------------------------------------------------------------------------------ */
 /* The reference block codec, from the formulas alone                                          */
@@ -80,52 +78,240 @@ static inline int ref_round(float t)
     return (int)(t < 0 ? -a : a);
 }
 
-/* ggml's quantize_row_q8_0_ref on one block. The products are volatile: no FMA contraction. */
+static inline void ref_put16(unsigned char *p, uint16_t h)
+{
+    p[0] = (unsigned char)(h & 0xff), p[1] = (unsigned char)(h >> 8);
+}
+static inline uint16_t ref_get16(const unsigned char *p) { return (uint16_t)(p[0] | p[1] << 8); }
+
+/* 32 integers of 4 or 5 bits into the block's nibbles qs (element i < 16 the low nibble of
+   byte i, element 16 + i its high nibble) and, when qh is not NULL, their 5th bits (a
+   little-endian u32, bit i element i). */
+static inline void ref_pack(const int *n, unsigned char *qs, unsigned char *qh)
+{
+    uint32_t h = 0;
+    for (int i = 0; i < QK / 2; i++)
+        qs[i] = (unsigned char)((n[i] & 15) | (n[QK / 2 + i] & 15) << 4);
+    for (int i = 0; i < QK; i++) h |= (uint32_t)(n[i] >> 4 & 1) << i;
+    if (qh)
+        for (int i = 0; i < 4; i++) qh[i] = (unsigned char)(h >> 8 * i);
+}
+
+/* Element i's 4-bit nibble, and with qh its 5th bit. */
+static inline int ref_unpack(const unsigned char *qs, const unsigned char *qh, int i)
+{
+    int n = (i < QK / 2 ? qs[i] : qs[i - QK / 2] >> 4) & 15;
+    if (qh) n |= (qh[i / 8] >> (i % 8) & 1) << 4;
+    return n;
+}
+
+/* The element of largest magnitude, the first on a tie, signed. */
+static inline float ref_signed_amax(const float *x)
+{
+    float amax = 0.0f, m = 0.0f;
+    for (int i = 0; i < QK; i++)
+        if (amax < fabsf(x[i])) amax = fabsf(x[i]), m = x[i];
+    return m;
+}
+
+/* The quantizers below are ggml's reference quantizers (quantize_row_<type>_ref) on one block,
+   as sdpa.h states them. "x / d" is x times the f32 reciprocal id = 1 / d (0 where d is 0);
+   where id overflows (d below 2^-128) every stored integer is 0. The products are volatile:
+   no FMA contraction. */
+
+/* q8_0: d = max |x| / 127, q = round(x / d), half away from zero. */
 static inline void ref_q8_0(const float *x, unsigned char *y)
 {
     float amax = 0.0f;
     for (int i = 0; i < QK; i++)
         if (fabsf(x[i]) > amax) amax = fabsf(x[i]);
     const float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    const uint16_t h = ref_f16(d);
-    y[0] = (unsigned char)(h & 0xff), y[1] = (unsigned char)(h >> 8);
+    ref_put16(y, ref_f16(d));
     for (int i = 0; i < QK; i++) {
         volatile float t = x[i] * id;
-        y[2 + i] = (unsigned char)(int8_t)ref_round(t);
+        y[2 + i] = isinf(id) ? 0 : (unsigned char)(int8_t)ref_round(t);
     }
 }
 
-/* ggml's quantize_row_q4_0_ref on one block: m the first element of largest magnitude. */
-static inline void ref_q4_0(const float *x, unsigned char *y)
+/* q4_0 and q5_0: m the first element of largest magnitude, d = m / -2^(bits-1),
+   n = min(2^bits - 1, trunc(x / d + 2^(bits-1) + 0.5)). */
+static inline void ref_qx_0(const float *x, unsigned char *y, int bits)
 {
-    float amax = 0.0f, m = 0.0f;
-    for (int i = 0; i < QK; i++)
-        if (amax < fabsf(x[i])) amax = fabsf(x[i]), m = x[i];
-    const float d = m / -8.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    const uint16_t h = ref_f16(d);
-    y[0] = (unsigned char)(h & 0xff), y[1] = (unsigned char)(h >> 8);
-    for (int i = 0; i < QK / 2; i++) {
-        volatile float t0 = x[i] * id, t1 = x[QK / 2 + i] * id;
-        volatile float s0 = t0 + 8.5f, s1 = t1 + 8.5f;
-        int n0 = (int)(int8_t)s0, n1 = (int)(int8_t)s1;
-        if (n0 > 15) n0 = 15;
-        if (n1 > 15) n1 = 15;
-        y[2 + i] = (unsigned char)(n0 | n1 << 4);
-    }
-}
-
-/* One block's values d q, exactly (in double, then to float: an f16 times a small integer). */
-static inline void ref_deq(sdpa_dtype t, const unsigned char *y, float *x)
-{
-    const double d = ref_f16_value((uint16_t)(y[0] | y[1] << 8));
+    const float half = (float)(1 << (bits - 1)), top = (float)((1 << bits) - 1);
+    const float d = ref_signed_amax(x) / -half, id = d != 0.0f ? 1.0f / d : 0.0f;
+    int n[QK];
     for (int i = 0; i < QK; i++) {
-        const int q = t == Q8 ? (int)(int8_t)y[2 + i]
-                              : (int)((i < QK / 2 ? y[2 + i] : y[2 + i - QK / 2] >> 4) & 15) - 8;
-        x[i] = (float)(d * q);
+        volatile float t = x[i] * id;
+        volatile float s = t + (half + 0.5f);
+        n[i] = isinf(id) ? 0 : (int)fmin(trunc(s), top);
+    }
+    ref_put16(y, ref_f16(d));
+    if (bits == 4) ref_pack(n, y + 2, NULL);
+    else ref_pack(n, y + 6, y + 2);
+}
+static inline void ref_q4_0(const float *x, unsigned char *y) { ref_qx_0(x, y, 4); }
+static inline void ref_q5_0(const float *x, unsigned char *y) { ref_qx_0(x, y, 5); }
+
+/* q4_1 and q5_1: lo = min x, hi = max x, d = (hi - lo) / (2^bits - 1), m = lo,
+   n = trunc((x - lo) / d + 0.5) (q4_1 at most 15; q5_1 has no clamp, and needs none). */
+static inline void ref_qx_1(const float *x, unsigned char *y, int bits)
+{
+    float lo = x[0], hi = x[0];
+    for (int i = 1; i < QK; i++) lo = x[i] < lo ? x[i] : lo, hi = x[i] > hi ? x[i] : hi;
+    volatile float span = hi - lo;
+    const float d = span / (float)((1 << bits) - 1), id = d != 0.0f ? 1.0f / d : 0.0f;
+    int n[QK];
+    for (int i = 0; i < QK; i++) {
+        volatile float dx = x[i] - lo;
+        volatile float t = dx * id;
+        volatile float s = t + 0.5f;
+        n[i] = isinf(id) ? 0 : (int)trunc(s);
+        if (bits == 4 && n[i] > 15) n[i] = 15;
+    }
+    ref_put16(y, ref_f16(d));
+    ref_put16(y + 2, ref_f16(lo));
+    if (bits == 4) ref_pack(n, y + 4, NULL);
+    else ref_pack(n, y + 8, y + 4);
+}
+static inline void ref_q4_1(const float *x, unsigned char *y) { ref_qx_1(x, y, 4); }
+static inline void ref_q5_1(const float *x, unsigned char *y) { ref_qx_1(x, y, 5); }
+
+/* iq4_nl's 16 values, as sdpa.h lists them */
+static const int ref_iq4nl_table[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                        1,    13,   25,  38,  53,  69,  89,  113};
+
+/* The index of the table value nearest v, the upper one on a tie. The distances are formed
+   in double, exactly: where they are close enough to tie, f32 forms them exactly too. */
+static inline int ref_iq4nl_nearest(float v)
+{
+    if (v <= ref_iq4nl_table[0]) return 0;
+    if (v >= ref_iq4nl_table[15]) return 15;
+    int k = 0;
+    while (!(v < ref_iq4nl_table[k + 1])) k++; /* table[k] <= v < table[k + 1] */
+    return (double)v - ref_iq4nl_table[k] < ref_iq4nl_table[k + 1] - (double)v ? k : k + 1;
+}
+
+/* iq4_nl: below 1e-15 d = 0 and every nibble 0; else with m the first element of largest
+   magnitude, every x takes the table value nearest x / (m / -127), and with weights w = x^2
+   d = sum w v x / sum w v^2 (0 when that sum is 0), summed in f32 in element order, each term
+   as (w v) x and (w v) v. */
+static inline void ref_iq4_nl(const float *x, unsigned char *y)
+{
+    float amax = 0.0f;
+    for (int i = 0; i < QK; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    int n[QK] = {0};
+    float d = 0.0f;
+    if (!(amax < 1e-15f)) {
+        const float d0 = ref_signed_amax(x) / -127.0f, id = 1.0f / d0;
+        volatile float sumqx = 0.0f, sumq2 = 0.0f;
+        for (int i = 0; i < QK; i++) {
+            volatile float t = id * x[i];
+            n[i] = ref_iq4nl_nearest(t);
+            const float v = (float)ref_iq4nl_table[n[i]];
+            volatile float w = x[i] * x[i];
+            volatile float wv = w * v;
+            volatile float a = wv * x[i], b = wv * v;
+            sumqx = sumqx + a;
+            sumq2 = sumq2 + b;
+        }
+        d = sumq2 > 0.0f ? sumqx / sumq2 : 0.0f;
+    }
+    ref_put16(y, ref_f16(d));
+    ref_pack(n, y + 2, NULL);
+}
+
+/* Decoders, from the layouts sdpa.h gives: a block's scale d, minimum m (0 where the type has
+   none) and 32 integer quants, element i being d n_i + m. */
+static inline void ref_dec_q8_0(const unsigned char *y, int *n, double *d, double *m)
+{
+    *d = ref_f16_value(ref_get16(y)), *m = 0.0;
+    for (int i = 0; i < QK; i++) n[i] = (int8_t)y[2 + i];
+}
+static inline void ref_dec_q4_0(const unsigned char *y, int *n, double *d, double *m)
+{
+    *d = ref_f16_value(ref_get16(y)), *m = 0.0;
+    for (int i = 0; i < QK; i++) n[i] = ref_unpack(y + 2, NULL, i) - 8;
+}
+static inline void ref_dec_q4_1(const unsigned char *y, int *n, double *d, double *m)
+{
+    *d = ref_f16_value(ref_get16(y)), *m = ref_f16_value(ref_get16(y + 2));
+    for (int i = 0; i < QK; i++) n[i] = ref_unpack(y + 4, NULL, i);
+}
+static inline void ref_dec_q5_0(const unsigned char *y, int *n, double *d, double *m)
+{
+    *d = ref_f16_value(ref_get16(y)), *m = 0.0;
+    for (int i = 0; i < QK; i++) n[i] = ref_unpack(y + 6, y + 2, i) - 16;
+}
+static inline void ref_dec_q5_1(const unsigned char *y, int *n, double *d, double *m)
+{
+    *d = ref_f16_value(ref_get16(y)), *m = ref_f16_value(ref_get16(y + 2));
+    for (int i = 0; i < QK; i++) n[i] = ref_unpack(y + 8, y + 4, i);
+}
+static inline void ref_dec_iq4_nl(const unsigned char *y, int *n, double *d, double *m)
+{
+    *d = ref_f16_value(ref_get16(y)), *m = 0.0;
+    for (int i = 0; i < QK; i++) n[i] = ref_iq4nl_table[ref_unpack(y + 2, NULL, i)];
+}
+
+/* The block formats: one row each. A new block format is a row here (and its functions). */
+typedef struct ref_format {
+    sdpa_dtype  t;
+    const char *name;
+    size_t      bytes;
+    bool        has_min; /* elements d n + m */
+    void (*quant)(const float *x, unsigned char *y);
+    void (*decode)(const unsigned char *y, int *n, double *d, double *m);
+} ref_format;
+
+static const ref_format ref_formats[] = {
+    {Q8, "q8_0", 34, false, ref_q8_0, ref_dec_q8_0},
+    {Q4, "q4_0", 18, false, ref_q4_0, ref_dec_q4_0},
+    {Q41, "q4_1", 20, true, ref_q4_1, ref_dec_q4_1},
+    {Q50, "q5_0", 22, false, ref_q5_0, ref_dec_q5_0},
+    {Q51, "q5_1", 24, true, ref_q5_1, ref_dec_q5_1},
+    {IQ4, "iq4_nl", 18, false, ref_iq4_nl, ref_dec_iq4_nl},
+};
+enum { N_FORMATS = sizeof ref_formats / sizeof ref_formats[0] };
+
+/* The row of a block format; NULL for f32, f16 and bf16. */
+static inline const ref_format *ref_format_of(sdpa_dtype t)
+{
+    for (size_t i = 0; i < N_FORMATS; i++)
+        if (ref_formats[i].t == t) return &ref_formats[i];
+    return NULL;
+}
+
+static inline bool quantized(sdpa_dtype t) { return ref_format_of(t) != NULL; }
+
+static inline const char *dtn(sdpa_dtype t)
+{
+    const ref_format *f = ref_format_of(t);
+    return f ? f->name : t == F16 ? "f16" : t == BF16 ? "bf16" : t == F32 ? "f32" : "unknown";
+}
+
+/* One block's values: x[i] = d n_i exactly (an f16 times an integer of at most 8 bits; -0
+   where d is negative and n_i 0, as in f32), or for the types with a minimum d n_i + m rounded
+   once to f32 (the sum is exact in double: both terms are multiples of 2^-24 below 2^22). xm,
+   when not NULL, gets d n_i (+ m) unrounded: the value the fast scores' integer arithmetic
+   stands for. */
+static inline void ref_deq(sdpa_dtype t, const unsigned char *y, float *x, double *xm)
+{
+    const ref_format *f = ref_format_of(t);
+    int n[QK];
+    double d, m;
+    f->decode(y, n, &d, &m);
+    for (int i = 0; i < QK; i++) {
+        const double v = f->has_min ? d * n[i] + m : d * n[i];
+        x[i] = (float)v;
+        if (xm) xm[i] = v;
     }
 }
 
-static inline size_t ref_block_bytes(sdpa_dtype t) { return t == Q8 ? Q8_BYTES : t == Q4 ? Q4_BYTES : 0; }
+static inline size_t ref_block_bytes(sdpa_dtype t)
+{
+    const ref_format *f = ref_format_of(t);
+    return f ? f->bytes : 0;
+}
 static inline size_t ref_elem_bytes(sdpa_dtype t) { return t == F32 ? 4 : 2; }
 
 /* Bytes of element offset off (a multiple of the block for the block formats). */
@@ -173,21 +359,24 @@ static inline void kvbuf_init(kvbuf *kb, sdpa_dtype t, size_t dim, size_t n, siz
 }
 
 /* Stores dim raw values at element offset off (from [0][0][0][0]); stored[] gets the values
-   the view then holds (quantized and dequantized by the reference codec, or rounded). */
-static inline void kvbuf_put(kvbuf *kb, ptrdiff_t off, const float *raw, float *stored)
+   the view then holds (quantized and dequantized by the reference codec, or rounded), and
+   model[], when not NULL, d n + m unrounded (the stored values for the other types). */
+static inline void kvbuf_put(kvbuf *kb, ptrdiff_t off, const float *raw, float *stored,
+                             double *model)
 {
     const ptrdiff_t at = kb->origin + off;
-    if (quantized(kb->t)) {
+    const ref_format *f = ref_format_of(kb->t);
+    if (f) {
         unsigned char *p = kb->mem + ref_off_bytes(kb->t, at);
-        for (size_t b = 0; b < kb->dim / QK; b++, p += ref_block_bytes(kb->t)) {
-            if (kb->t == Q8) ref_q8_0(raw + b * QK, p);
-            else ref_q4_0(raw + b * QK, p);
-            ref_deq(kb->t, p, stored + b * QK);
+        for (size_t b = 0; b < kb->dim / QK; b++, p += f->bytes) {
+            f->quant(raw + b * QK, p);
+            ref_deq(kb->t, p, stored + b * QK, model ? model + b * QK : NULL);
         }
     } else {
         for (size_t c = 0; c < kb->dim; c++) {
             tl_put(kb->mem, kb->t, (size_t)(at + (ptrdiff_t)c), raw[c]);
             stored[c] = tl_stored(kb->t, raw[c]);
+            if (model) model[c] = stored[c];
         }
     }
 }
@@ -218,13 +407,15 @@ typedef struct qcase {
     bool        alibi, mask, sinks;
     sdpa_dtype  mt;     /* the mask's type: f32 or f16 */
     int         fast;   /* q8_scores */
-    float       krange; /* raw K and V uniform in [-krange, krange); 0: 1 */
+    float       krange; /* raw K and V uniform in [kshift - krange, kshift + krange); 0: 1 */
+    float       kshift; /* (a block minimum far from 0: q4_1 and q5_1's m carries the values) */
 } qcase;
 
 typedef struct qprob {
     qcase       c;
     size_t      Lq, Lk, on, lsen;
     float      *q, *k, *v, *mk; /* logical: [B][Hq][Lq][D], [B][Hk][Lk][D], [B][Hk][Lk][Dv], mask */
+    double     *km;             /* q8_scores: K's d n + m unrounded, like k (attn_problem.kmodel) */
     float      *qbuf, *obuf, *lse, *slopes, *sinks;
     kvbuf       kb, vb;
     size_t      q_lens[MAXB], kv_lens[MAXB], cu_q[MAXB + 1], cu_kv[MAXB + 1];
@@ -271,6 +462,10 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
     pr->v = tl_xmalloc(B * Hk * Lk * Dv * sizeof(float));
     for (size_t e = 0; e < B * Hq * Lq * D; e++) pr->q[e] = tl_uniform(&r, -1.0f, 1.0f);
     for (size_t e = 0; e < B * Hk * Lk * D; e++) pr->k[e] = NAN;
+    if (c->fast) {
+        pr->km = tl_xmalloc(B * Hk * Lk * D * sizeof(double));
+        for (size_t e = 0; e < B * Hk * Lk * D; e++) pr->km[e] = NAN;
+    }
     for (size_t e = 0; e < B * Hk * Lk * Dv; e++) pr->v[e] = NAN;
 
     sdpa_params *p = &pr->p;
@@ -377,8 +572,11 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
                     } else {
                         off = (ptrdiff_t)b * kb->bs + (ptrdiff_t)h * kb->hs + (ptrdiff_t)j * kb->ts;
                     }
-                    for (size_t e = 0; e < dims[s]; e++) raw[e] = tl_uniform(&r, -kr, kr);
-                    kvbuf_put(kvs[s], off, raw, logical + ((b * Hk + h) * Lk + j) * dims[s]);
+                    for (size_t e = 0; e < dims[s]; e++)
+                        raw[e] = c->kshift + tl_uniform(&r, -kr, kr);
+                    const size_t at = ((b * Hk + h) * Lk + j) * dims[s];
+                    double *model = s == 0 && pr->km ? pr->km + at : NULL;
+                    kvbuf_put(kvs[s], off, raw, logical + at, model);
                 }
         if (s == 0) pr->tk = kvbuf_tensor(kvs[s], bs);
         else pr->tv = kvbuf_tensor(kvs[s], bs);
@@ -418,7 +616,7 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
     if (c->alibi) MORE(" alibi");
     if (c->mask) MORE(" mask %s", dtn(c->mt));
     if (c->sinks) MORE(" sinks");
-    if (c->krange > 0) MORE(" |k|,|v|<%g", c->krange);
+    if (c->krange > 0 || c->kshift != 0) MORE(" k,v in %g+-%g", c->kshift, kr);
     MORE("%s]", c->fast ? " q8_scores" : "");
 #undef MORE
 }
@@ -426,6 +624,7 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
 static inline void qprob_free(qprob *pr)
 {
     free(pr->q), free(pr->k), free(pr->v), free(pr->mk), free(pr->qbuf), free(pr->obuf), free(pr->lse);
+    free(pr->km);
     free(pr->slopes), free(pr->sinks), free(pr->kb.mem), free(pr->vb.mem), free(pr->table), free(pr->mbuf);
 }
 
@@ -445,7 +644,9 @@ static inline void qprob_oracle(const qprob *pr, const sdpa_impl *impl, attn_ref
                             .scale = 1.0 / sqrt((double)c->d), .causal = c->causal, .window = c->window,
                             .softcap = c->softcap, .slopes = pr->slopes, .sinks = pr->sinks, .mask = pr->mk,
                             .mbs = c->qh * pr->Lq * pr->Lk, .mhs = pr->Lq * pr->Lk, .mis = pr->Lk,
-                            .tanh_ulp = sdpa_impl_tanh_max_ulp(impl), .q8_model = c->fast != 0};
+                            .tanh_ulp = sdpa_impl_tanh_max_ulp(impl), .q8_model = c->fast != 0,
+                            .kmodel = pr->km,
+                            .k_min = quantized(c->kt) && ref_format_of(c->kt)->has_min};
     attn_oracle64(&P, r);
 }
 

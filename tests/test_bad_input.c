@@ -74,9 +74,9 @@ BREAK(negative_stride_overflow, c->v.batch_stride = PTRDIFF_MIN / 2 + 1)
 BREAK(scale_nan, c->p.scale = NAN)
 BREAK(scale_inf, c->p.scale = INFINITY)
 BREAK(scale_minus_inf, c->p.scale = -INFINITY)
-BREAK(unknown_dtype_k, c->k.dtype = (sdpa_dtype)7)
+BREAK(unknown_dtype_k, c->k.dtype = (sdpa_dtype)99)
 BREAK(unknown_dtype_v, c->v.dtype = (sdpa_dtype)-1)
-BREAK(unknown_dtype_q, c->q.dtype = (sdpa_dtype)5)
+BREAK(unknown_dtype_q, c->q.dtype = (sdpa_dtype)77)
 BREAK(q_q8_0, c->q.dtype = SDPA_Q8_0)
 BREAK(o_q4_0, c->o.dtype = SDPA_Q4_0)
 BREAK(unknown_dtype_o, c->o.dtype = (sdpa_dtype)100)
@@ -122,9 +122,9 @@ static const bad_case cases[] = {
     {"scale NaN", scale_nan, false},
     {"scale +inf", scale_inf, false},
     {"scale -inf", scale_minus_inf, false},
-    {"k dtype 7", unknown_dtype_k, false},
+    {"k dtype 99", unknown_dtype_k, false},
     {"v dtype -1", unknown_dtype_v, false},
-    {"q dtype 5", unknown_dtype_q, false},
+    {"q dtype 77", unknown_dtype_q, false},
     {"q q8_0 (block formats are for k and v)", q_q8_0, true},
     {"o q4_0", o_q4_0, true},
     {"o dtype 100", unknown_dtype_o, false},

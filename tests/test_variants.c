@@ -750,7 +750,7 @@ BAD(slope_inf, c->slopes[3] = INFINITY)
 BAD(slope_minf, c->slopes[0] = -INFINITY)
 BAD(sink_nan, c->sinks[2] = NAN)
 BAD(sink_inf, c->sinks[0] = INFINITY)
-BAD(mask_dtype7, c->m.dtype = (sdpa_dtype)7)
+BAD(mask_dtype99, c->m.dtype = (sdpa_dtype)99)
 BAD(mask_dtype_neg, c->m.dtype = (sdpa_dtype)-1)
 BAD(mask_null, c->m.data = NULL)
 BAD(mask_ts_overflow, c->m.token_stride = PTRDIFF_MAX / 2)
@@ -775,7 +775,7 @@ static const bad_value bad_values[] = {
     {"alibi slope -inf", slope_minf, SDPA_ERR_INVALID_ARGUMENT},
     {"sink NaN", sink_nan, SDPA_ERR_INVALID_ARGUMENT},
     {"sink +inf", sink_inf, SDPA_ERR_INVALID_ARGUMENT},
-    {"mask dtype 7", mask_dtype7, SDPA_ERR_INVALID_ARGUMENT},
+    {"mask dtype 99", mask_dtype99, SDPA_ERR_INVALID_ARGUMENT},
     {"mask dtype -1", mask_dtype_neg, SDPA_ERR_INVALID_ARGUMENT},
     {"mask data NULL", mask_null, SDPA_ERR_INVALID_ARGUMENT},
     {"mask token_stride PTRDIFF_MAX/2", mask_ts_overflow, SDPA_ERR_OVERFLOW},

@@ -78,21 +78,50 @@ static inline uint16_t sdpa_f32_to_bf16(float f)
     return (uint16_t)(x >> 16);
 }
 
-/* The storage types (sdpa_dtype). The block formats
-   (ggml's block_q8_0 and block_q4_0) hold SDPA_QK elements per block: an f16 scale d, then
-   32 signed bytes (x = d q) or 16 bytes of nibbles (element i < 16 the low nibble of byte i,
-   element 16 + i its high nibble; x = d (n - 8)). */
+/* The storage types (sdpa_dtype). The block formats are ggml's block_q8_0, block_q4_0,
+   block_q4_1, block_q5_0, block_q5_1 and block_iq4_nl, SDPA_QK elements per block, each an f16
+   scale d first. Every block decodes to 32 integer quants q_i (int8) and x_i = d q_i, or
+   x_i = d q_i + m for the two types with an f16 minimum m (q4_1, q5_1); see sdpa_block_quants. */
 #define SDPA_QK 32
-enum { SDPA_Q8_0_BYTES = 34, SDPA_Q4_0_BYTES = 18 };
+enum {
+    SDPA_Q8_0_BYTES = 34,  /* d, 32 int8 quants */
+    SDPA_Q4_0_BYTES = 18,  /* d, 16 bytes of nibbles (element i low, 16 + i high nibble of byte i) */
+    SDPA_Q4_1_BYTES = 20,  /* d, m, 16 bytes of nibbles */
+    SDPA_Q5_0_BYTES = 22,  /* d, 32 high bits (u32 little-endian, bit i element i), nibbles */
+    SDPA_Q5_1_BYTES = 24,  /* d, m, 32 high bits, nibbles */
+    SDPA_IQ4_NL_BYTES = 18 /* d, nibbles indexing sdpa_iq4nl_values */
+};
+
+/* iq4_nl's 16 quant values (ggml's kvalues_iq4nl): a nibble n stands for the quant
+   sdpa_iq4nl_values[n]. */
+static const int8_t sdpa_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                             1,    13,   25,  38,  53,  69,  89,  113};
 
 /* Elements per block (1 for the element types), 0 for an unknown type. */
 static inline size_t sdpa_block_elems(sdpa_dtype dtype)
 {
     switch (dtype) {
     case SDPA_F32: case SDPA_F16: case SDPA_BF16: return 1;
-    case SDPA_Q8_0: case SDPA_Q4_0: return SDPA_QK;
+    case SDPA_Q8_0: case SDPA_Q4_0: case SDPA_Q4_1: case SDPA_Q5_0: case SDPA_Q5_1:
+    case SDPA_IQ4_NL: return SDPA_QK;
     }
     return 0;
+}
+/* The type's name as ggml spells it ("f32", "q4_1", "iq4_nl", ...); NULL for an unknown type. */
+static inline const char *sdpa_dtype_str(sdpa_dtype dtype)
+{
+    switch (dtype) {
+    case SDPA_F32: return "f32";
+    case SDPA_F16: return "f16";
+    case SDPA_BF16: return "bf16";
+    case SDPA_Q8_0: return "q8_0";
+    case SDPA_Q4_0: return "q4_0";
+    case SDPA_Q4_1: return "q4_1";
+    case SDPA_Q5_0: return "q5_0";
+    case SDPA_Q5_1: return "q5_1";
+    case SDPA_IQ4_NL: return "iq4_nl";
+    }
+    return NULL;
 }
 /* Bytes per block (per element for the element types), 0 for an unknown type. */
 static inline size_t sdpa_block_bytes(sdpa_dtype dtype)
@@ -102,12 +131,21 @@ static inline size_t sdpa_block_bytes(sdpa_dtype dtype)
     case SDPA_F16: case SDPA_BF16: return 2;
     case SDPA_Q8_0: return SDPA_Q8_0_BYTES;
     case SDPA_Q4_0: return SDPA_Q4_0_BYTES;
+    case SDPA_Q4_1: return SDPA_Q4_1_BYTES;
+    case SDPA_Q5_0: return SDPA_Q5_0_BYTES;
+    case SDPA_Q5_1: return SDPA_Q5_1_BYTES;
+    case SDPA_IQ4_NL: return SDPA_IQ4_NL_BYTES;
     }
     return 0;
 }
 static inline int sdpa_dtype_quantized(sdpa_dtype dtype)
 {
-    return dtype == SDPA_Q8_0 || dtype == SDPA_Q4_0;
+    return sdpa_block_elems(dtype) == SDPA_QK;
+}
+/* The block formats whose elements are d q + m (an f16 minimum m after d): q4_1 and q5_1. */
+static inline int sdpa_dtype_has_min(sdpa_dtype dtype)
+{
+    return dtype == SDPA_Q4_1 || dtype == SDPA_Q5_1;
 }
 /* The byte offset of element offset off (a multiple of the block: validated for every offset a
    K/V view forms) in a view of this type. */
@@ -117,20 +155,55 @@ static inline ptrdiff_t sdpa_off_bytes(sdpa_dtype dtype, ptrdiff_t off)
                                        : off * (ptrdiff_t)sdpa_block_bytes(dtype);
 }
 
-/* One block of q8_0 or q4_0 at b, exactly to f32: y[i] = d q_i (an f16 times a small integer:
-   exact in f32). */
+/* A little-endian f16 at p, exactly to f32. */
+static inline float sdpa_f16_at(const unsigned char *p)
+{
+    return sdpa_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
+}
+
+/* One block at b: its scale *d, its minimum *m (0 for the types without one) and its 32
+   integer quants q[i] in element order, so that element i is d q[i] (+ m):
+     q8_0: the int8 q;          q4_0: n - 8;          q4_1: n (0..15), m;
+     q5_0: n - 16, n = nibble + 16 (bit i of qh);      q5_1: n (0..31), m;
+     iq4_nl: sdpa_iq4nl_values[nibble]. */
+static inline void sdpa_block_quants(sdpa_dtype dtype, const void *blk, int8_t *q, float *d,
+                                     float *m)
+{
+    const unsigned char *p = (const unsigned char *)blk;
+    *d = sdpa_f16_at(p);
+    *m = 0.0f;
+    if (dtype == SDPA_Q8_0) {
+        for (int i = 0; i < SDPA_QK; i++) q[i] = (int8_t)p[2 + i];
+        return;
+    }
+    uint32_t qh = 0;
+    const unsigned char *qs = p + 2;
+    if (dtype == SDPA_Q4_1 || dtype == SDPA_Q5_1) *m = sdpa_f16_at(p + 2), qs += 2;
+    if (dtype == SDPA_Q5_0 || dtype == SDPA_Q5_1) {
+        qh = (uint32_t)qs[0] | (uint32_t)qs[1] << 8 | (uint32_t)qs[2] << 16 |
+             (uint32_t)qs[3] << 24;
+        qs += 4;
+    }
+    const int bias = dtype == SDPA_Q4_0 ? 8 : dtype == SDPA_Q5_0 ? 16 : 0;
+    for (int i = 0; i < SDPA_QK; i++) {
+        int n = (i < SDPA_QK / 2 ? qs[i] : qs[i - SDPA_QK / 2] >> 4) & 15;
+        n |= (int)((qh >> i) & 1u) << 4;
+        q[i] = dtype == SDPA_IQ4_NL ? sdpa_iq4nl_values[n] : (int8_t)(n - bias);
+    }
+}
+
+/* One block of a block format at b, exactly to f32: y[i] = d q_i, exact (an f16 times an
+   integer of at most 8 bits), or for q4_1 and q5_1 y[i] = d q_i + m rounded once to nearest
+   even (d q_i is exact, so a fused multiply-add gives the same bits). */
 static inline void sdpa_dequant_block(sdpa_dtype dtype, const void *b, float *y)
 {
-    const unsigned char *p = (const unsigned char *)b;
-    const float d = sdpa_f16_to_f32((uint16_t)(p[0] | p[1] << 8));
-    if (dtype == SDPA_Q8_0) {
-        for (int i = 0; i < SDPA_QK; i++) y[i] = d * (float)(int8_t)p[2 + i];
-    } else {
-        for (int i = 0; i < SDPA_QK / 2; i++) {
-            y[i] = d * (float)((int)(p[2 + i] & 15) - 8);
-            y[i + SDPA_QK / 2] = d * (float)((int)(p[2 + i] >> 4) - 8);
-        }
-    }
+    int8_t q[SDPA_QK];
+    float d, m;
+    sdpa_block_quants(dtype, b, q, &d, &m);
+    if (sdpa_dtype_has_min(dtype))
+        for (int i = 0; i < SDPA_QK; i++) y[i] = d * (float)q[i] + m;
+    else
+        for (int i = 0; i < SDPA_QK; i++) y[i] = d * (float)q[i];
 }
 
 /* Row j of a K or V view converted exactly to f32: dst[0..n) = src[j * stride + 0..n) (n and

@@ -62,7 +62,7 @@
 #define DEQUANT_FN NULL /* sdpa_kernels.dequant: none, the driver converts */
 #endif
 #ifndef QUANT_ROWS
-#define QUANT_ROWS 0 /* units with q8_0/q4_0 K or V read in place: none (sdpa_kernels.quant_rows) */
+#define QUANT_ROWS 0 /* units with block-format K or V read in place: none (sdpa_kernels.quant_rows) */
 #endif
 
 /* The entry and scratch size of an implementation with a decode and a prefill path, defined

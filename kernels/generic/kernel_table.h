@@ -41,7 +41,7 @@
      reads a key at or past kv_end) and kv_end <= kv_len.
    - k row j (all d elements, of dtype k_type) starts at element j * k_stride of k, which already
      points at the KV head's token 0; v likewise with dv elements. For the block formats
-     (q8_0, q4_0: only for a kernel with quant_rows >= rows) d, dv and the strides are multiples
+     (sdpa_dtype_quantized: only for a kernel with quant_rows >= rows) d, dv and the strides are multiples
      of 32 and element offset e lies at byte e / 32 * (block bytes), see convert.h.
    - m, l (R each) and acc (R * dv, row r at acc + r * dv) are the running online-softmax state,
      initialised by the driver to (-INFINITY, 0, 0) and updated in place: after the call, for each
@@ -122,11 +122,12 @@ typedef struct sdpa_rows {
        reverse 0): a kernel with paged_rows >= rows accepts this; rows_loop.h cuts each key block
        at page ends and hands every piece to the hooks as a unit of its own page. */
     const sdpa_pages *pages;
-    /* NULL: exact scores. Else fast scores (sdpa_params.q8_scores, K in q8_0 or q4_0 only, a
+    /* NULL: exact scores. Else fast scores (sdpa_params.q8_scores, K in a block format only, a
        unit of at most sdpa_kernels.quant_rows rows): row r's query quantized per 32-block,
        quants at qq + r * d and block scales at qd + r * d / 32, and the score of key j is
-       sum_b (qd[b] d_k[b]) dot_b(qq, k quants) with the block dot products exact in int32
-       (q still holds the scaled rows). A NaN qd makes the score NaN. */
+       sum_b qd[b] (d_k[b] dot_b(qq, k quants) + m_k[b] sum_b qq) with the block dot products
+       and sums exact in int32, k quants and m_k as sdpa_block_quants gives them (m_k = 0 but for
+       q4_1 and q5_1; q still holds the scaled rows). A NaN qd makes the score NaN. */
     const int8_t *qq;
     const float  *qd;
 } sdpa_rows;
@@ -137,7 +138,7 @@ typedef struct sdpa_rows {
    decode_max_rows rows takes the decode path (K and V read in place, once, every load shared
    by the rows), a larger one the prefill path (K and V packed per block, register-blocked
    micro-kernels named <op>_<isa>_<mr>x<nr>); decode_q_* are those of a separate decode path
-   for K or V in q8_0 / q4_0 (read in place, in blocks). */
+   for K or V in a block format (read in place, format block by format block). */
 typedef struct sdpa_tuning {
     size_t decode_max_rows;  /* rows of the largest unit that takes the decode path */
     size_t decode_block;     /* keys per decode block (at most) */
@@ -179,11 +180,11 @@ typedef struct sdpa_kernels {
     /* the largest unit `rows` takes with sdpa_rows.pages set (0: none; the driver then hands
        it one unit per run of pages) */
     size_t paged_rows;
-    /* the largest unit `rows` takes with K or V in a block format (SDPA_Q8_0, SDPA_Q4_0) read in
+    /* the largest unit `rows` takes with K or V in a block format (any, see convert.h) read in
        place, and fast scores (sdpa_rows.qq); 0: none (the driver then stages K and V
        dequantized to f32 and hands over f32 query values for fast scores) */
     size_t quant_rows;
-    /* n elements (a multiple of 32) of a SDPA_Q8_0 or SDPA_Q4_0 row at src to f32, exactly:
+    /* n elements (a multiple of 32) of a row of a block format at src to f32, exactly:
        what the driver's staged copy takes; NULL: it converts them itself, element by element */
     void (*dequant)(sdpa_dtype type, const void *src, float *dst, size_t n);
     /* the parameters the kernels above were compiled with */

@@ -14,16 +14,20 @@
  *         S[r * lds + j] = dot(q[r * d ..], key j) for r < ra, j < nb
  *   float softmax_row(float *s, size_t n, float *m, float *l)
  *         the online-softmax primitive (sdpa.h contract)
- *   SDPA_ROW_TO_F32(src, element_offset, n, dtype, dst), its converter of one f16, bf16, q8_0
- *         or q4_0 row (for the block formats n and the offset are multiples of SDPA_QK)
- *   void  pack_kq(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd)
- *         fast scores (sdpa_rows.qq): the int8 quants of keys [j0, j0 + nb) (q4_0 expanded to
- *         -8..7) in the ISA's layout in kq (room: nb * d bytes) and their block scales in kd
- *         (room: nb * d / SDPA_QK floats)
- *   void  score_q8_tile(const int8_t *qq, const float *qd, size_t ra, size_t d,
- *                       const int8_t *kq, const float *kd, size_t nb, float *S, size_t lds)
- *         S[r * lds + j] = sum_b (qd[r * d / 32 + b] d_k[j][b]) dot_b(qq[r * d ..], k_j) for
- *         r < ra, j < nb: block dot products exact in int32, the blocks summed in order
+ *   SDPA_ROW_TO_F32(src, element_offset, n, dtype, dst), its converter of one row of any
+ *         storage type (for the block formats n and the offset are multiples of SDPA_QK)
+ *   void  pack_kq(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd, float *km)
+ *         fast scores (sdpa_rows.qq): the integer quants of keys [j0, j0 + nb) as int8
+ *         (sdpa_block_quants) in the ISA's layout in kq (room: nb * d bytes), their block
+ *         scales in kd and, for the types with a minimum, their block minima in km in the same
+ *         layout (room: nb * d / SDPA_QK floats each)
+ *   void  score_q8_tile(const int8_t *qq, const float *qd, const float *qs, size_t ra,
+ *                       size_t d, const int8_t *kq, const float *kd, const float *km,
+ *                       size_t nb, float *S, size_t lds)
+ *         S[r * lds + j] = sum_b (qd_b d_k[j][b]) dot_b(qq[r * d ..], k_j) (+ (qd_b m_k[j][b])
+ *         qs_b when qs is not NULL) for r < ra, j < nb, with qd_b = qd[r * d / 32 + b] and
+ *         qs_b = qs[r * d / 32 + b] the sum of the row's block quants: block dot products
+ *         exact in int32, each block's terms added in that order, the blocks in order
  *   void  pv_tile(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,
  *                 size_t ra, const float *v, ptrdiff_t vs, size_t nb)
  *         acc[r] = alpha[r] * acc[r] + sum_j P[r * lds + j] * v[j * vs ..] for r < ra
@@ -38,9 +42,12 @@
 typedef struct packed_ctx {
     float *kp, *vp;
     float *ones; /* rows floats of 1: the alpha of a run after the first */
+    /* fast scores with K of a type with a minimum: each row's block sums of its quants
+       (rows * d / 32, exact in f32: at most 32 * 127), once per unit; else NULL */
+    float *qs;
 } packed_ctx;
 
-/* f32 values are used in place; f16/bf16/q8_0/q4_0 rows are converted into vp (the dtype a
+/* f32 values are used in place; rows of the other types are converted into vp (the dtype a
    constant in each loop, so the converter specialises when it inlines). */
 static const float *pack_v(const sdpa_rows *w, size_t j0, size_t nb, float *vp, ptrdiff_t *vs)
 {
@@ -58,18 +65,23 @@ static const float *pack_v(const sdpa_rows *w, size_t j0, size_t nb, float *vp, 
     case SDPA_F16: PACK_V_AS(SDPA_F16); break;
     case SDPA_Q8_0: PACK_V_AS(SDPA_Q8_0); break;
     case SDPA_Q4_0: PACK_V_AS(SDPA_Q4_0); break;
+    case SDPA_Q4_1: PACK_V_AS(SDPA_Q4_1); break;
+    case SDPA_Q5_0: PACK_V_AS(SDPA_Q5_0); break;
+    case SDPA_Q5_1: PACK_V_AS(SDPA_Q5_1); break;
+    case SDPA_IQ4_NL: PACK_V_AS(SDPA_IQ4_NL); break;
     default: PACK_V_AS(SDPA_BF16); break;
     }
 #undef PACK_V_AS
     return vp;
 }
 
-/* Scratch layout: S [rows][lds], kp [block][KPAD(d)], vp [block][dv], alpha [rows], ones [rows]. */
+/* Scratch layout: S [rows][lds], kp [block][KPAD(d)], vp [block][dv], alpha [rows], ones [rows],
+   qs [rows][d / 32]. */
 static size_t SDPA_WS_FN(size_t rows, size_t d, size_t dv, size_t block)
 {
     const size_t lds = sdpa_round16(block);
     return rows * lds + sdpa_round16(block * SDPA_KPAD(d)) + sdpa_round16(block * dv) +
-           2 * sdpa_round16(rows);
+           2 * sdpa_round16(rows) + sdpa_round16(rows * (d / SDPA_QK));
 }
 
 static inline size_t loop_begin(packed_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
@@ -83,6 +95,15 @@ static inline size_t loop_begin(packed_ctx *c, const sdpa_rows *w, float **S, si
     *alpha = c->vp + sdpa_round16(B * w->dv);
     c->ones = *alpha + sdpa_round16(w->rows);
     for (size_t r = 0; r < w->rows; r++) c->ones[r] = 1.0f;
+    c->qs = NULL;
+    if (w->qq && sdpa_dtype_has_min(w->k_type)) {
+        c->qs = c->ones + sdpa_round16(w->rows);
+        for (size_t i = 0; i < w->rows * (w->d / SDPA_QK); i++) {
+            int32_t sum = 0;
+            for (size_t e = 0; e < SDPA_QK; e++) sum += w->qq[i * SDPA_QK + e];
+            c->qs[i] = (float)sum;
+        }
+    }
     return B;
 }
 
@@ -90,14 +111,14 @@ static inline void loop_scores(packed_ctx *c, const sdpa_rows *w, size_t r0, siz
                                float *S, size_t lds)
 {
     if (w->qq) {
-        /* fast scores: f32 K is not needed, so its quants and scales use kp's room (nb * d
-           bytes and nb * d / 32 floats fit in its nb * KPAD(d) floats) */
-        const size_t d = w->d;
+        /* fast scores: f32 K is not needed, so its quants, scales and minima use kp's room
+           (nb * d bytes and 2 nb * d / 32 floats fit in its nb * KPAD(d) floats, d >= 32) */
+        const size_t d = w->d, nblk = d / SDPA_QK;
         int8_t *kq = (int8_t *)(void *)c->kp;
-        float *kd = c->kp + sdpa_round16((nb * d + 3) / 4);
-        pack_kq(w, j0, nb, kq, kd);
-        score_q8_tile(w->qq + r0 * d, w->qd + r0 * (d / SDPA_QK), w->rows - r0, d, kq, kd, nb,
-                      S + r0 * lds, lds);
+        float *kd = c->kp + sdpa_round16((nb * d + 3) / 4), *km = kd + nb * nblk;
+        pack_kq(w, j0, nb, kq, kd, km);
+        score_q8_tile(w->qq + r0 * d, w->qd + r0 * nblk, c->qs ? c->qs + r0 * nblk : NULL,
+                      w->rows - r0, d, kq, kd, km, nb, S + r0 * lds, lds);
         return;
     }
     pack_k(w, j0, nb, c->kp);

@@ -86,26 +86,28 @@ static void accumulate_f32_scalar(float *o, float alpha, const float *p, const f
     }
 }
 
-/* Fast scores (sdpa_rows.qq): s[j] = sum over blocks of (qd_b d_b) times the exact int32 dot
-   product of row r's quants with key j's, K in q8_0 or q4_0 (the reference for that mode). */
+/* Fast scores (sdpa_rows.qq): s[j] = sum over blocks of qd_b (d_b dot_b + m_b sum_b q), the
+   dot product of row r's quants with key j's integer quants and the sum of row r's quants
+   exact in int32, K in any block format (the reference for that mode, see sdpa.h). */
 static void score_q8_scalar(const sdpa_rows *w, size_t r, size_t j0, size_t n, float *s)
 {
-    const size_t d = w->d, nb = d / SDPA_QK, bb = sdpa_block_bytes((int)w->k_type);
+    const size_t d = w->d, nb = d / SDPA_QK, bb = sdpa_block_bytes(w->k_type);
     const int8_t *q = w->qq + r * d;
     const float *qd = w->qd + r * nb;
+    const bool has_min = sdpa_dtype_has_min(w->k_type);
     for (size_t j = 0; j < n; j++) {
-        const unsigned char *k =
-            (const unsigned char *)w->k + sdpa_off_bytes((int)w->k_type, (ptrdiff_t)(j0 + j) * w->k_stride);
+        const unsigned char *k = (const unsigned char *)w->k +
+                                 sdpa_off_bytes(w->k_type, (ptrdiff_t)(j0 + j) * w->k_stride);
         float acc = 0.0f;
         for (size_t b = 0; b < nb; b++, k += bb) {
             const int8_t *qb = q + b * SDPA_QK;
-            int32_t sum = 0;
-            if (w->k_type == SDPA_Q8_0)
-                for (int i = 0; i < SDPA_QK; i++) sum += qb[i] * (int8_t)k[2 + i];
-            else
-                for (int i = 0; i < SDPA_QK / 2; i++)
-                    sum += qb[i] * ((k[2 + i] & 15) - 8) + qb[i + SDPA_QK / 2] * ((k[2 + i] >> 4) - 8);
-            acc += qd[b] * sdpa_f16_to_f32((uint16_t)(k[0] | k[1] << 8)) * (float)sum;
+            int8_t kq[SDPA_QK];
+            float dk, mk;
+            sdpa_block_quants(w->k_type, k, kq, &dk, &mk);
+            int32_t dot = 0, sum = 0;
+            for (int i = 0; i < SDPA_QK; i++) dot += qb[i] * kq[i], sum += qb[i];
+            acc += qd[b] * dk * (float)dot;
+            if (has_min) acc += qd[b] * mk * (float)sum;
         }
         s[j] = acc;
     }
@@ -129,8 +131,8 @@ static void rows_scalar(const sdpa_rows *w)
         const size_t nb = w->kv_end - j0 < B ? w->kv_end - j0 : B;
         if (var && sdpa_block_hidden(w, 0, w->rows, j0, nb)) continue;
         for (size_t j = 0; j < nb; j++) {
-            sdpa_row_to_f32(w->k, (int)w->k_type, w->k_stride, j0 + j, d, kb + j * d);
-            sdpa_row_to_f32(w->v, (int)w->v_type, w->v_stride, j0 + j, dv, vb + j * dv);
+            sdpa_row_to_f32(w->k, w->k_type, w->k_stride, j0 + j, d, kb + j * d);
+            sdpa_row_to_f32(w->v, w->v_type, w->v_stride, j0 + j, dv, vb + j * dv);
         }
         for (size_t r = 0; r < w->rows; r++) {
             const size_t lim = w->kv_limit[r];

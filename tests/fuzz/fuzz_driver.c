@@ -150,8 +150,29 @@ static void gen_api(uint64_t *r, fz_spec *s)
     if (s->invalid < 0 && rnd(r, 20) == 0) s->invalid = FZ_INVALID_API_FIRST + (int)rnd(r, FZ_N_INVALID_API);
 }
 
-/* variants and api: 0 never, 1 on half of the inputs, 2 always */
-static void gen_spec(uint64_t *r, fz_spec *s, int variants, int api)
+/* The block formats of every kind (issue #26): K and/or V of any of the six, q4_1, q5_0, q5_1
+   and iq4_nl on three in four of them, q8_scores on half of those with a block-format K, a
+   decode of an odd number of blocks on half of those; K or V of one sign (a fill of (0, 1)) or
+   constant on a third, where the minimum of q4_1 and q5_1 is not the block's -max |x|. */
+static void gen_formats(uint64_t *r, fz_spec *s)
+{
+    const unsigned w = rnd(r, 4); /* K, V, both, both */
+    s->k_format = w == 1 ? 0 : (uint8_t)(rnd(r, 4) ? between(r, 3, 6) : between(r, 1, 2));
+    s->v_format = w == 0 ? 0 : (uint8_t)(rnd(r, 4) ? between(r, 3, 6) : between(r, 1, 2));
+    s->q8_scores = s->k_format && rnd(r, 2);
+    if (s->q8_scores && rnd(r, 2)) {
+        s->q_len = 2 * rnd(r, 2) + 1;
+        s->head_dim = 32 * (2 * rnd(r, 4) + 1);
+    }
+    if (rnd(r, 3) == 0) {
+        const unsigned t = rnd(r, 3); /* K, V, both */
+        if (t != 1) s->fill[1] = rnd(r, 2) ? 7 : 6;
+        if (t != 0) s->fill[2] = rnd(r, 2) ? 7 : 6;
+    }
+}
+
+/* variants, api and formats: 0 never, 1 on half of the inputs, 2 always */
+static void gen_spec(uint64_t *r, fz_spec *s, int variants, int api, int formats)
 {
     fz_spec_init(s);
     s->causal = rnd(r, 2);
@@ -204,6 +225,7 @@ static void gen_spec(uint64_t *r, fz_spec *s, int variants, int api)
     }
     if (variants == 2 || (variants == 1 && rnd(r, 2))) gen_variants(r, s);
     if (api == 2 || (api == 1 && rnd(r, 2))) gen_api(r, s);
+    if (formats == 2 || (formats == 1 && rnd(r, 2))) gen_formats(r, s);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -439,6 +461,43 @@ static size_t known_specs(named_spec *out)
     s.invalid = FZ_INVALID_API_FIRST + 32; /* 58 */
     s.merge_refuse = 1 + 16;
     out[n++] = (named_spec){"api-refused-o-over-cu-kv-merge-overflow", s};
+
+    /* The block formats of issue #26. q4_1 K beside q5_0 V on a causal GQA prefill, head dim 96 */
+    fz_spec_init(&s);
+    s.lse = 1, s.causal = 1, s.kv_heads = 2, s.group = 3, s.q_len = 12, s.kv_len = 70;
+    s.head_dim = 96;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 41;
+    s.k_format = 3, s.v_format = 4;
+    out[n++] = (named_spec){"fmt-q4_1-k-q5_0-v-prefill", s};
+    /* iq4_nl K with q8_scores on a split decode, head dim 160, V in f16 */
+    s = decode_spec(2100, 160);
+    s.group = 2, s.v_dtype = 1, s.k_format = 6, s.q8_scores = 1;
+    out[n++] = (named_spec){"fmt-iq4_nl-k-q8-scores-split", s};
+    /* q5_1 K and V, paged (pages of 16, shuffled, junk in unused entries), K in (0, 1), V
+       constant: the minimum holds the values */
+    fz_spec_init(&s);
+    s.lse = 1, s.batch = 3, s.kv_heads = 2, s.group = 2, s.q_len = 4, s.kv_len = 90;
+    s.head_dim = 64;
+    s.fill[0] = 0, s.fill[1] = 7, s.fill[2] = 6, s.fill_param[2] = 77, s.seed = 43;
+    s.kv_form = 1, s.kv_lens_class = 1, s.paged = 1 | 4 | 8, s.page_size = 16;
+    s.k_format = s.v_format = 5;
+    out[n++] = (named_spec){"fmt-q5_1-kv-paged-ps16-one-sign", s};
+    /* q4_1 K of values in (0, 1) with q8_scores (the score is mostly m_k sum q), head dim 224,
+       three query rows per KV head, q5_1 V */
+    fz_spec_init(&s);
+    s.lse = 1, s.group = 3, s.q_len = 1, s.kv_len = 300, s.head_dim = 224;
+    s.fill[0] = 0, s.fill[1] = 7, s.fill[2] = 0, s.seed = 44;
+    s.k_format = 3, s.v_format = 5, s.q8_scores = 1;
+    out[n++] = (named_spec){"fmt-q4_1-k-q8-scores-one-sign", s};
+    /* iq4_nl K with a -inf element, q5_0 V with a NaN one, a causal prefill with sinks */
+    fz_spec_init(&s);
+    s.lse = 1, s.causal = 1, s.group = 2, s.q_len = 6, s.kv_len = 40, s.head_dim = 32;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 45;
+    s.sink_kind = 1, s.sink_param = 2;
+    s.inject[s.n_inject++] = inj(FZ_K, FZS_ELEMENT, FZV_NINF, 5 * 32 + 7, 0, 0, 0);
+    s.inject[s.n_inject++] = inj(FZ_V, FZS_ELEMENT, FZV_NAN, 20 * 32 + 3, 0, 0, 0);
+    s.k_format = 6, s.v_format = 4;
+    out[n++] = (named_spec){"fmt-iq4_nl-k-q5_0-v-nonfinite", s};
     return n;
 }
 
@@ -446,6 +505,7 @@ static size_t known_specs(named_spec *out)
 #define N_VAR_SEEDS 12 /* generated seeds with variants (var-seed-NN) */
 #define N_OLD_KNOWN 10 /* reproducers before the variants: the plain seeds' generator offset */
 #define N_API_SEEDS 12 /* generated seeds with the API fields (api-seed-NN) */
+#define N_FMT_SEEDS 12 /* generated seeds with the block formats of issue #26 (fmt-seed-NN) */
 
 static int write_corpus(const char *dir)
 {
@@ -455,7 +515,7 @@ static int write_corpus(const char *dir)
     uint8_t buf[FZ_MAX_BYTES];
     char path[4096];
     int written = 0;
-    for (size_t i = 0; i < n + N_SEEDS + N_VAR_SEEDS + N_API_SEEDS; i++) {
+    for (size_t i = 0; i < n + N_SEEDS + N_VAR_SEEDS + N_API_SEEDS + N_FMT_SEEDS; i++) {
         fz_spec s;
         char name[64];
         if (i < n) {
@@ -464,16 +524,21 @@ static int write_corpus(const char *dir)
         } else if (i < n + N_SEEDS) {
             /* the index the seed had before the variants' reproducers joined the list */
             uint64_t r = 0xc0ffee00u + N_OLD_KNOWN + (i - n);
-            gen_spec(&r, &s, 0, 0); /* the seeds written before the variants, unchanged */
+            gen_spec(&r, &s, 0, 0, 0); /* the seeds written before the variants, unchanged */
             snprintf(name, sizeof name, "seed-%02zu", i - n);
         } else if (i < n + N_SEEDS + N_VAR_SEEDS) {
             uint64_t r = 0x7a810000u + (i - n - N_SEEDS);
-            gen_spec(&r, &s, 2, 0);
+            gen_spec(&r, &s, 2, 0, 0);
             snprintf(name, sizeof name, "var-seed-%02zu", i - n - N_SEEDS);
-        } else {
+        } else if (i < n + N_SEEDS + N_VAR_SEEDS + N_API_SEEDS) {
             uint64_t r = 0xa9100000u + (i - n - N_SEEDS - N_VAR_SEEDS);
-            gen_spec(&r, &s, 1, 2);
+            gen_spec(&r, &s, 1, 2, 0);
             snprintf(name, sizeof name, "api-seed-%02zu", i - n - N_SEEDS - N_VAR_SEEDS);
+        } else {
+            const size_t k = i - n - N_SEEDS - N_VAR_SEEDS - N_API_SEEDS;
+            uint64_t r = 0xb10c0000u + k;
+            gen_spec(&r, &s, 1, 1, 2);
+            snprintf(name, sizeof name, "fmt-seed-%02zu", k);
         }
         const size_t len = fz_encode(&s, buf, sizeof buf);
         snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -615,9 +680,10 @@ static void print_counts(const char *what, double secs)
     printf("# %s: rows checked against float64 %lu, NaN rows %lu, zero rows %lu, unchecked (beyond the promise) %lu; "
            "worst |err|/tol %.3g\n",
            what, c->rows_value, c->rows_nan, c->rows_zero, c->rows_unchecked, c->worst_ratio);
-    printf("# %s: valid calls with ragged batches %lu, paged K/V %lu, q8_0/q4_0 K or V %lu (q8_scores %lu); sdpa_merge "
-           "%lu checked, %lu refused\n",
-           what, c->ragged_calls, c->paged_calls, c->quant_calls, c->q8_calls, c->merge_calls, c->merge_refused);
+    printf("# %s: valid calls with ragged batches %lu, paged K/V %lu, block-format K or V %lu "
+           "(q8_scores %lu; q4_1, q5_0, q5_1 or iq4_nl %lu); sdpa_merge %lu checked, %lu refused\n",
+           what, c->ragged_calls, c->paged_calls, c->quant_calls, c->q8_calls, c->newfmt_calls,
+           c->merge_calls, c->merge_refused);
 }
 
 static int hexval(int ch)
@@ -638,6 +704,7 @@ int main(int argc, char **argv)
     bool describe = false;
     int variants = 1; /* generated inputs with attention variants: 0 none, 1 half, 2 all */
     int api = 1;      /* ... with the API fields, likewise */
+    int formats = 1;  /* ... with the block formats of every kind, likewise */
     const char *e = getenv("SDPA_FUZZ_SEED");
     if (e && *e) seed = strtoull(e, NULL, 0);
     e = getenv("SDPA_FUZZ_EXECS");
@@ -651,11 +718,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--describe")) describe = true;
         else if (!strcmp(argv[i], "--variants") && i + 1 < argc) variants = (int)strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--api") && i + 1 < argc) api = (int)strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--formats") && i + 1 < argc)
+            formats = (int)strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--write-corpus") && i + 1 < argc) return write_corpus(argv[++i]);
         else if (argv[i][0] == '-') {
             fprintf(stderr,
-                    "usage: %s [--execs N] [--seed S] [--variants 0|1|2] [--api 0|1|2] [--corpus DIR] [--hex HEX] [FILE...] | "
-                    "--write-corpus DIR\n",
+                    "usage: %s [--execs N] [--seed S] [--variants 0|1|2] [--api 0|1|2] "
+                    "[--formats 0|1|2] [--corpus DIR] [--hex HEX] [FILE...] | --write-corpus DIR\n",
                     argv[0]);
             return 2;
         } else if (n_files < 256) files[n_files++] = argv[i];
@@ -709,7 +778,7 @@ int main(int argc, char **argv)
         const double t0 = now_s();
         for (long x = 0; x < execs; x++) {
             fz_spec s;
-            gen_spec(&r, &s, variants, api);
+            gen_spec(&r, &s, variants, api, formats);
             const size_t n = fz_encode(&s, buf, sizeof buf);
             char tag[64];
             snprintf(tag, sizeof tag, "seed%llu-%ld", (unsigned long long)seed, x);

@@ -270,13 +270,30 @@ void fz_decode(const uint8_t *data, size_t size, fz_spec *s)
     s->merge_refuse = rd8(&r);
     const uint8_t refuse_api = rd8(&r);
     if (s->invalid < 0 && refuse_api) s->invalid = FZ_INVALID_API_FIRST + (refuse_api - 1) % FZ_N_INVALID_API;
+    /* the block formats, after the API fields: a nibble of K and one of V, 0 as above, else the
+       format 1 + (n - 1) % 6 (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl) */
+    const uint8_t bf = rd8(&r);
+    if (bf & 15) s->k_format = (uint8_t)(1 + ((bf & 15) - 1) % FZ_N_FORMATS);
+    if (bf >> 4) s->v_format = (uint8_t)(1 + ((bf >> 4) - 1) % FZ_N_FORMATS);
+}
+
+/* A format the API fields' two bits hold (0, q8_0, q4_0); the others go to the block-format
+   byte. */
+static unsigned api_format(unsigned f) { return f % 7 <= 2 ? f % 7 : 0; }
+static unsigned byte_format(unsigned f) { return f % 7 > 2 ? f % 7 : 0; }
+_Static_assert(FZ_N_FORMATS + 1 == 7, "formats 0..6");
+
+static bool has_format_byte(const fz_spec *s)
+{
+    return byte_format(s->k_format) || byte_format(s->v_format);
 }
 
 static bool has_api_bytes(const fz_spec *s)
 {
-    return s->k_format % 3 || s->v_format % 3 || s->q8_scores || s->misc || s->q_form % 3 || s->kv_form % 3 ||
-           s->slack || s->q_lens_class % 8 || s->kv_lens_class % 8 || s->paged || (s->page_size - 1) % 256 ||
-           s->merge || s->merge_rows || s->merge_layout || s->merge_refuse || s->invalid >= FZ_INVALID_API_FIRST;
+    return s->k_format % 7 || s->v_format % 7 || s->q8_scores || s->misc || s->q_form % 3 ||
+           s->kv_form % 3 || s->slack || s->q_lens_class % 8 || s->kv_lens_class % 8 || s->paged ||
+           (s->page_size - 1) % 256 || s->merge || s->merge_rows || s->merge_layout ||
+           s->merge_refuse || s->invalid >= FZ_INVALID_API_FIRST;
 }
 
 static bool has_variant_bytes(const fz_spec *s)
@@ -354,7 +371,9 @@ size_t fz_encode(const fz_spec *s, uint8_t *out, size_t cap)
             s->invalid >= FZ_N_INVALID_PLAIN && s->invalid < FZ_INVALID_API_FIRST
                 ? 1 + (unsigned)(s->invalid - FZ_N_INVALID_PLAIN) % FZ_N_INVALID_VARIANT : 0);
     if (!has_api_bytes(s)) return i; /* the bytes of the format before the API fields */
-    i = wr8(out, cap, i, (s->k_format % 3u) | (s->v_format % 3u) << 2 | (s->q8_scores & 1u) << 4 | (s->misc & 7u) << 5);
+    i = wr8(out, cap, i,
+            api_format(s->k_format) | api_format(s->v_format) << 2 | (s->q8_scores & 1u) << 4 |
+                (s->misc & 7u) << 5);
     i = wr8(out, cap, i, (s->q_form % 3u) | (s->kv_form % 3u) << 2 | (s->slack & 3u) << 4);
     i = wr8(out, cap, i, s->q_lens_class % 8);
     i = wr8(out, cap, i, s->kv_lens_class % 8);
@@ -366,7 +385,8 @@ size_t fz_encode(const fz_spec *s, uint8_t *out, size_t cap)
     i = wr8(out, cap, i, s->merge_refuse);
     i = wr8(out, cap, i,
             s->invalid >= FZ_INVALID_API_FIRST ? 1 + (unsigned)(s->invalid - FZ_INVALID_API_FIRST) % FZ_N_INVALID_API : 0);
-    return i;
+    if (!has_format_byte(s)) return i; /* the bytes of the format before the block-format byte */
+    return wr8(out, cap, i, byte_format(s->k_format) | byte_format(s->v_format) << 4);
 }
 
 static unsigned round32(unsigned d) { return (d + 31) / 32 * 32; }
@@ -376,6 +396,7 @@ static unsigned round32(unsigned d) { return (d + 31) / 32 * 32; }
    is built on. */
 static void fz_effective(fz_spec *s)
 {
+    s->k_format %= FZ_N_FORMATS + 1, s->v_format %= FZ_N_FORMATS + 1;
     switch (s->invalid - FZ_INVALID_API_FIRST) {
     case BAD_TABLE_HIGH: case BAD_TABLE_NEG: case BAD_PAGE_SIZE_0: case BAD_N_PAGES_0: case BAD_LSE_TABLE:
     case BAD_O_TABLE:
@@ -410,38 +431,50 @@ static void fz_effective(fz_spec *s)
    budget keeps one input to a few milliseconds; kv_len, which decides the split, is kept. */
 #define FZ_BUDGET ((size_t)1 << 22)
 #define FZ_MARGIN 16 /* sentinel elements before and after every view */
-#define FZ_QK 32     /* elements per block of q8_0 and q4_0 */
+#define FZ_QK 32     /* elements per block of the block formats */
+
+/* The block formats, as fz_spec.k_format numbers them (0: a float type) */
+static const sdpa_dtype fz_formats[FZ_N_FORMATS + 1] = {SDPA_F32,  SDPA_Q8_0, SDPA_Q4_0,  SDPA_Q4_1,
+                                                        SDPA_Q5_0, SDPA_Q5_1, SDPA_IQ4_NL};
+/* iq4_nl's 16 values, from sdpa.h */
+static const int fz_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                 1,    13,   25,  38,  53,  69,  89,  113};
+
+static bool dt_is_block(sdpa_dtype t)
+{
+    for (int i = 1; i <= FZ_N_FORMATS; i++)
+        if (fz_formats[i] == t) return true;
+    return false;
+}
+static bool dt_has_min(sdpa_dtype t) { return t == SDPA_Q4_1 || t == SDPA_Q5_1; }
 
 /* Elements per block and bytes per block (per element for f32, f16, bf16), from the formats'
    definitions in sdpa.h (the oracle does not ask the library). */
-static size_t dt_block(sdpa_dtype t) { return t == SDPA_Q8_0 || t == SDPA_Q4_0 ? FZ_QK : 1; }
+static size_t dt_block(sdpa_dtype t) { return dt_is_block(t) ? FZ_QK : 1; }
 static size_t dt_bytes(sdpa_dtype t)
 {
-    return t == SDPA_F32 ? 4 : t == SDPA_Q8_0 ? 2 + FZ_QK : t == SDPA_Q4_0 ? 2 + FZ_QK / 2 : 2;
-}
-static const char *dt_name(sdpa_dtype t)
-{
     switch (t) {
-    case SDPA_F32: return "f32";
-    case SDPA_F16: return "f16";
-    case SDPA_BF16: return "bf16";
-    case SDPA_Q8_0: return "q8_0";
-    case SDPA_Q4_0: return "q4_0";
+    case SDPA_F32: return 4;
+    case SDPA_Q8_0: return 2 + FZ_QK;
+    case SDPA_Q4_0: case SDPA_IQ4_NL: return 2 + FZ_QK / 2;
+    case SDPA_Q4_1: return 4 + FZ_QK / 2;
+    case SDPA_Q5_0: return 6 + FZ_QK / 2;
+    case SDPA_Q5_1: return 8 + FZ_QK / 2;
+    default: return 2;
     }
-    return "?";
 }
+static const char *dt_name(sdpa_dtype t) { return sdpa_dtype_name(t); }
 
-/* The float types a spec's dtype and mask bytes select (mod 3), and its block formats (k_format
-   and v_format: 1 q8_0, 2 q4_0). */
+/* The float types a spec's dtype and mask bytes select (mod 3); its block formats are
+   fz_formats'. */
 static const sdpa_dtype float_types[3] = {SDPA_F32, SDPA_F16, SDPA_BF16};
-static const sdpa_dtype block_formats[3] = {SDPA_F32, SDPA_Q8_0, SDPA_Q4_0};
 
 typedef struct view {
     size_t n[3], D;   /* [batch or page][head][token], D contiguous */
     ptrdiff_t st[3];  /* strides, elements */
     ptrdiff_t origin; /* element index of [0][0][0][0] in buf */
     size_t n_elems;   /* elements of buf, margins included (a multiple of blk) */
-    size_t es, blk;   /* bytes per block and elements per block (1 but for q8_0 and q4_0) */
+    size_t es, blk;   /* bytes per block and elements per block (1 but for the block formats) */
     sdpa_dtype dt;
     unsigned char *buf;
     float *sh;        /* a block format's values before quantization: what view_store writes */
@@ -534,15 +567,23 @@ static void view_store(view *v, ptrdiff_t i, float x)
     }
 }
 
-/* Element w of a q8_0 or q4_0 block, by the formats' definitions: an f16 scale d, then
-   q8_0: 32 signed bytes q, x = d q; q4_0: 16 bytes, element w < 16 the low nibble n of byte w
-   and 16 + w its high one, x = d (n - 8). The product is exact in float. */
+/* Element w of a block, by the formats' definitions in sdpa.h: an f16 scale d, then
+   q8_0: 32 signed bytes q, x = d q; the others 16 bytes of nibbles (element w < 16 the low
+   nibble of byte w, 16 + w its high one), after an f16 minimum m (q4_1, q5_1) and 4 bytes of
+   5th bits (q5_0, q5_1: bit w of a little-endian u32); q4_0 x = d (n - 8), q5_0 d (n - 16),
+   iq4_nl d times the n-th table value, q4_1 and q5_1 d n + m. d times the integer is exact in
+   float; + m rounds once. */
 static float block_decode(sdpa_dtype t, const unsigned char *b, size_t w)
 {
     const float d = f16_decode((uint16_t)(b[0] | b[1] << 8));
     if (t == SDPA_Q8_0) return d * (float)(int8_t)b[2 + w];
-    const unsigned byte = b[2 + (w & 15)];
-    return d * (float)((int)(w < 16 ? byte & 15 : byte >> 4) - 8);
+    const bool has_min = dt_has_min(t), five = t == SDPA_Q5_0 || t == SDPA_Q5_1;
+    const unsigned char *qs = b + 2 + (has_min ? 2 : 0) + (five ? 4 : 0);
+    int n = (w < 16 ? qs[w] : qs[w - 16] >> 4) & 15;
+    if (five) n |= (b[2 + (has_min ? 2 : 0) + w / 8] >> (w % 8) & 1) << 4;
+    if (has_min) return d * (float)n + f16_decode((uint16_t)(b[2] | b[3] << 8));
+    const int q = t == SDPA_Q4_0 ? n - 8 : t == SDPA_Q5_0 ? n - 16 : fz_iq4nl[n];
+    return d * (float)q;
 }
 
 static float view_load(const view *v, ptrdiff_t i)
@@ -558,47 +599,92 @@ static float view_load(const view *v, ptrdiff_t i)
     return v->dt == SDPA_F16 ? f16_decode(h) : bf16_decode(h);
 }
 
+/* One block's integers n[32] into its bytes after d (and m): q8_0 the bytes themselves, the
+   others nibbles and, for q5_0 and q5_1, the 5th bits. */
+static void block_pack(sdpa_dtype t, const int *n, unsigned char *o)
+{
+    if (t == SDPA_Q8_0) {
+        for (size_t i = 0; i < FZ_QK; i++) o[2 + i] = (unsigned char)(int8_t)n[i];
+        return;
+    }
+    const bool has_min = dt_has_min(t), five = t == SDPA_Q5_0 || t == SDPA_Q5_1;
+    unsigned char *qh = o + 2 + (has_min ? 2 : 0), *qs = qh + (five ? 4 : 0);
+    memset(qh, 0, dt_bytes(t) - 2 - (has_min ? 2 : 0));
+    for (size_t i = 0; i < FZ_QK; i++) {
+        qs[i & 15] |= (unsigned char)((unsigned)(n[i] & 15) << (i < 16 ? 0 : 4));
+        if (five) qh[i / 8] |= (unsigned char)(((unsigned)n[i] >> 4 & 1) << (i % 8));
+    }
+}
+
+/* The scale (and minimum) a block gets, held to f16's range so that finite values stay finite:
+   q8_0 max|x| / 127, q4_0 / q5_0 -m / 8 or 16 (m the element of largest magnitude), q4_1 / q5_1
+   (max - min) / 15 or 31 with the minimum min, iq4_nl max|x| / 127 (a table value of each x
+   nearest x / d). */
+static float clamp_f16(float x) { return fminf(fmaxf(x, -65504.0f), 65504.0f); }
+
 /* Stores a block format's shadow values. Any encoding would do (the oracle reads back what is
-   stored); this one is ggml's rule (q8_0 d = max|x| / 127; q4_0 d = -m / 8, m the element of
-   largest magnitude) with d held to f16's range, so that finite values stay finite, while a NaN
-   in a block makes its scale NaN and an infinity makes it +inf (elements +-inf where the
-   infinities were, NaN elsewhere). */
+   stored); this one is ggml's rule for the scale (above), the integers rounded to nearest and
+   clamped, while a NaN in a block makes its scale NaN and an infinity makes it infinite
+   (elements +-inf where the infinities were, NaN elsewhere; q4_1 and q5_1: d = +-inf with
+   m = 0, so -inf where the infinities were only in a block without +inf; iq4_nl, without a
+   zero in its table: +-inf everywhere). */
 static void view_quantize(view *v)
 {
     if (v->blk == 1) return;
-    const bool q8 = v->dt == SDPA_Q8_0;
+    const sdpa_dtype t = v->dt;
+    const bool q8 = t == SDPA_Q8_0, has_min = dt_has_min(t), iq4 = t == SDPA_IQ4_NL;
+    const int half = t == SDPA_Q5_0 ? 16 : 8; /* q4_0, q5_0: n - half */
+    const int top = t == SDPA_Q5_0 || t == SDPA_Q5_1 ? 31 : 15;
     for (size_t b = 0; b < v->n_elems / FZ_QK; b++) {
         const float *x = v->sh + b * FZ_QK;
         unsigned char *o = v->buf + b * v->es;
-        float amax = 0.0f, m = 0.0f;
-        bool nan = false, inf = false;
+        float amax = 0.0f, m = 0.0f, lo = INFINITY, hi = -INFINITY;
+        bool nan = false, pinf = false, ninf = false;
         for (size_t i = 0; i < FZ_QK; i++) {
             if (x[i] != x[i]) nan = true;
-            else if (isinf(x[i])) inf = true;
-            else if (fabsf(x[i]) > amax) amax = fabsf(x[i]), m = x[i];
+            else if (x[i] == INFINITY) pinf = true;
+            else if (x[i] == -INFINITY) ninf = true;
+            else {
+                if (fabsf(x[i]) > amax) amax = fabsf(x[i]), m = x[i];
+                lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
+            }
         }
-        uint16_t dh;
+        uint16_t dh, mh = 0;
         if (nan) dh = 0x7e00;
-        else if (inf) dh = 0x7c00;
+        else if (pinf || ninf) dh = has_min && !pinf ? 0xfc00 : 0x7c00;
         else {
-            const float d = q8 ? amax / 127.0f : m / -8.0f;
-            dh = f16_encode(fminf(fmaxf(d, -65504.0f), 65504.0f));
+            const float d = q8 || iq4 ? amax / 127.0f
+                          : has_min   ? (hi - lo) / (float)top
+                                      : m / (float)-half;
+            dh = f16_encode(clamp_f16(d));
+            if (has_min) mh = f16_encode(clamp_f16(lo == INFINITY ? 0.0f : lo));
         }
         o[0] = (unsigned char)(dh & 255), o[1] = (unsigned char)(dh >> 8);
-        const float d = f16_decode(dh);
-        if (!q8) memset(o + 2, 0, FZ_QK / 2);
+        if (has_min) o[2] = (unsigned char)(mh & 255), o[3] = (unsigned char)(mh >> 8);
+        const float d = f16_decode(dh), mn = f16_decode(mh);
+        int n[FZ_QK];
         for (size_t i = 0; i < FZ_QK; i++) {
-            int q; /* q8_0: the quant; q4_0: the nibble less 8 */
-            if (nan) q = 0;
-            else if (inf) q = isinf(x[i]) ? (x[i] > 0 ? (q8 ? 127 : 7) : (q8 ? -127 : -8)) : 0;
-            else if (d == 0.0f) q = 0;
-            else {
-                const float t = nearbyintf(x[i] / d);
-                q = q8 ? (int)fminf(fmaxf(t, -127.0f), 127.0f) : (int)fminf(fmaxf(t, -8.0f), 7.0f);
+            if (nan) n[i] = iq4 ? 8 : q8 || has_min ? 0 : half;
+            else if (pinf || ninf) {
+                const int sg = isinf(x[i]) ? (x[i] > 0 ? 1 : -1) : 0;
+                if (q8) n[i] = 127 * sg;
+                else if (has_min) n[i] = sg != 0;
+                else if (iq4) n[i] = sg < 0 ? 0 : sg > 0 ? 15 : 8; /* 8: the value 1, d itself */
+                else n[i] = sg > 0 ? 2 * half - 1 : sg < 0 ? 0 : half;
+            } else if (iq4) {
+                int best = 0;
+                const float r = d == 0.0f ? 0.0f : x[i] / d;
+                for (int k = 1; k < 16; k++)
+                    if (fabsf(r - (float)fz_iq4nl[k]) < fabsf(r - (float)fz_iq4nl[best])) best = k;
+                n[i] = best;
+            } else {
+                const float r = d == 0.0f ? 0.0f : nearbyintf((x[i] - mn) / d);
+                n[i] = q8 ? (int)fminf(fmaxf(r, -127.0f), 127.0f)
+                     : has_min ? (int)fminf(fmaxf(r, 0.0f), (float)top)
+                               : half + (int)fminf(fmaxf(r, (float)-half), (float)(top - half));
             }
-            if (q8) o[2 + i] = (unsigned char)(int8_t)q;
-            else o[2 + (i & 15)] |= (unsigned char)((unsigned)(q + 8) << (i < 16 ? 0 : 4));
         }
+        block_pack(t, n, o);
     }
 }
 
@@ -1203,10 +1289,12 @@ static void build_table(problem *P, uint8_t f, size_t ps, uint64_t *st)
  *
  * Ragged and paged calls (README): row (b, h, i) exists for i < lq_b, aligned on the
  * sequence's own lengths, i' = i + lk_b - lq_b, and reads keys j < lk_b through the block table
- * or the packed offsets. q8_0/q4_0 K and V enter as their exact values d q. With q8_scores,
- * each key's score error gains sdpa.h's bound sum_b (max_{c in b} |x_c| / 254) sum_{c in b}
- * |k_jc|, x = scale q (the whole max_{c in b} |x_c| for a block whose quantization scale would
- * be subnormal or whose reciprocal overflows: its quants may be 0), a non-finite query element
+ * or the packed offsets. Block-format K and V enter as their exact values (d q, or d n + m
+ * rounded once for q4_1 and q5_1). With q8_scores, each key's score error gains sdpa.h's bound
+ * sum_b (max_{c in b} |x_c| / 254) sum_{c in b} |k_jc|, x = scale q (the whole
+ * max_{c in b} |x_c| for a block whose quantization scale would be subnormal or whose
+ * reciprocal overflows: its quants may be 0), for q4_1 and q5_1 the rounding of d_k dot and
+ * m_k sum q on their own (README), a non-finite query element
  * makes a row that sees a key NaN, and a row that sees an infinite K element is unchecked (the
  * int8 dot product is scaled by d_k after the sum, so inf * 0 need not occur where the exact
  * score has it).
@@ -1389,15 +1477,26 @@ static void oracle_run(const problem *P, oracle *O)
                     }
                     eq[x] = 0;
                     if (P->q8) {
+                        /* for K with a minimum: sum_b sum_{c in b} |x_c| max_{c in b} |k_c| */
+                        double hm = 0;
                         for (size_t c0 = 0; c0 < D; c0 += FZ_QK) {
-                            double ks = 0, km = 0;
-                            for (size_t c = c0; c < c0 + FZ_QK; c++) ks += fabs((double)k[c]), km = fmax(km, fabs((double)k[c]));
+                            double ks = 0, km = 0, xs = 0;
+                            for (size_t c = c0; c < c0 + FZ_QK; c++) {
+                                ks += fabs((double)k[c]), km = fmax(km, fabs((double)k[c]));
+                                xs += fabs(sq[c]);
+                            }
                             eq[x] += qb_err[c0 / FZ_QK] * ks;
+                            hm += xs * km;
                             /* d_q <= max |x f|, d_k <= max |k|, the int32 dot < 2^19: their f32
                                product may overflow from here on, whatever the score */
                             if (qb_top[c0 / FZ_QK] * km >= 0x1p108) q8_big = true;
                         }
                         eq[x] *= 1.0 + 0x1p-20;
+                        /* q4_1, q5_1: d_k dot and m_k sum q are rounded on their own, each up to
+                           sum |x| (|k| + 2 |m_k|), and |m_k| is within rounding of the block's
+                           largest |k| (an element of n = 0 holds m_k) */
+                        if (dt_has_min(P->k.dt))
+                            eq[x] += 0x1p-24 * (double)(D / FZ_QK + 8) * 4.0 * hm;
                         if (eq[x] > Emax) Emax = eq[x];
                     }
                     const double raw = acc * scale;
@@ -1993,7 +2092,7 @@ static void run_invalid(size_t impl_i, const sdpa_impl *impl, problem *P, const 
         break;
     case 12: p.lse = (float *)o.data; break;
     case 13: q.dtype = SDPA_F16; break;
-    case 14: k.dtype = (sdpa_dtype)7; break;
+    case 14: k.dtype = (sdpa_dtype)99; break;
     case 15: v.data = NULL; break;
     case 16: p.softcap = fz_bits_f32(0x7fc00000u); break;
     case 17: p.softcap = P->softcap > 0 ? -P->softcap : -1.0f; break;
@@ -2013,7 +2112,7 @@ static void run_invalid(size_t impl_i, const sdpa_impl *impl, problem *P, const 
         P->mask_t.batch_stride = P->o.st[0], P->mask_t.head_stride = P->o.st[1], P->mask_t.token_stride = P->o.st[2];
         p.mask = &P->mask_t;
         break;
-    case 25: P->mask_t.dtype = (sdpa_dtype)7; p.mask = &P->mask_t; break;
+    case 25: P->mask_t.dtype = (sdpa_dtype)99; p.mask = &P->mask_t; break;
     default: make_invalid_api(P, &p, &q, &k, &o, kind - FZ_INVALID_API_FIRST); break;
     }
     reset_outputs(P);
@@ -2354,9 +2453,9 @@ static void problem_views(problem *P, const fz_spec *spec)
     if (P->table) kn0 = P->n_pages, kn2 = P->page_size;
     else if (P->cu_kv) kn0 = 1, kn2 = (P->cu_kv[B] ? P->cu_kv[B] : 1) + slack;
     const sdpa_dtype kdt =
-        spec->k_format ? block_formats[spec->k_format % 3] : float_types[spec->k_dtype % 3];
+        spec->k_format ? fz_formats[spec->k_format % 7] : float_types[spec->k_dtype % 3];
     const sdpa_dtype vdt =
-        spec->v_format ? block_formats[spec->v_format % 3] : float_types[spec->v_dtype % 3];
+        spec->v_format ? fz_formats[spec->v_format % 7] : float_types[spec->v_dtype % 3];
     view_layout(&P->q, qn0, Hq, qn2, D, SDPA_F32, spec->layout[0], true);
     view_layout(&P->k, kn0, Hkv, kn2, D, kdt, spec->layout[1], true);
     view_layout(&P->v, kn0, Hkv, kn2, Dv, vdt, spec->layout[2], true);
@@ -2478,6 +2577,7 @@ int sdpa_fuzz_one(const uint8_t *data, size_t size)
         if (P.table) fz_counts.paged_calls++;
         if (P.k.blk > 1 || P.v.blk > 1) fz_counts.quant_calls++;
         if (P.q8) fz_counts.q8_calls++;
+        if (P.k.dt > SDPA_Q4_0 || P.v.dt > SDPA_Q4_0) fz_counts.newfmt_calls++;
         P.qd = view_dense(&P.q);
         P.kd = view_dense(&P.k);
         P.vd = view_dense(&P.v);

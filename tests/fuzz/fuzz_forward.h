@@ -36,8 +36,9 @@ typedef struct sdpa_fuzz_counts {
     unsigned long forward_calls;   /* sdpa_impl_forward calls made */
     unsigned long ragged_calls;    /* valid inputs with padded or packed sequences */
     unsigned long paged_calls;     /* valid inputs with paged K/V */
-    unsigned long quant_calls;     /* valid inputs with K or V in q8_0 or q4_0 */
+    unsigned long quant_calls;     /* valid inputs with K or V in a block format */
     unsigned long q8_calls;        /* of those, with q8_scores */
+    unsigned long newfmt_calls;    /* of those, with K or V in q4_1, q5_0, q5_1 or iq4_nl */
     unsigned long merge_calls;     /* sdpa_merge calls checked against float64 */
     unsigned long merge_refused;   /* sdpa_merge calls built to be refused */
     unsigned long failures[SDPA_FUZZ_MAX_IMPLS]; /* failed checks, per registry index */
@@ -105,7 +106,9 @@ typedef struct fz_spec {
     uint8_t  mask_special;           /* 0 none, else a few NaN, +inf, -NaN entries or -inf rows */
     uint8_t  poison;                 /* 0 none, else non-finite K/V written on hidden keys */
     /* The API fields, read after the variants (0 everywhere: the call as before). README.md. */
-    uint8_t  k_format, v_format;     /* 0 the float type of the dtype byte, 1 q8_0, 2 q4_0 */
+    /* 0 the float type of the dtype byte, 1 q8_0, 2 q4_0, 3 q4_1, 4 q5_0, 5 q5_1, 6 iq4_nl (3 to 6
+       from the block-format byte after the API fields, which overrides the API's format bits) */
+    uint8_t  k_format, v_format;
     uint8_t  q8_scores;              /* 1: fast scores (a block-format K only) */
     uint8_t  misc;                   /* bit 0 n_threads above the pool's, bit 1 misaligned workspace,
                                         bit 2 the window near SIZE_MAX or PTRDIFF_MAX */
@@ -127,7 +130,10 @@ void fz_decode(const uint8_t *data, size_t size, fz_spec *s);
 
 #define FZ_VARIANT_BYTES 18 /* the variant fields after the injections */
 #define FZ_API_BYTES 11     /* the API fields after the variants */
-#define FZ_MAX_BYTES (31 + FZ_MAX_INJECT * 12 + FZ_VARIANT_BYTES + FZ_API_BYTES)
+#define FZ_FORMAT_BYTES 1   /* the block formats of K and V after the API fields */
+#define FZ_MAX_BYTES                                                                               \
+    (31 + FZ_MAX_INJECT * 12 + FZ_VARIANT_BYTES + FZ_API_BYTES + FZ_FORMAT_BYTES)
+#define FZ_N_FORMATS 6      /* k_format and v_format 1..6 */
 
 /* Refused calls (fz_spec.invalid): kinds 0..15 from the header, 16..25 from the variants,
    26..61 from the API bytes; and refused sdpa_merge calls (README). */

@@ -29,15 +29,17 @@
 #define PV_MR TILE_MR
 #define PV_NR 16
 #define PAGED_ROWS SIZE_MAX /* paged units: every one (rows_loop.h) */
-#define QUANT_ROWS SIZE_MAX /* q8_0/q4_0 K and V, and fast scores: every unit */
+#define QUANT_ROWS SIZE_MAX /* block-format K and V, and fast scores: every unit */
 
 /* The packed path (packed.c: rows_loop.h over packed_path.h) and its scratch size in floats. */
 void   sdpa_packed_neon(const sdpa_rows *w);
 size_t sdpa_packed_ws_neon(size_t rows, size_t d, size_t dv, size_t block);
 /* Fast scores (q8_scores.c): packed_path.h's pack_kq and score_q8_tile. */
-void   sdpa_pack_kq_neon(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd);
-void   sdpa_score_q8_neon(const int8_t *qq, const float *qd, size_t ra, size_t d,
-                          const int8_t *kq, const float *kd, size_t nb, float *S, size_t lds);
+void   sdpa_pack_kq_neon(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd,
+                         float *km);
+void   sdpa_score_q8_neon(const int8_t *qq, const float *qd, const float *qs, size_t ra, size_t d,
+                          const int8_t *kq, const float *kd, const float *km, size_t nb, float *S,
+                          size_t lds);
 
 /* ------------------------------------------------------------------------------------------ */
 /* exp and the primitives the packed path shares                                               */
@@ -201,7 +203,7 @@ SDPA_INLINE float load_neon_1x1(const void *base, ptrdiff_t off, sdpa_dtype t)
     return t == SDPA_F16 ? sdpa_f16_to_f32(h) : sdpa_bf16_to_f32(h);
 }
 
-/* The f16 scale of a q8_0/q4_0 block at p, exactly to f32. */
+/* The f16 scale d of a block at p (every block format starts with it), exactly to f32. */
 SDPA_INLINE float qscale_neon(const unsigned char *p)
 {
     uint16_t h;
@@ -209,43 +211,91 @@ SDPA_INLINE float qscale_neon(const unsigned char *p)
     return vgetq_lane_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h))), 0);
 }
 
-/* The 32 quants of a q8_0/q4_0 block at p as int8 (q4_0's nibbles n as n - 8), elements
-   0..15 in *lo and 16..31 in *hi. */
+/* The f16 minimum m of a q4_1/q5_1 block at p (after d), exactly to f32. */
+SDPA_INLINE float qmin_neon(const unsigned char *p) { return qscale_neon(p + 2); }
+
+/* The byte offset of a block's quants: q8_0's int8, or the nibbles (after d, m and qh). */
+SDPA_INLINE size_t qbytes_off_neon(sdpa_dtype t)
+{
+    return t == SDPA_Q4_1 ? 4 : t == SDPA_Q5_0 ? 6 : t == SDPA_Q5_1 ? 8 : 2;
+}
+
+/* q5_0/q5_1's fifth bits (the u32 qh at p, bit i element i) as 16 in the bytes of the elements
+   that have it: elements 0..15 in *lo, 16..31 in *hi. Each byte of qh is spread over 8 lanes
+   (TBL), whose bit masks 1, 2, .., 128 pick one bit each (CMTST). */
+SDPA_INLINE void qhigh_neon(const unsigned char *p, uint8x16_t *lo, uint8x16_t *hi)
+{
+    uint32_t qh;
+    memcpy(&qh, p, sizeof qh);
+    const uint8x16_t x = vreinterpretq_u8_u32(vdupq_n_u32(qh));
+    const uint8x16_t bits = vreinterpretq_u8_u64(vdupq_n_u64(0x8040201008040201u));
+    const uint8x16_t s01 = vcombine_u8(vdup_n_u8(0), vdup_n_u8(1));
+    const uint8x16_t s23 = vcombine_u8(vdup_n_u8(2), vdup_n_u8(3));
+    *lo = vandq_u8(vtstq_u8(vqtbl1q_u8(x, s01), bits), vdupq_n_u8(16));
+    *hi = vandq_u8(vtstq_u8(vqtbl1q_u8(x, s23), bits), vdupq_n_u8(16));
+}
+
+/* The 32 integer quants of a block at p as int8, elements 0..15 in *lo and 16..31 in *hi (see
+   sdpa_block_quants): q8_0's int8; the nibbles n as n - 8 (q4_0) or n (q4_1); with the fifth
+   bit, n - 16 (q5_0) or n (q5_1); iq4_nl's table values (TBL). t is a constant after inlining. */
 SDPA_INLINE void quants_neon(const unsigned char *p, sdpa_dtype t, int8x16_t *lo, int8x16_t *hi)
 {
     if (t == SDPA_Q8_0) {
         *lo = vld1q_s8((const int8_t *)(p + 2));
         *hi = vld1q_s8((const int8_t *)(p + 2 + 16));
-    } else {
-        const uint8x16_t x = vld1q_u8(p + 2);
-        *lo = vsubq_s8(vreinterpretq_s8_u8(vandq_u8(x, vdupq_n_u8(15))), vdupq_n_s8(8));
-        *hi = vsubq_s8(vreinterpretq_s8_u8(vshrq_n_u8(x, 4)), vdupq_n_s8(8));
+        return;
+    }
+    const uint8x16_t x = vld1q_u8(p + qbytes_off_neon(t));
+    uint8x16_t nl = vandq_u8(x, vdupq_n_u8(15)), nh = vshrq_n_u8(x, 4);
+    if (t == SDPA_IQ4_NL) {
+        const int8x16_t tab = vld1q_s8(sdpa_iq4nl_values);
+        *lo = vqtbl1q_s8(tab, nl);
+        *hi = vqtbl1q_s8(tab, nh);
+        return;
+    }
+    if (t == SDPA_Q5_0 || t == SDPA_Q5_1) {
+        uint8x16_t bl, bh;
+        qhigh_neon(p + qbytes_off_neon(t) - 4, &bl, &bh);
+        nl = vorrq_u8(nl, bl);
+        nh = vorrq_u8(nh, bh);
+    }
+    *lo = vreinterpretq_s8_u8(nl);
+    *hi = vreinterpretq_s8_u8(nh);
+    if (t == SDPA_Q4_0 || t == SDPA_Q5_0) {
+        const int8x16_t bias = vdupq_n_s8(t == SDPA_Q4_0 ? 8 : 16);
+        *lo = vsubq_s8(*lo, bias);
+        *hi = vsubq_s8(*hi, bias);
     }
 }
 
-/* int8 x 16 -> four float32x4 (exact), each times d: d q is exact in f32 (an f16 times a
-   small integer), as the scalar dequantizer gives it. */
-SDPA_INLINE void widen_q_neon(int8x16_t q, float32x4_t d, float32x4_t *y)
+/* int8 x 16 -> four float32x4 (exact), each d q, exact in f32 (an f16 times a small integer),
+   or for the types with a minimum (has_min, a constant) d q + m: d q is exact, so the FMA
+   rounds once, as the scalar dequantizer's d q + m. */
+SDPA_INLINE void widen_q_neon(int8x16_t q, float32x4_t d, float32x4_t m, const int has_min,
+                              float32x4_t *y)
 {
     const int16x8_t a = vmovl_s8(vget_low_s8(q)), b = vmovl_high_s8(q);
-    y[0] = vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(a))), d);
-    y[1] = vmulq_f32(vcvtq_f32_s32(vmovl_high_s16(a)), d);
-    y[2] = vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(b))), d);
-    y[3] = vmulq_f32(vcvtq_f32_s32(vmovl_high_s16(b)), d);
+    const float32x4_t f[4] = {vcvtq_f32_s32(vmovl_s16(vget_low_s16(a))),
+                              vcvtq_f32_s32(vmovl_high_s16(a)),
+                              vcvtq_f32_s32(vmovl_s16(vget_low_s16(b))),
+                              vcvtq_f32_s32(vmovl_high_s16(b))};
+    for (int i = 0; i < 4; i++) y[i] = has_min ? vfmaq_f32(m, f[i], d) : vmulq_f32(f[i], d);
 }
 
-/* One q8_0/q4_0 block at p dequantized to y[0..8) (elements 4i..4i+3 in y[i]). */
+/* One block at p dequantized to y[0..8) (elements 4i..4i+3 in y[i]). */
 SDPA_INLINE void dequant_neon_block(const unsigned char *p, sdpa_dtype t, float32x4_t *y)
 {
+    const int hm = sdpa_dtype_has_min(t);
     const float32x4_t d = vdupq_n_f32(qscale_neon(p));
+    const float32x4_t m = hm ? vdupq_n_f32(qmin_neon(p)) : d;
     int8x16_t lo, hi;
     quants_neon(p, t, &lo, &hi);
-    widen_q_neon(lo, d, y);
-    widen_q_neon(hi, d, y + 4);
+    widen_q_neon(lo, d, m, hm, y);
+    widen_q_neon(hi, d, m, hm, y + 4);
 }
 
-/* One row of n elements (element offset off) converted to f32; for q8_0/q4_0 n and off are
-   multiples of 32. */
+/* One row of n elements (element offset off) converted to f32; for the block formats n and off
+   are multiples of 32. */
 SDPA_INLINE void row_to_f32_neon(const void *src, ptrdiff_t off, size_t n, sdpa_dtype t,
                                  float *dst)
 {

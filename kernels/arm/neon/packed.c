@@ -29,44 +29,10 @@ SDPA_INLINE void pack_neon_4x4(const void *k, ptrdiff_t ks, ptrdiff_t row0, size
                     load_neon_1x4(k, o + 2 * ks, t), load_neon_1x4(k, o + 3 * ks, t), dst, W);
 }
 
-/* A q8_0/q4_0 panel of W keys: four keys at a time, each block dequantized in registers half
-   by half (16 elements of 4 keys: 16 vectors) and transposed 4x4 into the panel (d is a
-   multiple of 32). */
-SDPA_INLINE void pack_neon_panel_q(const void *k, ptrdiff_t ks, ptrdiff_t row0, size_t d,
-                                   sdpa_dtype t, size_t W, float *dst)
-{
-    const size_t bb = sdpa_block_bytes(t);
-    for (size_t g = 0; g < W; g += 4) {
-        const unsigned char *r[4];
-        for (int i = 0; i < 4; i++)
-            r[i] = (const unsigned char *)k +
-                   sdpa_off_bytes(t, (row0 + (ptrdiff_t)(g + (size_t)i)) * ks);
-        for (size_t b = 0; b < d / SDPA_QK; b++) {
-            float32x4_t dk[4];
-            int8x16_t q[4][2];
-            for (int i = 0; i < 4; i++) {
-                dk[i] = vdupq_n_f32(qscale_neon(r[i] + b * bb));
-                quants_neon(r[i] + b * bb, t, &q[i][0], &q[i][1]);
-            }
-            for (int h = 0; h < 2; h++) {
-                float32x4_t y[4][4];
-                for (int i = 0; i < 4; i++) widen_q_neon(q[i][h], dk[i], y[i]);
-                float *col = dst + (b * SDPA_QK + 16 * (size_t)h) * W + g;
-                for (int x = 0; x < 4; x++)
-                    store_neon_4x4t(y[0][x], y[1][x], y[2][x], y[3][x], col + 4 * (size_t)x * W, W);
-            }
-        }
-    }
-}
-
-/* One panel of W (4 or 16) keys starting at row `row0` of k. */
+/* One panel of W (4 or 16) keys starting at row `row0` of k (not a block format). */
 SDPA_INLINE void pack_neon_panel(const void *k, ptrdiff_t ks, ptrdiff_t row0, size_t d,
                                  sdpa_dtype t, size_t W, float *dst)
 {
-    if (sdpa_dtype_quantized(t)) {
-        pack_neon_panel_q(k, ks, row0, d, t, W, dst);
-        return;
-    }
     size_t dd = 0;
     for (; dd + 4 <= d; dd += 4)
         for (size_t g = 0; g < W; g += 4)
@@ -76,9 +42,50 @@ SDPA_INLINE void pack_neon_panel(const void *k, ptrdiff_t ks, ptrdiff_t row0, si
             dst[dd * W + c] = load_neon_1x1(k, (row0 + (ptrdiff_t)c) * ks + (ptrdiff_t)dd, t);
 }
 
+/* Keys of a block format into the same panels, four keys at a time whatever the panel's width
+   (one copy of the group code per type): each block dequantized in registers half by half (16
+   elements of 4 keys: 16 vectors) and transposed 4x4 into the panel (d is a multiple of 32);
+   the last nb % 4 keys row by row. */
+SDPA_INLINE void pack_k_neon_q(const sdpa_rows *w, size_t j0, size_t nb, float *kp, sdpa_dtype t)
+{
+    const size_t d = w->d, bb = sdpa_block_bytes(t), n16 = nb & ~(size_t)15, n4 = nb & ~(size_t)3;
+    const ptrdiff_t ks = w->k_stride;
+    const int hm = sdpa_dtype_has_min(t);
+    for (size_t c = 0; c < n4; c += 4) {
+        const size_t W = c < n16 ? 16 : 4, c0 = c < n16 ? c & ~(size_t)15 : c;
+        float *dst = kp + c0 * d + (c - c0);
+        const unsigned char *r[4];
+        for (int i = 0; i < 4; i++)
+            r[i] = (const unsigned char *)w->k +
+                   sdpa_off_bytes(t, (ptrdiff_t)(j0 + c + (size_t)i) * ks);
+        for (size_t b = 0; b < d / SDPA_QK; b++) {
+            float32x4_t dk[4], mk[4];
+            int8x16_t q[4][2];
+            for (int i = 0; i < 4; i++) {
+                dk[i] = vdupq_n_f32(qscale_neon(r[i] + b * bb));
+                mk[i] = hm ? vdupq_n_f32(qmin_neon(r[i] + b * bb)) : dk[i];
+                quants_neon(r[i] + b * bb, t, &q[i][0], &q[i][1]);
+            }
+            for (int h = 0; h < 2; h++) {
+                float32x4_t y[4][4];
+                for (int i = 0; i < 4; i++) widen_q_neon(q[i][h], dk[i], mk[i], hm, y[i]);
+                float *col = dst + (b * SDPA_QK + 16 * (size_t)h) * W;
+                for (int x = 0; x < 4; x++)
+                    store_neon_4x4t(y[0][x], y[1][x], y[2][x], y[3][x], col + 4 * (size_t)x * W, W);
+            }
+        }
+    }
+    for (size_t c = n4; c < nb; c++)
+        row_to_f32_neon(w->k, (ptrdiff_t)(j0 + c) * ks, d, t, kp + c * d);
+}
+
 SDPA_INLINE void pack_k_neon_typed(const sdpa_rows *w, size_t j0, size_t nb, float *kp,
                                    sdpa_dtype t)
 {
+    if (sdpa_dtype_quantized(t)) {
+        pack_k_neon_q(w, j0, nb, kp, t);
+        return;
+    }
     const size_t d = w->d;
     const ptrdiff_t ks = w->k_stride;
     size_t c = 0;
@@ -97,6 +104,10 @@ static void pack_k(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
     case SDPA_BF16: pack_k_neon_typed(w, j0, nb, kp, SDPA_BF16); break;
     case SDPA_Q8_0: pack_k_neon_typed(w, j0, nb, kp, SDPA_Q8_0); break;
     case SDPA_Q4_0: pack_k_neon_typed(w, j0, nb, kp, SDPA_Q4_0); break;
+    case SDPA_Q4_1: pack_k_neon_typed(w, j0, nb, kp, SDPA_Q4_1); break;
+    case SDPA_Q5_0: pack_k_neon_typed(w, j0, nb, kp, SDPA_Q5_0); break;
+    case SDPA_Q5_1: pack_k_neon_typed(w, j0, nb, kp, SDPA_Q5_1); break;
+    case SDPA_IQ4_NL: pack_k_neon_typed(w, j0, nb, kp, SDPA_IQ4_NL); break;
     default: pack_k_neon_typed(w, j0, nb, kp, SDPA_F32); break;
     }
 }

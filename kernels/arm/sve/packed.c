@@ -5,12 +5,12 @@
 /* Packing K                                                                                   */
 /* ------------------------------------------------------------------------------------------ */
 
-/* q8_0/q4_0 keys into panels of W = min(2 VL, keys left): each key's blocks dequantized lane
-   by lane and scattered into its panel column (index lane * W). */
+/* Keys of a block format into panels of W = min(2 VL, keys left): each key's blocks dequantized
+   lane by lane and scattered into its panel column (index lane * W). */
 SDPA_INLINE void pack_k_sve_q(const sdpa_rows *w, size_t j0, size_t nb, float *kp, sdpa_dtype t)
 {
-    const size_t d = w->d, bb = sdpa_block_bytes(t);
-    const size_t half = t == SDPA_Q8_0 ? SDPA_QK : SDPA_QK / 2;
+    const size_t d = w->d, bb = sdpa_block_bytes(t), half = qhalf_sve(t);
+    const int hm = sdpa_dtype_has_min(t);
     const uint64_t vl = svcntw();
     for (size_t c0 = 0; c0 < nb; c0 += 2 * vl) {
         const size_t W = nb - c0 < 2 * vl ? nb - c0 : 2 * vl;
@@ -20,17 +20,16 @@ SDPA_INLINE void pack_k_sve_q(const sdpa_rows *w, size_t j0, size_t nb, float *k
             const unsigned char *p = (const unsigned char *)w->k +
                                      sdpa_off_bytes(t, (ptrdiff_t)(j0 + c0 + c) * w->k_stride);
             for (size_t b = 0; b < d / SDPA_QK; b++, p += bb) {
-                const svfloat32_t dq = qscale_sve(p);
+                const svfloat32_t dq = qscale_sve(p), mq = hm ? qmin_sve(p) : dq;
                 float *col = panel + b * SDPA_QK * W + c;
                 for (size_t i = 0; i < half; i += vl) {
                     const svbool_t pg = svwhilelt_b32_u64(i, half);
                     svst1_scatter_s32index_f32(
-                        pg, col + i * W, idx,
-                        svmul_f32_x(pg, svcvt_f32_s32_x(pg, quants_sve(pg, p, i, t, 0)), dq));
-                    if (t == SDPA_Q4_0)
+                        pg, col + i * W, idx, deq_sve(pg, quants_sve(pg, p, i, t, 0), dq, mq, hm));
+                    if (t != SDPA_Q8_0)
                         svst1_scatter_s32index_f32(
                             pg, col + (SDPA_QK / 2 + i) * W, idx,
-                            svmul_f32_x(pg, svcvt_f32_s32_x(pg, quants_sve(pg, p, i, t, 1)), dq));
+                            deq_sve(pg, quants_sve(pg, p, i, t, 1), dq, mq, hm));
                 }
             }
         }
@@ -93,6 +92,10 @@ static void pack_k(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
     case SDPA_BF16: pack_k_sve_typed(w, j0, nb, kp, SDPA_BF16); break;
     case SDPA_Q8_0: pack_k_sve_q(w, j0, nb, kp, SDPA_Q8_0); break;
     case SDPA_Q4_0: pack_k_sve_q(w, j0, nb, kp, SDPA_Q4_0); break;
+    case SDPA_Q4_1: pack_k_sve_q(w, j0, nb, kp, SDPA_Q4_1); break;
+    case SDPA_Q5_0: pack_k_sve_q(w, j0, nb, kp, SDPA_Q5_0); break;
+    case SDPA_Q5_1: pack_k_sve_q(w, j0, nb, kp, SDPA_Q5_1); break;
+    case SDPA_IQ4_NL: pack_k_sve_q(w, j0, nb, kp, SDPA_IQ4_NL); break;
     default: pack_k_sve_typed(w, j0, nb, kp, SDPA_F32); break;
     }
 }

@@ -2,21 +2,20 @@
 #include "sve.h"
 
 /* Fast scores (sdpa_rows.qq). Keys in panels as pack_k's (W = min(2 VL, keys left), the
-   panel of key c0 at kq + c0 * d bytes): word g (quants 4g..4g+3, q4_0 expanded to n - 8) of
-   key c at int32 [g * W + c], so one vector holds a word of consecutive keys and SDOT
-   (indexed) takes the row's word from a replicated quadword; block b's scales at
-   kd + c0 * d / 32 + b * W + c. Every query row of the unit reuses them. */
-void sdpa_pack_kq_sve(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd)
+   panel of key c0 at kq + c0 * d bytes): word g (quants 4g..4g+3, quants_sve_b) of key c at
+   int32 [g * W + c], so one vector holds a word of consecutive keys and SDOT (indexed) takes
+   the row's word from a replicated quadword; block b's scales at kd + c0 * d / 32 + b * W + c,
+   its minima (q4_1, q5_1) likewise in km. Every query row of the unit reuses them. */
+SDPA_INLINE void pack_kq_sve_typed(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq,
+                                   float *kd, float *km, sdpa_dtype t)
 {
-    const sdpa_dtype t = w->k_type;
-    const size_t d = w->d, nblk = d / SDPA_QK, bb = sdpa_block_bytes(t);
-    const size_t half = t == SDPA_Q8_0 ? SDPA_QK : SDPA_QK / 2; /* quant bytes a block stores */
+    const size_t d = w->d, nblk = d / SDPA_QK, bb = sdpa_block_bytes(t), half = qhalf_sve(t);
     const uint64_t vl = svcntw(), vb = svcntb();
     for (size_t c0 = 0; c0 < nb; c0 += 2 * vl) {
         const size_t W = nb - c0 < 2 * vl ? nb - c0 : 2 * vl;
         const svint32_t idx = svindex_s32(0, (int32_t)W);
         int32_t *panel = (int32_t *)(void *)(kq + c0 * d); /* 4-byte aligned: c0 * d % 32 == 0 */
-        float *kdp = kd + c0 * nblk;
+        float *kdp = kd + c0 * nblk, *kmp = km + c0 * nblk;
         for (size_t c = 0; c < W; c++) {
             const unsigned char *p = (const unsigned char *)w->k +
                                      sdpa_off_bytes(t, (ptrdiff_t)(j0 + c0 + c) * w->k_stride);
@@ -24,37 +23,45 @@ void sdpa_pack_kq_sve(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, floa
                 uint16_t h;
                 memcpy(&h, p, sizeof h);
                 kdp[b * W + c] = sdpa_f16_to_f32(h);
+                if (sdpa_dtype_has_min(t)) {
+                    memcpy(&h, p + 2, sizeof h);
+                    kmp[b * W + c] = sdpa_f16_to_f32(h);
+                }
                 int32_t *col = panel + b * (SDPA_QK / 4) * W + c;
                 for (size_t i = 0; i < half; i += vb) {
                     const svbool_t pb = svwhilelt_b8_u64(i, half);
                     const svbool_t pw = svwhilelt_b32_u64(i / 4, half / 4);
-                    if (t == SDPA_Q8_0) {
-                        const svint8_t x = svld1_s8(pb, (const int8_t *)(p + 2) + i);
-                        svst1_scatter_s32index_s32(pw, col + (i / 4) * W, idx,
-                                                   svreinterpret_s32_s8(x));
-                    } else {
-                        const svuint8_t x = svld1_u8(pb, p + 2 + i);
-                        const svint8_t lo = svsub_n_s8_x(
-                            pb, svreinterpret_s8_u8(svand_n_u8_x(pb, x, 15)), 8);
-                        const svint8_t hi = svsub_n_s8_x(
-                            pb, svreinterpret_s8_u8(svlsr_n_u8_x(pb, x, 4)), 8);
-                        svst1_scatter_s32index_s32(pw, col + (i / 4) * W, idx,
-                                                   svreinterpret_s32_s8(lo));
-                        svst1_scatter_s32index_s32(pw, col + (SDPA_QK / 8 + i / 4) * W, idx,
-                                                   svreinterpret_s32_s8(hi));
-                    }
+                    svst1_scatter_s32index_s32(pw, col + (i / 4) * W, idx,
+                                               svreinterpret_s32_s8(quants_sve_b(pb, p, i, t, 0)));
+                    if (t != SDPA_Q8_0)
+                        svst1_scatter_s32index_s32(
+                            pw, col + (SDPA_QK / 8 + i / 4) * W, idx,
+                            svreinterpret_s32_s8(quants_sve_b(pb, p, i, t, 1)));
                 }
             }
         }
     }
 }
 
+void sdpa_pack_kq_sve(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd, float *km)
+{
+    switch (w->k_type) {
+    case SDPA_Q4_0: pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q4_0); break;
+    case SDPA_Q4_1: pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q4_1); break;
+    case SDPA_Q5_0: pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q5_0); break;
+    case SDPA_Q5_1: pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q5_1); break;
+    case SDPA_IQ4_NL: pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_IQ4_NL); break;
+    default: pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q8_0); break;
+    }
+}
+
 /* Fast scores of mr rows against a panel of W <= NV * VL keys: per block, int32 sums by SDOT
-   (each lane a key, four quants per step), then s += (qd d_k) sum in f32, blocks in order (the
-   scalar reference's arithmetic, op for op). */
-SDPA_INLINE void score_q8_sve_mxn(const int8_t *qq, const float *qd, size_t d, const int32_t *kq,
-                                  const float *kd, size_t W, float *S, size_t lds, const int mr,
-                                  const int NV)
+   (each lane a key, four quants per step), then s += (qd d_k) sum and, with a minimum (qs not
+   NULL: one branch per block, not a copy per case), s += (qd m_k) qs in f32, blocks in order
+   (the scalar reference's arithmetic, op for op). */
+SDPA_INLINE void score_q8_sve_mxn(const int8_t *qq, const float *qd, const float *qs, size_t d,
+                                  const int32_t *kq, const float *kd, const float *km, size_t W,
+                                  float *S, size_t lds, const int mr, const int NV)
 {
     const svbool_t all = svptrue_b32(), all8 = svptrue_b8(); /* all8: byte-granular loads */
     const uint64_t vl = svcntw();
@@ -66,7 +73,7 @@ SDPA_INLINE void score_q8_sve_mxn(const int8_t *qq, const float *qd, size_t d, c
     svfloat32_t a00 = z, a01 = z, a10 = z, a11 = z, a20 = z, a21 = z, a30 = z, a31 = z;
     svint32_t i00, i01, i10, i11, i20, i21, i30, i31;
     svint8_t q0 = zb, q1 = zb, q2 = zb, q3 = zb, k0 = zb, k1 = zb;
-    svfloat32_t s0 = z, s1 = z;
+    svfloat32_t s0 = z, s1 = z, m0 = z, m1 = z;
 #define Q8_ZERO(r, x) i##r##x = zi
 #define Q8_DOT0(r, x) i##r##x = svdot_lane_s32(i##r##x, k##x, q##r, 0)
 #define Q8_DOT1(r, x) i##r##x = svdot_lane_s32(i##r##x, k##x, q##r, 1)
@@ -81,6 +88,10 @@ SDPA_INLINE void score_q8_sve_mxn(const int8_t *qq, const float *qd, size_t d, c
     a##r##x = svadd_f32_x(all, a##r##x,                                                       \
                           svmul_f32_x(all, svmul_n_f32_x(all, s##x, qd[(r) * nblk + b]),      \
                                       svcvt_f32_s32_x(all, i##r##x)))
+#define Q8_MIN(r, x)                                                                          \
+    a##r##x = svadd_f32_x(all, a##r##x,                                                       \
+                          svmul_n_f32_x(all, svmul_n_f32_x(all, m##x, qd[(r) * nblk + b]),    \
+                                        qs[(r) * nblk + b]))
     for (size_t b = 0; b < nblk; b++) {
         SVE_FOR_BLOCK(Q8_ZERO);
         for (size_t g = 0; g < SDPA_QK / 4; g += 4) { /* four words: one quadword of q */
@@ -101,6 +112,11 @@ SDPA_INLINE void score_q8_sve_mxn(const int8_t *qq, const float *qd, size_t d, c
         s0 = svld1_f32(p0, kd + b * W);
         if (NV > 1) s1 = svld1_f32(p1, kd + b * W + vl);
         SVE_FOR_BLOCK(Q8_SCALE);
+        if (qs) {
+            m0 = svld1_f32(p0, km + b * W);
+            if (NV > 1) m1 = svld1_f32(p1, km + b * W + vl);
+            SVE_FOR_BLOCK(Q8_MIN);
+        }
     }
 #define Q8_STORE(r, x) svst1_f32(x ? p1 : p0, S + (r) * lds + (x) * vl, a##r##x)
     SVE_FOR_BLOCK(Q8_STORE);
@@ -111,45 +127,51 @@ SDPA_INLINE void score_q8_sve_mxn(const int8_t *qq, const float *qd, size_t d, c
 #undef Q8_DOT3
 #undef Q8_WORD
 #undef Q8_SCALE
+#undef Q8_MIN
 #undef Q8_STORE
-    (void)q1, (void)q2, (void)q3, (void)k1, (void)s1;
+    (void)q1, (void)q2, (void)q3, (void)k1, (void)s1, (void)m1;
 }
 
-static void score_q8_sve_4x2v(const int8_t *qq, const float *qd, size_t d, const int32_t *kq,
-                              const float *kd, size_t W, float *S, size_t lds)
+static void score_q8_sve_4x2v(const int8_t *qq, const float *qd, const float *qs, size_t d,
+                              const int32_t *kq, const float *kd, const float *km, size_t W,
+                              float *S, size_t lds)
 {
-    score_q8_sve_mxn(qq, qd, d, kq, kd, W, S, lds, 4, 2);
+    score_q8_sve_mxn(qq, qd, qs, d, kq, kd, km, W, S, lds, 4, 2);
 }
 
-void sdpa_score_q8_sve(const int8_t *qq, const float *qd, size_t ra, size_t d,
-                       const int8_t *kq, const float *kd, size_t nb, float *S, size_t lds)
+void sdpa_score_q8_sve(const int8_t *qq, const float *qd, const float *qs, size_t ra, size_t d,
+                       const int8_t *kq, const float *kd, const float *km, size_t nb, float *S,
+                       size_t lds)
 {
     const uint64_t vl = svcntw();
     const size_t nblk = d / SDPA_QK;
     for (size_t r0 = 0; r0 < ra; r0 += TILE_MR) {
         const size_t mr = ra - r0 < TILE_MR ? ra - r0 : TILE_MR;
         const int8_t *qr = qq + r0 * d;
-        const float *qdr = qd + r0 * nblk;
+        const float *qdr = qd + r0 * nblk, *qsr = qs ? qs + r0 * nblk : NULL;
         float *Sr = S + r0 * lds;
         for (size_t c0 = 0; c0 < nb; c0 += 2 * vl) {
             const size_t W = nb - c0 < 2 * vl ? nb - c0 : 2 * vl;
-            const int32_t *panel = (const int32_t *)(const void *)(kq + c0 * d);
-            const float *kdp = kd + c0 * nblk;
+            const int32_t *pn = (const int32_t *)(const void *)(kq + c0 * d);
+            const float *kdp = kd + c0 * nblk, *kmp = km + c0 * nblk;
+            float *Sc = Sr + c0;
+#define Q8_TILE(m, nv) score_q8_sve_mxn(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds, m, nv)
             if (W > vl) {
                 switch (mr) {
-                case 4: score_q8_sve_4x2v(qr, qdr, d, panel, kdp, W, Sr + c0, lds); break;
-                case 3: score_q8_sve_mxn(qr, qdr, d, panel, kdp, W, Sr + c0, lds, 3, 2); break;
-                case 2: score_q8_sve_mxn(qr, qdr, d, panel, kdp, W, Sr + c0, lds, 2, 2); break;
-                default: score_q8_sve_mxn(qr, qdr, d, panel, kdp, W, Sr + c0, lds, 1, 2); break;
+                case 4: score_q8_sve_4x2v(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds); break;
+                case 3: Q8_TILE(3, 2); break;
+                case 2: Q8_TILE(2, 2); break;
+                default: Q8_TILE(1, 2); break;
                 }
-            } else {
+            } else { /* a narrow last panel needs one vector of keys */
                 switch (mr) {
-                case 4: score_q8_sve_mxn(qr, qdr, d, panel, kdp, W, Sr + c0, lds, 4, 1); break;
-                case 3: score_q8_sve_mxn(qr, qdr, d, panel, kdp, W, Sr + c0, lds, 3, 1); break;
-                case 2: score_q8_sve_mxn(qr, qdr, d, panel, kdp, W, Sr + c0, lds, 2, 1); break;
-                default: score_q8_sve_mxn(qr, qdr, d, panel, kdp, W, Sr + c0, lds, 1, 1); break;
+                case 4: Q8_TILE(4, 1); break;
+                case 3: Q8_TILE(3, 1); break;
+                case 2: Q8_TILE(2, 1); break;
+                default: Q8_TILE(1, 1); break;
                 }
             }
+#undef Q8_TILE
         }
     }
 }

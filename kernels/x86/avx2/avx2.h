@@ -17,7 +17,7 @@
 
 #define DECODE_MAX_ROWS 8   /* more rows than this take the prefill path */
 #define PAGED_ROWS SIZE_MAX /* paged units: every one (both paths run rows_loop.h) */
-#define QUANT_ROWS DECODE_MAX_ROWS /* q8_0 / q4_0 K or V in place: the decode path's (decode_q.h) */
+#define QUANT_ROWS DECODE_MAX_ROWS /* K or V in a block format in place: decode_q.h */
 #define DECODE_PF_KEYS 32   /* prefetch distance: far enough to cover memory latency, near enough for L1 */
 #define DECODE_PV_GROUP 32  /* keys per P·V group: their V rows stay in L1 across column passes */
 #define DECODE_BLOCK 512    /* keys per decode block (at most: the driver's hint rules) */
@@ -28,7 +28,7 @@
 #define SCORE_NR 16
 #define PV_MR 6             /* P·V micro-kernel: 6 rows x 16 columns = 12 accumulators */
 #define PV_NR 16
-/* the q8_0 / q4_0 decode path (shared/decode_q.h) */
+/* the block-format decode path (shared/decode_q.h) */
 #define DECODE_Q_BLOCK 256  /* keys per block (at most: the driver's hint rules) */
 #define DECODE_Q_PF_KEYS 16 /* prefetch distance of its K and V rows */
 #define DECODE_Q_PV_GROUP 32 /* keys per P·V group: their V rows stay in L1 across column passes */
@@ -41,7 +41,7 @@ static inline size_t block_keys(size_t block, size_t cap)
 
 /* The two paths (decode.c, prefill.c) and their scratch sizes in floats. */
 void   sdpa_decode_avx2(const sdpa_rows *w);
-/* the decode path for K or V in q8_0 / q4_0, and fast scores (kernels/x86/shared/decode_q.h) */
+/* the decode path for K or V in a block format, and fast scores (kernels/x86/shared/decode_q.h) */
 void   sdpa_decode_q_avx2(const sdpa_rows *w);
 size_t sdpa_decode_q_ws_avx2(size_t rows, size_t d);
 void   sdpa_dequant_avx2(sdpa_dtype type, const void *src, float *dst, size_t n);

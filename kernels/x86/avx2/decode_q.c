@@ -1,4 +1,4 @@
-/* decode_q.c -- the AVX2 decode path for K or V in q8_0 / q4_0 (shared/decode_q.h) */
+/* decode_q.c -- the AVX2 decode path for K or V in a block format (shared/decode_q.h) */
 #include "avx2.h"
 
 #define SDPA_QD_FN decode_q_loop_avx2

@@ -17,7 +17,7 @@
 
 #define DECODE_MAX_ROWS 8   /* more rows than this take the prefill path */
 #define PAGED_ROWS DECODE_MAX_ROWS /* paged units: the decode path's (rows_loop.h) */
-#define QUANT_ROWS DECODE_MAX_ROWS /* q8_0 / q4_0 K or V in place: the decode path's (decode_q.h) */
+#define QUANT_ROWS DECODE_MAX_ROWS /* K or V in a block format in place: decode_q.h */
 #define DECODE_PF_KEYS 32   /* prefetch distance: far enough to cover memory latency, near enough for L1 */
 #define DECODE_PV_GROUP 32  /* keys per P·V group: their V rows (a few KB) stay in L1 */
 #define DECODE_BLOCK 256    /* keys per decode block */
@@ -32,7 +32,7 @@
 #define PV_NR 64            /* columns per P·V micro-tile */
 #define PV_KB 64            /* keys per P·V sub-block: 64 keys x 64 columns of V stay in L1 */
 #define PREFILL_PF_LINES 8  /* lines of the driver's hint (sdpa_rows.pf) requested per score tile */
-/* the q8_0 / q4_0 decode path (shared/decode_q.h) */
+/* the block-format decode path (shared/decode_q.h) */
 #define DECODE_Q_BLOCK 256  /* keys per block (at most: the driver's hint rules) */
 #define DECODE_Q_PF_KEYS 16 /* prefetch distance of its K and V rows */
 #define DECODE_Q_PV_GROUP 32 /* keys per P·V group: their V rows stay in L1 across column passes */
@@ -47,7 +47,7 @@ static inline size_t state_floats(size_t rows) { return 4 * sdpa_round16(rows); 
 
 /* The two paths (decode.c, prefill.c) and their scratch sizes in floats. */
 void   sdpa_decode_avx512(const sdpa_rows *w);
-/* the decode path for K or V in q8_0 / q4_0, and fast scores (kernels/x86/shared/decode_q.h):
+/* the decode path for K or V in a block format, and fast scores (kernels/x86/shared/decode_q.h):
    int8 dot products by pmaddubsw, and (vnni.c) by vpdpbusd */
 void   sdpa_decode_q_avx512(const sdpa_rows *w);
 void   sdpa_decode_q_avx512_vnni(const sdpa_rows *w);

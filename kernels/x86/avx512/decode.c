@@ -20,7 +20,7 @@ size_t sdpa_decode_ws_avx512(size_t rows, size_t d, size_t dv, size_t block)
     /* alpha | scores | q packed by lines (padded to 8 rows) */
     (void)block, (void)dv;
     return sdpa_max(state_floats(rows) + rows * DECODE_LDS + DECODE_MAX_ROWS * (d + 32),
-                    sdpa_decode_q_ws_avx512(rows, d)); /* or the q8_0 / q4_0 path's */
+                    sdpa_decode_q_ws_avx512(rows, d)); /* or the block-format path's */
 }
 
 /* The decode loop's two prefetch streams while one phase runs, each requested in address

@@ -1,4 +1,4 @@
-/* decode_q.c -- the AVX-512 decode path for K or V in q8_0 / q4_0 (shared/decode_q.h) */
+/* decode_q.c -- the AVX-512 decode path for K or V in a block format (shared/decode_q.h) */
 #include "avx512.h"
 
 /* the fused softmax, and p = 0 written for the keys past the row's limit (rows_loop.h) */

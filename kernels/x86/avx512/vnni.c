@@ -2,7 +2,7 @@
 #define SDPA_QD_VNNI 1
 #include "decode_q.c"
 
-/* A decode unit with fast scores takes the VNNI instance of the q8_0 / q4_0 decode path; every
+/* A decode unit with fast scores takes the VNNI instance of the block-format decode path; every
    other unit is the avx512 implementation's. */
 static void rows_avx512_vnni(const sdpa_rows *w)
 {

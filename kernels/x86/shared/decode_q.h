@@ -1,4 +1,4 @@
-/* decode_q.h -- the x86 q8_0 / q4_0 decode path: rows_loop.h's hooks, for avx2 and avx512 */
+/* decode_q.h -- the x86 decode path for block formats: rows_loop.h's hooks, for avx2 and avx512 */
 /*
  * Included once by a kernel file after its ISA header, with defined:
  *   SDPA_QD_FN      the entry to define (void SDPA_QD_FN(const sdpa_rows *w))
@@ -6,10 +6,12 @@
  *                   loop_softmax contract)
  *   SDPA_QD_VNNI    1: int8 dot products by vpdpbusd (AVX512-VNNI + VL), 0: pmaddubsw + pmaddwd
  * Few rows read K and V once, in place: each block of a key row is converted once, in
- * registers, and feeds every row (decode_q_tiles.h). A quantized value enters as d * q, exact
- * in f32 (an f16 times an integer of at most 8 bits). Fast scores (sdpa_rows.qq) take the exact
- * int32 dot product of a query block's quants with the key block's, then scale it by qd * d_k
- * in f32. 256-bit vectors on both ISAs: the block is 32 elements, one ymm of bytes, and the
+ * registers, and feeds every row (decode_q_tiles.h). A quantized value enters exactly as sdpa.h
+ * states it (decode_q_format.h). Fast scores (sdpa_rows.qq) take the exact int32 dot product of
+ * a query block's quants with the key block's, then scale it by qd * d_k in f32 (and add
+ * qd * m_k * sum(q) for q4_1 and q5_1). One function per storage type (the element types share
+ * one) and row count, for scores and for P·V, each block's decode inlined into the shared
+ * arithmetic. 256-bit vectors on both ISAs: the block is 32 elements, one ymm of bytes, and the
  * decode is bound by memory and conversions, not by the vector width (the avx512 files use
  * 512-bit forms where two blocks fill a vector).
  */
@@ -17,20 +19,17 @@
 #if !defined(DECODE_Q_BLOCK) || !defined(DECODE_Q_PF_KEYS) || !defined(DECODE_Q_PV_GROUP)
 #error "the ISA header defines DECODE_Q_BLOCK, DECODE_Q_PF_KEYS and DECODE_Q_PV_GROUP"
 #endif
-/* The scratch floats of this path for R rows: S [R][DECODE_Q_BLOCK], alpha [R], the VNNI
-   query bytes, the 512-bit fast scores' block scales */
-#define QD_WS_FLOATS(R, d)                                                                         \
-    ((R) * sdpa_round16(DECODE_Q_BLOCK) + sdpa_round16(R) + sdpa_round16((R) * (d) / 4 + 1) +      \
-     sdpa_round16((R) * ((d) / 4 + 16)))
-
+/* The scratch floats of this path: QD_WS_FLOATS(R, d) (decode_q_tiles.h). */
 #include "decode_q_tiles.h"
 
 /* --- the hooks of the generic loop (rows_loop.h) ------------------------------------------- */
 
 typedef struct qd_ctx {
     const uint8_t *qu; /* fast scores with VNNI: the rows' quants plus 128, [rows][d] */
-    const float   *qz; /* fast scores, 512-bit: each row's block scales by pairs of blocks,
-                          each scale over 8 lanes, [rows][(d / 32 + 1) / 2 * 16] */
+    const float   *qz; /* fast scores: each row's block scales by pairs of blocks, each scale
+                          over 8 lanes, [rows][(d / 32 + 1) / 2 * 16] */
+    const float   *qm; /* fast scores, K in q4_1 or q5_1: qd * sum(q) of each row's blocks, qz's
+                          layout with lanes 1-7 of each block 0 (the sum enters once per block) */
 } qd_ctx;
 
 static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
@@ -42,6 +41,7 @@ static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t
     *alpha = *S + w->rows * *lds;
     c->qu = NULL;
     c->qz = NULL;
+    c->qm = NULL;
     /* scratch past S and alpha (QD_WS_FLOATS) */
     uint8_t *qu = (uint8_t *)(void *)(*alpha + sdpa_round16(w->rows));
     float *qz = *alpha + sdpa_round16(w->rows) + sdpa_round16(w->rows * w->d / 4 + 1);
@@ -60,6 +60,17 @@ static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t
                 for (size_t e = 0; e < 8; e++)
                     qz[r * zr + b / 2 * 16 + b % 2 * 8 + e] = w->qd[r * nbk + b];
         c->qz = qz;
+        if (sdpa_dtype_has_min(w->k_type)) {
+            float *qm = w->ws + QD_WS_QM(w->rows, w->d);
+            for (size_t r = 0; r < w->rows; r++)
+                for (size_t b = 0; b < nbk; b++) {
+                    int32_t sum = 0;
+                    for (size_t e = 0; e < SDPA_QK; e++) sum += w->qq[r * w->d + b * SDPA_QK + e];
+                    for (size_t e = 0; e < 8; e++)
+                        qm[r * zr + b * 8 + e] = e ? 0.0f : w->qd[r * nbk + b] * (float)sum;
+                }
+            c->qm = qm;
+        }
     }
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
     for (size_t j = w->kv_begin; j < w->kv_begin + DECODE_Q_PF_KEYS && j < kend; j++) {
@@ -69,17 +80,25 @@ static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t
     return B;
 }
 
-/* One function per shape (the storage type of K: q8_0, q4_0 or an element type; the row count),
-   called once per block, for loop_scores and loop_values. */
-typedef void qd_scores_fn(const sdpa_rows *w, const uint8_t *qu, const float *qz, size_t j0,
-                          size_t nb, float *S, size_t lds);
+/* An element type (f32, f16, bf16) as one of three constants: its shapes then hold none of the
+   block formats' paths. */
+static inline sdpa_dtype qd_el(sdpa_dtype t)
+{
+    return t == SDPA_F32 ? SDPA_F32 : t == SDPA_F16 ? SDPA_F16 : SDPA_BF16;
+}
+
+/* One function per shape (the storage type, or an element type; the row count), called once per
+   block, for loop_scores and loop_values. */
+typedef void qd_scores_fn(const sdpa_rows *w, const uint8_t *qu, const float *qz, const float *qm,
+                          size_t j0, size_t nb, float *S, size_t lds);
 typedef void qd_values_fn(const sdpa_rows *w, float *acc, const float *al, const float *P,
                           size_t lds, size_t j0, size_t n, size_t kend);
 #define QD_SCORES_FN(N, KT, R)                                                                     \
     SDPA_NOINLINE void qd_scores_##N##_##R(const sdpa_rows *w, const uint8_t *qu, const float *qz, \
-                                           size_t j0, size_t nb, float *S, size_t lds)         \
+                                           const float *qm, size_t j0, size_t nb, float *S,    \
+                                           size_t lds)                                         \
     {                                                                                          \
-        qd_scores_r(R, KT, w, qu, qz, j0, nb, S, lds);                                         \
+        qd_scores_r(R, KT, w, qu, qz, qm, j0, nb, S, lds);                                     \
     }
 #define QD_VALUES_FN(N, VT, R)                                                                     \
     SDPA_NOINLINE void qd_values_##N##_##R(const sdpa_rows *w, float *acc, const float *al,    \
@@ -92,17 +111,27 @@ typedef void qd_values_fn(const sdpa_rows *w, float *acc, const float *al, const
     F(N, T, 1) F(N, T, 2) F(N, T, 3) F(N, T, 4) F(N, T, 5) F(N, T, 6) F(N, T, 7) F(N, T, 8)
 QD_FNS(QD_SCORES_FN, q8, SDPA_Q8_0)
 QD_FNS(QD_SCORES_FN, q4, SDPA_Q4_0)
-QD_FNS(QD_SCORES_FN, el, w->k_type)
+QD_FNS(QD_SCORES_FN, q41, SDPA_Q4_1)
+QD_FNS(QD_SCORES_FN, q50, SDPA_Q5_0)
+QD_FNS(QD_SCORES_FN, q51, SDPA_Q5_1)
+QD_FNS(QD_SCORES_FN, iq4, SDPA_IQ4_NL)
+QD_FNS(QD_SCORES_FN, el, qd_el(w->k_type))
 QD_FNS(QD_VALUES_FN, q8, SDPA_Q8_0)
 QD_FNS(QD_VALUES_FN, q4, SDPA_Q4_0)
-QD_FNS(QD_VALUES_FN, el, w->v_type)
+QD_FNS(QD_VALUES_FN, q41, SDPA_Q4_1)
+QD_FNS(QD_VALUES_FN, q50, SDPA_Q5_0)
+QD_FNS(QD_VALUES_FN, q51, SDPA_Q5_1)
+QD_FNS(QD_VALUES_FN, iq4, SDPA_IQ4_NL)
+QD_FNS(QD_VALUES_FN, el, qd_el(w->v_type))
 #define QD_ROW(F, N) {F##_##N##_1, F##_##N##_2, F##_##N##_3, F##_##N##_4,                          \
                       F##_##N##_5, F##_##N##_6, F##_##N##_7, F##_##N##_8}
-/* [q8_0, q4_0, an element type][rows - 1] */
-static qd_scores_fn *const qd_scores_fns[3][8] = {
-    QD_ROW(qd_scores, q8), QD_ROW(qd_scores, q4), QD_ROW(qd_scores, el)};
-static qd_values_fn *const qd_values_fns[3][8] = {
-    QD_ROW(qd_values, q8), QD_ROW(qd_values, q4), QD_ROW(qd_values, el)};
+/* [q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, an element type][rows - 1] */
+static qd_scores_fn *const qd_scores_fns[7][8] = {
+    QD_ROW(qd_scores, q8),  QD_ROW(qd_scores, q4),  QD_ROW(qd_scores, q41), QD_ROW(qd_scores, q50),
+    QD_ROW(qd_scores, q51), QD_ROW(qd_scores, iq4), QD_ROW(qd_scores, el)};
+static qd_values_fn *const qd_values_fns[7][8] = {
+    QD_ROW(qd_values, q8),  QD_ROW(qd_values, q4),  QD_ROW(qd_values, q41), QD_ROW(qd_values, q50),
+    QD_ROW(qd_values, q51), QD_ROW(qd_values, iq4), QD_ROW(qd_values, el)};
 #undef QD_ROW
 #undef QD_FNS
 #undef QD_VALUES_FN
@@ -111,7 +140,15 @@ static qd_values_fn *const qd_values_fns[3][8] = {
 /* The row of a table for a storage type, and the column for R >= 1 rows (more as 8). */
 static inline size_t qd_type_ix(sdpa_dtype t)
 {
-    return t == SDPA_Q8_0 ? 0 : t == SDPA_Q4_0 ? 1 : 2;
+    switch (t) {
+    case SDPA_Q8_0: return 0;
+    case SDPA_Q4_0: return 1;
+    case SDPA_Q4_1: return 2;
+    case SDPA_Q5_0: return 3;
+    case SDPA_Q5_1: return 4;
+    case SDPA_IQ4_NL: return 5;
+    default: return 6;
+    }
 }
 static inline size_t qd_rows_ix(size_t R) { return (R < 8 ? R : 8) - 1; }
 
@@ -119,7 +156,8 @@ static inline void loop_scores(qd_ctx *c, const sdpa_rows *w, size_t r0, size_t 
                                float *S, size_t lds)
 {
     (void)r0; /* all rows: the tiles are shaped by the row count */
-    qd_scores_fns[qd_type_ix(w->k_type)][qd_rows_ix(w->rows)](w, c->qu, c->qz, j0, nb, S, lds);
+    qd_scores_fns[qd_type_ix(w->k_type)][qd_rows_ix(w->rows)](w, c->qu, c->qz, c->qm, j0, nb, S,
+                                                              lds);
 }
 
 static inline float loop_softmax(qd_ctx *c, size_t r, float *s, size_t nv, size_t nb, float *m,

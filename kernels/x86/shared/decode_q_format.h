@@ -1,10 +1,12 @@
-/* decode_q_format.h -- q8_0 / q4_0 format blocks in registers, for decode_q.h */
+/* decode_q_format.h -- the block formats in registers for decode_q.h: loads, conversions */
 /*
- * Each format block's f16 scale and its 32 quants (convert.h), converted exactly: a quantized
- * value enters as d * q, exact in f32 (an f16 times an integer of at most 8 bits). 256-bit
- * forms for both ISAs, and 512-bit ones (a format block in two vectors) where the including
- * file is compiled for AVX-512. Below, "block" is a format block.
- * SDPA_QD_VNNI (0 or 1) must be defined: it selects qd_dot's instruction.
+ * Each block's f16 scale and its quants, converted exactly: an element of q8_0, q4_0, q5_0 or
+ * iq4_nl is d q, exact in f32 (an f16 times an integer of at most 8 bits); one of q4_1 or q5_1
+ * is d n + m rounded once, what one fused multiply-add gives. Every format but q8_0 (read from
+ * memory) is decoded once per block into int8 quants in registers, then converted by shared
+ * arithmetic. 256-bit forms for both ISAs, and 512-bit ones (a block in two vectors) where the
+ * including file is compiled for AVX-512. SDPA_QD_VNNI (0 or 1) must be defined: it selects
+ * qd_dot's instruction.
  */
 #ifndef SDPA_DECODE_Q_FORMAT_H
 #define SDPA_DECODE_Q_FORMAT_H
@@ -23,10 +25,59 @@ SDPA_INLINE __m256 qd_f16x8(const unsigned char *p)
     return _mm256_cvtph_ps(_mm_set1_epi16(h));
 }
 
-/* The 32 quants of a block as int8, element order (q4_0: nibble - 8). */
+/* The 32 nibbles of the 16 bytes at p as bytes, in element order (element i < 16 the low
+   nibble of byte i, element 16 + i its high nibble). */
+SDPA_INLINE __m256i qd_nibbles32(const unsigned char *p)
+{
+    const __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)p), m = _mm_set1_epi8(15);
+    return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(raw, 4), m), _mm_and_si128(raw, m));
+}
+
+/* The 32 bits of the little-endian u32 at p (q5_0, q5_1: bit i the 5th bit of element i). */
+static inline uint32_t qd_u32(const unsigned char *p)
+{
+    uint32_t h;
+    memcpy(&h, p, sizeof h);
+    return h;
+}
+
+/* 16 in byte i where bit i of h is set, 0 elsewhere: with AVX-512 a masked move; on AVX2 byte
+   i takes h's byte i / 8 (a shuffle of h in every lane), tests bit i % 8 and turns the test's
+   0xff into 16. */
+SDPA_INLINE __m256i qd_high_bits32(uint32_t h)
+{
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+    return _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(16));
+#else
+    const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
+                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
+    const __m256i t = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bit);
+    return _mm256_and_si256(_mm256_cmpeq_epi8(t, bit), _mm256_set1_epi8(16));
+#endif
+}
+
+/* The 32 integer quants of a block as int8, element order (sdpa_block_quants'). */
 SDPA_INLINE __m256i qd_quants32(sdpa_dtype type, const unsigned char *b)
 {
     if (type == SDPA_Q8_0) return _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
+    if (type == SDPA_Q4_1) return qd_nibbles32(b + 4);
+    if (type == SDPA_Q5_1)
+        return _mm256_or_si256(qd_nibbles32(b + 8), qd_high_bits32(qd_u32(b + 4)));
+    if (type == SDPA_Q5_0) {
+        const __m256i n = qd_nibbles32(b + 6);
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+        /* n - 16 where the 5th bit is clear, n where it is set */
+        return _mm256_mask_sub_epi8(n, (__mmask32)~qd_u32(b + 2), n, _mm256_set1_epi8(16));
+#else
+        return _mm256_sub_epi8(_mm256_or_si256(n, qd_high_bits32(qd_u32(b + 2))),
+                               _mm256_set1_epi8(16));
+#endif
+    }
+    if (type == SDPA_IQ4_NL) {
+        const __m128i v = _mm_loadu_si128((const __m128i *)(const void *)sdpa_iq4nl_values);
+        return _mm256_shuffle_epi8(_mm256_set_m128i(v, v), qd_nibbles32(b + 2));
+    }
     const __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)(b + 2));
     const __m128i m = _mm_set1_epi8(15), e = _mm_set1_epi8(8);
     const __m128i lo = _mm_sub_epi8(_mm_and_si128(raw, m), e);
@@ -88,8 +139,21 @@ SDPA_INLINE void qd_request(const void *base, sdpa_dtype type, ptrdiff_t stride,
     __builtin_prefetch(r + bytes - 1, 0, 3);
 }
 
+/* A block's scale d in every lane, and c: for q4_0 8 d (qd_x8 takes d n - 8 d), for q4_1 and
+   q5_1 the minimum m, for q5_0 and iq4_nl -0 (qd_x8 takes fma(q, d, c): d q + -0 is d q, its
+   sign of zero too); unused for q8_0. */
+SDPA_INLINE void qd_scales8(sdpa_dtype type, const unsigned char *b, __m256 *d, __m256 *c)
+{
+    *d = qd_f16x8(b);
+    if (type == SDPA_Q8_0 || type == SDPA_Q4_0)
+        *c = _mm256_mul_ps(*d, _mm256_set1_ps(8.0f));
+    else
+        *c = sdpa_dtype_has_min(type) ? qd_f16x8(b + 2) : _mm256_set1_ps(-0.0f);
+}
+
 /* A block's quants ready for qd_x8: q8_0, the block's address; q4_0, its low and high nibbles
-   (elements 0-15 and 16-31) as bytes. */
+   (elements 0-15 and 16-31) as bytes; the other formats, their int8 quants (qd_quants32),
+   elements 0-15 and 16-31. */
 typedef struct qd_src {
     const unsigned char *b;
     __m128i lo, hi;
@@ -104,15 +168,20 @@ SDPA_INLINE qd_src qd_prepare(sdpa_dtype type, const unsigned char *b)
         const __m128i m = _mm_set1_epi8(15);
         s.lo = _mm_and_si128(raw, m);
         s.hi = _mm_and_si128(_mm_srli_epi16(raw, 4), m);
-    } else {
+    } else if (type == SDPA_Q8_0) {
         s.lo = s.hi = _mm_setzero_si128();
+    } else {
+        const __m256i q = qd_quants32(type, b);
+        s.lo = _mm256_castsi256_si128(q);
+        s.hi = _mm256_extracti128_si256(q, 1);
     }
     return s;
 }
 
-/* Elements [8 t, 8 t + 8) of the block as f32: d q, or for q4_0 d n - 8 d (both products and
-   their difference exact in f32, so one fused step gives d (n - 8) exactly). */
-SDPA_INLINE __m256 qd_x8(sdpa_dtype type, const qd_src *s, int t, __m256 d, __m256 d8)
+/* Elements [8 t, 8 t + 8) of the block as f32, d and c from qd_scales8: d q; for q4_0
+   d n - 8 d (both products and their difference exact in f32, so one fused step gives
+   d (n - 8) exactly); for the others fma(q, d, c). */
+SDPA_INLINE __m256 qd_x8(sdpa_dtype type, const qd_src *s, int t, __m256 d, __m256 c)
 {
     if (type == SDPA_Q8_0)
         return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(
@@ -120,26 +189,36 @@ SDPA_INLINE __m256 qd_x8(sdpa_dtype type, const qd_src *s, int t, __m256 d, __m2
                              d);
     const __m128i n = t < 2 ? s->lo : s->hi;
     const __m128i h = t & 1 ? _mm_srli_si128(n, 8) : n;
-    return _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(h)), d, d8);
+    if (type == SDPA_Q4_0)
+        return _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(h)), d, c);
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h)), d, c);
 }
 
-/* n elements (a multiple of 32) of a q8_0 or q4_0 row to f32, exactly (sdpa_kernels.dequant). */
+/* n elements (a multiple of 32) of a row of a block format to f32, exactly
+   (sdpa_kernels.dequant). */
 SDPA_INLINE void qd_dequant_t(sdpa_dtype type, const unsigned char *src, float *dst, size_t n)
 {
     const size_t bb = sdpa_block_bytes(type);
     for (size_t b = 0; b < n / SDPA_QK; b++, src += bb, dst += SDPA_QK) {
-        const __m256 d = qd_f16x8(src), d8 = _mm256_mul_ps(d, _mm256_set1_ps(8.0f));
+        __m256 d, c;
+        qd_scales8(type, src, &d, &c);
         const qd_src s = qd_prepare(type, src);
         SDPA_UNROLL for (int t = 0; t < 4; t++)
-            _mm256_storeu_ps(dst + 8 * t, qd_x8(type, &s, t, d, d8));
+            _mm256_storeu_ps(dst + 8 * t, qd_x8(type, &s, t, d, c));
     }
 }
 static inline void qd_dequant(sdpa_dtype type, const void *src, float *dst, size_t n)
 {
-    if (type == SDPA_Q8_0)
-        qd_dequant_t(SDPA_Q8_0, (const unsigned char *)src, dst, n);
-    else
-        qd_dequant_t(SDPA_Q4_0, (const unsigned char *)src, dst, n);
+    const unsigned char *s = (const unsigned char *)src;
+    switch (type) {
+    case SDPA_Q8_0: qd_dequant_t(SDPA_Q8_0, s, dst, n); break;
+    case SDPA_Q4_0: qd_dequant_t(SDPA_Q4_0, s, dst, n); break;
+    case SDPA_Q4_1: qd_dequant_t(SDPA_Q4_1, s, dst, n); break;
+    case SDPA_Q5_0: qd_dequant_t(SDPA_Q5_0, s, dst, n); break;
+    case SDPA_Q5_1: qd_dequant_t(SDPA_Q5_1, s, dst, n); break;
+    case SDPA_IQ4_NL: qd_dequant_t(SDPA_IQ4_NL, s, dst, n); break;
+    default: break;
+    }
 }
 
 #ifdef __AVX512F__
@@ -152,14 +231,26 @@ SDPA_INLINE __m512 qd_f16x16(const unsigned char *p)
     return _mm512_cvtph_ps(_mm256_set1_epi16(h));
 }
 
+/* qd_scales8 over 16 lanes. */
+SDPA_INLINE void qd_scales16(sdpa_dtype type, const unsigned char *b, __m512 *d, __m512 *c)
+{
+    *d = qd_f16x16(b);
+    if (type == SDPA_Q8_0 || type == SDPA_Q4_0)
+        *c = _mm512_mul_ps(*d, _mm512_set1_ps(8.0f));
+    else
+        *c = sdpa_dtype_has_min(type) ? qd_f16x16(b + 2) : _mm512_set1_ps(-0.0f);
+}
+
 /* Elements [16 h, 16 h + 16) of the block as f32 (qd_x8's arithmetic). */
-SDPA_INLINE __m512 qd_x16(sdpa_dtype type, const qd_src *s, int h, __m512 d, __m512 d8)
+SDPA_INLINE __m512 qd_x16(sdpa_dtype type, const qd_src *s, int h, __m512 d, __m512 c)
 {
     if (type == SDPA_Q8_0)
         return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
                                  (const __m128i *)(const void *)(s->b + 2 + 16 * h)))),
                              d);
-    return _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(h ? s->hi : s->lo)), d, d8);
+    if (type == SDPA_Q4_0)
+        return _mm512_fmsub_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(h ? s->hi : s->lo)), d, c);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(h ? s->hi : s->lo)), d, c);
 }
 #endif
 

@@ -1,14 +1,24 @@
-/* decode_q_tiles.h -- the score tiles and P·V panels of decode_q.h, for K or V in q8_0 / q4_0 */
+/* decode_q_tiles.h -- the score tiles and P·V panels of decode_q.h, for K or V in a block format */
 /*
  * Exact scores convert each K block once, in registers, for every row; fast scores take the
  * exact int32 dot product of a query block's quants with the key block's, scaled by qd * d_k in
- * f32. P·V converts each V block once for every row. DECODE_Q_PF_KEYS (keys ahead whose rows
- * are requested), DECODE_Q_PV_GROUP (keys per P·V group) and SDPA_QD_VNNI must be defined.
+ * f32, plus qd * m_k * sum(query quants) for q4_1 and q5_1. P·V converts each V block once
+ * for every row. DECODE_Q_PF_KEYS (keys ahead whose rows are requested), DECODE_Q_PV_GROUP
+ * (keys per P·V group) and SDPA_QD_VNNI must be defined.
  */
 #ifndef SDPA_DECODE_Q_TILES_H
 #define SDPA_DECODE_Q_TILES_H
 
 #include "decode_q_format.h"
+
+/* The scratch of decode_q.h for R rows, in floats (each part a multiple of 16): S
+   [R][DECODE_Q_BLOCK], alpha [R], the VNNI query bytes, the fast scores' block scales (qz),
+   then for q4_1 and q5_1 the fast scores' qd * sum(q) of each row's blocks (qm: qz's layout,
+   only lane 0 of each block's 8 set, so that the sum enters once per block). */
+#define QD_WS_QM(R, d)                                                                             \
+    ((R) * sdpa_round16(DECODE_Q_BLOCK) + sdpa_round16(R) + sdpa_round16((R) * (d) / 4 + 1) +      \
+     sdpa_round16((R) * ((d) / 4 + 16)))
+#define QD_WS_FLOATS(R, d) (QD_WS_QM(R, d) + sdpa_round16((R) * ((d) / 4 + 16)))
 
 /* Scores of R rows (q packed, row r at q + r d) against NK keys (rows kr[i]), R * NK <= 8,
    out[r * NK + i]. Exact: K converted per block, once for all rows, then f32 FMAs. */
@@ -20,17 +30,16 @@ SDPA_INLINE void qd_score_tile(int R, int NK, sdpa_dtype kt, const float *q, siz
     if (sdpa_dtype_quantized(kt)) {
         const size_t bb = sdpa_block_bytes(kt);
         for (size_t b = 0; b < d / SDPA_QK; b++) {
-            __m256 dk[8], dk8[8];
+            __m256 dk[8], ck[8];
             qd_src src[8];
             SDPA_UNROLL for (int i = 0; i < NK; i++) {
-                dk[i] = qd_f16x8(kr[i] + b * bb);
-                dk8[i] = _mm256_mul_ps(dk[i], _mm256_set1_ps(8.0f));
+                qd_scales8(kt, kr[i] + b * bb, &dk[i], &ck[i]);
                 src[i] = qd_prepare(kt, kr[i] + b * bb);
             }
             SDPA_UNROLL for (int t = 0; t < 4; t++) {
                 __m256 kv[8];
                 SDPA_UNROLL for (int i = 0; i < NK; i++)
-                    kv[i] = qd_x8(kt, &src[i], t, dk[i], dk8[i]);
+                    kv[i] = qd_x8(kt, &src[i], t, dk[i], ck[i]);
                 SDPA_UNROLL for (int r = 0; r < R; r++) {
                     __m256 qv = _mm256_loadu_ps(q + (size_t)r * d + b * SDPA_QK + 8 * (size_t)t);
                     if (NK > 1) __asm__("" : "+x"(qv)); /* one load per query vector */
@@ -58,19 +67,21 @@ SDPA_INLINE void qd_score_tile(int R, int NK, sdpa_dtype kt, const float *q, siz
    quants with the key's, converted and scaled by qd * d_k. The byte products take one operand
    unsigned: with VNNI the row's quants plus 128 (qu, packed by loop_begin) against k, less
    128 sum(k) (the accumulator's start, once per key block); without, |k| against the row's
-   quants carrying k's sign. */
+   quants carrying k's sign. q4_1 and q5_1 add m_k times qm (qd * sum(q), lane 0 of each
+   block's 8, by loop_begin). */
 SDPA_INLINE void qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *qq, const uint8_t *qu,
-                                  const float *qdv, size_t d, const unsigned char *const *kr,
-                                  float *out)
+                                  const float *qdv, const float *qm, size_t d,
+                                  const unsigned char *const *kr, float *out)
 {
     __m256 a[8];
     SDPA_UNROLL for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
-    const size_t bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK;
-    (void)qq, (void)qu;
+    const size_t bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
+    (void)qq, (void)qu, (void)qm, (void)zr;
     for (size_t b = 0; b < nbk; b++) {
         SDPA_UNROLL for (int i = 0; i < NK; i++) {
             const unsigned char *kb = kr[i] + b * bb;
-            const __m256 dk = qd_f16x8(kb);
+            __m256 dk, mk;
+            qd_scales8(kt, kb, &dk, &mk);
             const __m256i k8 = qd_quants32(kt, kb);
 #if SDPA_QD_VNNI
             const __m256i c0 = _mm256_sub_epi32(_mm256_setzero_si256(),
@@ -90,6 +101,9 @@ SDPA_INLINE void qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *qq
 #endif
                 const __m256 s = _mm256_mul_ps(dk, _mm256_broadcast_ss(qdv + (size_t)r * nbk + b));
                 a[r * NK + i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, a[r * NK + i]);
+                if (sdpa_dtype_has_min(kt))
+                    a[r * NK + i] = _mm256_fmadd_ps(
+                        mk, _mm256_loadu_ps(qm + (size_t)r * zr + b * 8), a[r * NK + i]);
             }
         }
     }
@@ -143,10 +157,11 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
         for (size_t b = 0; b < d / SDPA_QK; b++) {
             SDPA_UNROLL for (int i = 0; i < NK; i++) {
                 const unsigned char *kb = kr[i] + b * bb;
-                const __m512 dk = qd_f16x16(kb), dk8 = _mm512_mul_ps(dk, _mm512_set1_ps(8.0f));
+                __m512 dk, ck;
+                qd_scales16(kt, kb, &dk, &ck);
                 const qd_src src = qd_prepare(kt, kb);
                 SDPA_UNROLL for (int h = 0; h < 2; h++) {
-                    const __m512 kv = qd_x16(kt, &src, h, dk, dk8);
+                    const __m512 kv = qd_x16(kt, &src, h, dk, ck);
                     SDPA_UNROLL for (int r = 0; r < RP; r++) {
                         const __m512 qv = _mm512_loadu_ps(qr[r] + b * SDPA_QK + 16 * (size_t)h);
                         a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qv, kv, a[PERM16(r * NK + i)]);
@@ -164,12 +179,15 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
    two blocks per vector: the int32 dot products of blocks b and b + 1 in lanes 0-7 and 8-15,
    scaled by qz (the rows' block scales, each repeated over its 8 lanes, made by loop_begin)
    times the key's. VNNI: vpdpbusd on the rows' quants plus 128 (qu) from -128 sum(k); without:
-   pmaddubsw on |k| and the quants negated where k < 0. An odd last block takes 256 bits. */
+   pmaddubsw on |k| and the quants negated where k < 0. An odd last block takes 256 bits.
+   q4_1 and q5_1 add m_k times qm (qd_score_tile_i8). */
 SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, const uint8_t *qu,
-                                  const float *qz, size_t j0, size_t nb, float *S, size_t lds)
+                                  const float *qz, const float *qm, size_t j0, size_t nb,
+                                  float *S, size_t lds)
 {
     const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
     const size_t d = w->d, bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
+    (void)qm;
     size_t rr[8];
     for (int r = 0; r < 8; r++) rr[r] = (size_t)(r < R ? r : R - 1);
     (void)qu;
@@ -185,8 +203,12 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
                 const unsigned char *k0 = kr[i] + b * bb, *k1 = k0 + bb;
                 const __m512i k = _mm512_inserti64x4(_mm512_castsi256_si512(qd_quants32(kt, k0)),
                                                      qd_quants32(kt, k1), 1);
-                const __m512 dk =
-                    _mm512_insertf32x8(_mm512_castps256_ps512(qd_f16x8(k0)), qd_f16x8(k1), 1);
+                __m256 d0, m0, d1, m1;
+                qd_scales8(kt, k0, &d0, &m0);
+                qd_scales8(kt, k1, &d1, &m1);
+                const __m512 dk = _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1);
+                const __m512 mk = _mm512_insertf32x8(_mm512_castps256_ps512(m0), m1, 1);
+                (void)mk;
 #if SDPA_QD_VNNI
                 const __m512i c0 = _mm512_sub_epi32(_mm512_setzero_si512(),
                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), k));
@@ -210,6 +232,10 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
                         _mm512_mul_ps(dk, _mm512_loadu_ps(qz + rr[r] * zr + b / 2 * 16));
                     a[PERM16(r * NK + i)] =
                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, a[PERM16(r * NK + i)]);
+                    if (sdpa_dtype_has_min(kt))
+                        a[PERM16(r * NK + i)] = _mm512_fmadd_ps(
+                            mk, _mm512_loadu_ps(qm + rr[r] * zr + b / 2 * 16),
+                            a[PERM16(r * NK + i)]);
                 }
             }
         }
@@ -217,16 +243,19 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
             SDPA_UNROLL for (int i = 0; i < NK; i++) {
                 const unsigned char *kb = kr[i] + b * bb;
                 const __m256i k8 = qd_quants32(kt, kb);
-                const __m256 dk = qd_f16x8(kb);
+                __m256 dk, mk;
+                qd_scales8(kt, kb, &dk, &mk);
                 const __m256i ak = _mm256_sign_epi8(k8, k8);
                 SDPA_UNROLL for (int r = 0; r < RP; r++) {
                     const __m256i q8 = _mm256_loadu_si256(
                         (const __m256i *)(const void *)(w->qq + rr[r] * d + b * SDPA_QK));
                     const __m256i p = _mm256_madd_epi16(
                         _mm256_maddubs_epi16(ak, _mm256_sign_epi8(q8, k8)), _mm256_set1_epi16(1));
-                    const __m256 t = _mm256_mul_ps(
+                    __m256 t = _mm256_mul_ps(
                         _mm256_cvtepi32_ps(p),
                         _mm256_mul_ps(dk, _mm256_loadu_ps(qz + rr[r] * zr + b / 2 * 16)));
+                    if (sdpa_dtype_has_min(kt))
+                        t = _mm256_fmadd_ps(mk, _mm256_loadu_ps(qm + rr[r] * zr + b / 2 * 16), t);
                     a[PERM16(r * NK + i)] =
                         _mm512_add_ps(a[PERM16(r * NK + i)], _mm512_zextps256_ps512(t));
                 }
@@ -253,9 +282,10 @@ SDPA_INLINE void qd_pv_block_z(int R, sdpa_dtype vt, float *acc, size_t dv, cons
     const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)c0);
     for (size_t j = 0; j < n; j++) {
         const unsigned char *b = rv[j] + bo;
-        const __m512 dv16 = qd_f16x16(b), dv8 = _mm512_mul_ps(dv16, _mm512_set1_ps(8.0f));
+        __m512 dv16, cv16;
+        qd_scales16(vt, b, &dv16, &cv16);
         const qd_src src = qd_prepare(vt, b);
-        const __m512 x0 = qd_x16(vt, &src, 0, dv16, dv8), x1 = qd_x16(vt, &src, 1, dv16, dv8);
+        const __m512 x0 = qd_x16(vt, &src, 0, dv16, cv16), x1 = qd_x16(vt, &src, 1, dv16, cv16);
         SDPA_UNROLL for (int r = 0; r < R; r++) {
             const __m512 p = _mm512_set1_ps(P[(size_t)r * lds + j]);
             a[2 * r] = _mm512_fmadd_ps(p, x0, a[2 * r]);
@@ -270,13 +300,14 @@ SDPA_INLINE void qd_pv_block_z(int R, sdpa_dtype vt, float *acc, size_t dv, cons
 
 /* Keys [j0, j0 + nb) for all R rows, tiles of NK = 8 / R keys (R * NK <= 8: one reduction). */
 SDPA_INLINE void qd_scores_r(int R, sdpa_dtype kt, const sdpa_rows *w, const uint8_t *qu,
-                             const float *qz, size_t j0, size_t nb, float *S, size_t lds)
+                             const float *qz, const float *qm, size_t j0, size_t nb, float *S,
+                             size_t lds)
 {
     const int NK = R == 1 ? 8 : R == 2 ? 4 : R <= 4 ? 2 : 1;
 #ifdef __AVX512F__
     if (sdpa_dtype_quantized(kt)) {
         if (w->qq)
-            qd_scores_fast_z(R, kt, w, qu, qz, j0, nb, S, lds);
+            qd_scores_fast_z(R, kt, w, qu, qz, qm, j0, nb, S, lds);
         else
             qd_scores_z(R, kt, w, j0, nb, S, lds);
         return;
@@ -289,8 +320,8 @@ SDPA_INLINE void qd_scores_r(int R, sdpa_dtype kt, const sdpa_rows *w, const uin
         const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
         const unsigned char *kr[8];
         qd_tile_keys(NK, kt, w, j0, j, n, kr);
-        if (w->qq)
-            qd_score_tile_i8(R, NK, kt, w->qq, qu, w->qd, w->d, kr, out);
+        if (w->qq && sdpa_dtype_quantized(kt)) /* fast scores: K in a block format */
+            qd_score_tile_i8(R, NK, kt, w->qq, qu, w->qd, qm, w->d, kr, out);
         else
             qd_score_tile(R, NK, kt, w->q, w->d, kr, out);
         qd_tile_store(R, NK, out, n, S, lds, j);
@@ -353,10 +384,11 @@ SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, sdpa_dtype vt, float *acc,
     const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)(c0 / SDPA_QK * SDPA_QK));
     for (size_t j = 0; j < n; j++) {
         const unsigned char *b = rv[j] + bo;
-        const __m256 dv8 = qd_f16x8(b), dv88 = _mm256_mul_ps(dv8, _mm256_set1_ps(8.0f));
+        __m256 dv8, cv8;
+        qd_scales8(vt, b, &dv8, &cv8);
         const qd_src src = qd_prepare(vt, b);
         __m256 x[4];
-        SDPA_UNROLL for (int t = 0; t < NC; t++) x[t] = qd_x8(vt, &src, T0 + t, dv8, dv88);
+        SDPA_UNROLL for (int t = 0; t < NC; t++) x[t] = qd_x8(vt, &src, T0 + t, dv8, cv8);
         SDPA_UNROLL for (int r = 0; r < R; r++) {
             const __m256 p = _mm256_broadcast_ss(P + (size_t)r * lds + j);
             SDPA_UNROLL for (int t = 0; t < NC; t++)
