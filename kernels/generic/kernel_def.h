@@ -18,8 +18,8 @@
 #ifndef DECODE_PF_KEYS
 #define DECODE_PF_KEYS 0
 #endif
-#ifndef DECODE_PV_GROUP
-#define DECODE_PV_GROUP 0
+#ifndef DECODE_PV_KB
+#define DECODE_PV_KB 0
 #endif
 #ifndef DECODE_Q_BLOCK
 #define DECODE_Q_BLOCK 0
@@ -27,8 +27,8 @@
 #ifndef DECODE_Q_PF_KEYS
 #define DECODE_Q_PF_KEYS 0
 #endif
-#ifndef DECODE_Q_PV_GROUP
-#define DECODE_Q_PV_GROUP 0
+#ifndef DECODE_Q_PV_KB
+#define DECODE_Q_PV_KB 0
 #endif
 #ifndef PREFILL_BLOCK
 #define PREFILL_BLOCK 0
@@ -99,10 +99,10 @@
                .decode_block = DECODE_BLOCK,                                                      \
                .decode_block_few = DECODE_BLOCK_FEW,                                              \
                .decode_pf_keys = DECODE_PF_KEYS,                                                  \
-               .decode_pv_group = DECODE_PV_GROUP,                                                \
+               .decode_pv_kb = DECODE_PV_KB,                                                \
                .decode_q_block = DECODE_Q_BLOCK,                                                  \
                .decode_q_pf_keys = DECODE_Q_PF_KEYS,                                              \
-               .decode_q_pv_group = DECODE_Q_PV_GROUP,                                            \
+               .decode_q_pv_kb = DECODE_Q_PV_KB,                                            \
                .prefill_block = PREFILL_BLOCK,                                                    \
                .prefill_panel = PREFILL_PANEL,                                                    \
                .prefill_pf_lines = PREFILL_PF_LINES,                                              \

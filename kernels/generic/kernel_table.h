@@ -20,6 +20,8 @@
      *_block tunables); scores, softmax and P·V finish a block before the next starts. The
      32-element storage blocks of the quantized types are always called format blocks (a block
      format is a type made of them, see convert.h).
+   - sub-block: a part of a block whose V rows stay in L1 across the column passes of its P·V
+     (decode_pv_kb, decode_q_pv_kb, pv_kb keys).
    - tile: what one micro-kernel call computes: the scores or P·V terms of mr rows by nr keys
      (or nr output columns), in registers (score_<isa>_<mr>x<nr>, pv_<isa>_<mr>x<nr>).
    - panel: a packed operand of a micro-kernel: a K panel (nr keys, packed for one tile row), a
@@ -144,12 +146,12 @@ typedef struct sdpa_tuning {
     size_t decode_block;     /* keys per decode block (at most) */
     size_t decode_block_few; /* keys per decode block when few rows stream both K and V ahead */
     size_t decode_pf_keys;   /* software-prefetch distance of the decode streams, in keys */
-    size_t decode_pv_group;  /* keys per decode P·V group (their V rows stay in L1) */
+    size_t decode_pv_kb;  /* keys per decode P·V sub-block (their V rows stay in L1) */
     size_t decode_q_block;   /* keys per block of the q8_0 / q4_0 decode path (at most) */
     size_t decode_q_pf_keys; /* software-prefetch distance of that path, in keys */
-    size_t decode_q_pv_group; /* keys per P·V group of that path (their V rows stay in L1) */
+    size_t decode_q_pv_kb; /* keys per P·V sub-block of that path (their V rows stay in L1) */
     size_t prefill_block;    /* keys per prefill block (at most; the driver's hint may be less) */
-    size_t prefill_panel;    /* query rows packed together (a Qᵀ panel or a row group) */
+    size_t prefill_panel;    /* query rows packed together (a Qᵀ panel or a Q panel) */
     size_t prefill_pf_lines; /* lines of the driver's hint (sdpa_rows.pf) requested per prefill
                                 score tile */
     size_t score_mr, score_nr; /* query rows x keys of the prefill score micro-kernel,

@@ -46,9 +46,9 @@ static inline void sdpa_scale_scores(float *s, size_t n, float mul)
     for (size_t j = 0; j < n; j++) s[j] *= mul;
 }
 
-/* Calls BODY(ra, ka, kb) for the runs of a row group [r0, r1) (key limits lim[r]) of a block
+/* Calls BODY(ra, ka, kb) for the runs of rows [r0, r1) (key limits lim[r]) of a block
    [j0, j0 + nb) in which every row sees every key: rows [ra, r1) over block keys [ka, kb),
-   the first run (ka = 0) covering every row of the group. Limits are non-decreasing, so the
+   the first run (ka = 0) covering every row. Limits are non-decreasing, so the
    runs step the first row up as keys go past earlier rows' limits. A kernel runs its P·V tile
    per run, so that a key past a row's limit is skipped rather than weighted by 0 (0 * inf is
    NaN). */
@@ -100,7 +100,7 @@ static inline bool sdpa_v_finite(const sdpa_rows *w, size_t ja, size_t jb)
 }
 
 /* Runs BODY(ra, ka, kb) over rows [r0, r1) of a block [j0, j0 + nb) as P·V tiles must: one
-   call (ra = r0, keys [0, seen by the last row)) when the keys some rows of the group do not see
+   call (ra = r0, keys [0, seen by the last row)) when the keys some of those rows do not see
    hold finite values only (their p = 0 then adds exactly 0), else per SDPA_VISIBLE_RUNS. The
    check reads the few V rows of a causal diagonal; when it passes, a full call and the runs
    give the same values (up to the sign of a zero). */

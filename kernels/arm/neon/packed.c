@@ -43,7 +43,7 @@ SDPA_INLINE void pack_neon_panel(const void *k, ptrdiff_t ks, ptrdiff_t row0, si
 }
 
 /* Keys of a block format into the same panels, four keys at a time whatever the panel's width
-   (one copy of the group code per type): each block dequantized in registers half by half (16
+   (one copy of that code per type): each block dequantized in registers half by half (16
    elements of 4 keys: 16 vectors) and transposed 4x4 into the panel (d is a multiple of 32);
    the last nb % 4 keys row by row. */
 SDPA_INLINE void pack_k_neon_q(const sdpa_rows *w, size_t j0, size_t nb, float *kp, sdpa_dtype t)

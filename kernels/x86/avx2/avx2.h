@@ -19,7 +19,7 @@
 #define PAGED_ROWS SIZE_MAX /* paged units: every one (both paths run rows_loop.h) */
 #define QUANT_ROWS DECODE_MAX_ROWS /* K or V in a block format in place: decode_q.h */
 #define DECODE_PF_KEYS 32   /* prefetch distance: far enough to cover memory latency, near enough for L1 */
-#define DECODE_PV_GROUP 32  /* keys per P·V group: their V rows stay in L1 across column passes */
+#define DECODE_PV_KB 32  /* keys per P·V sub-block: their V rows stay in L1 across column passes */
 #define DECODE_BLOCK 512    /* keys per decode block (at most: the driver's hint rules) */
 #define DECODE_BLOCK_FEW 32 /* keys per block of one-row work streaming from memory (see decode.c) */
 #define PREFILL_BLOCK 512   /* keys per prefill block (at most: the driver's hint rules) */
@@ -31,7 +31,7 @@
 /* the block-format decode path (shared/decode_q.h) */
 #define DECODE_Q_BLOCK 256  /* keys per block (at most: the driver's hint rules) */
 #define DECODE_Q_PF_KEYS 16 /* prefetch distance of its K and V rows */
-#define DECODE_Q_PV_GROUP 32 /* keys per P·V group: their V rows stay in L1 across column passes */
+#define DECODE_Q_PV_KB 32 /* keys per P·V sub-block: their V rows stay in L1 across column passes */
 
 /* Keys per block: the driver's hint, at most cap (the driver never hints 0; taken as 1). */
 static inline size_t block_keys(size_t block, size_t cap)

@@ -234,7 +234,7 @@ SDPA_INLINE void pv_avx2_decode_tile(size_t mr, size_t nv, sdpa_dtype t, float *
     const float *pj = P;
     size_t j = 0;
     const size_t jp = j0 + DECODE_PF_KEYS < pf->end ? (pf->end - j0 - DECODE_PF_KEYS < nb ? pf->end - j0 - DECODE_PF_KEYS : nb) : 0;
-    /* the first column pass requests the K rows pf->ahead keys on, when all of this group's
+    /* the first column pass requests the K rows pf->ahead keys on, when all of this sub-block's
        exist, with `other` (a constant at each call: the loop without it stays as it was) */
     const size_t ka = j0 + pf->ahead;
     const int kreq = other && c0 == 0 && ka < pf->end && pf->end - ka >= nb;
@@ -267,18 +267,18 @@ SDPA_INLINE void pv_avx2_decode_tile(size_t mr, size_t nv, sdpa_dtype t, float *
         }
 }
 
-/* Keys in groups of DECODE_PV_GROUP, every column pass over one group before the next: the group's V
+/* Keys in sub-blocks of DECODE_PV_KB, every column pass over one before the next: the sub-block's V
    rows stay in L1 across the passes, and the rows a pass requests DECODE_PF_KEYS keys ahead arrive
-   in the time of whole groups, not of one fast pass. alpha is applied by the first group
+   in the time of whole sub-blocks, not of one fast pass. alpha is applied by the first sub-block
    only. Columns in panels of 8 * NV(R) (NV chosen so R * NV accumulators fill the registers),
    then 8-column panels, then one element-safe tail panel. */
-/* the tile of mr rows x nv vectors at column c, cnt columns, of group g */
+/* the tile of mr rows x nv vectors at column c, cnt columns, of sub-block g */
 #define PV_TILE(mr, nv, cnt)                                                                   \
     pv_avx2_decode_tile(mr, nv, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, cnt, &pf, other)
 #define PV_DECODE_CASE(m, nv)                                                                  \
     case m:                                                                                    \
-        for (size_t g = 0; g < nb; g += DECODE_PV_GROUP) {                                     \
-            const size_t ng = nb - g < DECODE_PV_GROUP ? nb - g : DECODE_PV_GROUP;             \
+        for (size_t g = 0; g < nb; g += DECODE_PV_KB) {                                     \
+            const size_t ng = nb - g < DECODE_PV_KB ? nb - g : DECODE_PV_KB;             \
             const float *al = g == 0 ? alpha : ones;                                           \
             size_t c = 0;                                                                      \
             for (; c + 8 * (nv) <= dv; c += 8 * (nv))                                          \

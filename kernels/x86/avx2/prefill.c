@@ -102,8 +102,8 @@ static size_t pack_v_avx2(const sdpa_rows *w, size_t j0, size_t nb, float *vp)
    "if (mr > r)" guards fold away since mr is a constant in every instantiation. */
 #define ACC_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
 
-/* Queries packed once per call in groups of SCORE_MR rows, k-major: row 6g + i, element k at
-   qp[6gd + 6k + i] (a last partial group keeps the stride 6). Every broadcast of the score
+/* Queries packed once per call in row panels of SCORE_MR rows, k-major: row 6g + i, element k at
+   qp[6gd + 6k + i] (a last partial panel keeps the stride 6). Every broadcast of the score
    micro-kernel then comes from one pointer at constant offsets, so the unrolled loop needs no
    index arithmetic. */
 static void pack_q_avx2(const float *q, size_t R, size_t d, float *qp)
@@ -167,10 +167,10 @@ static const score_mk_fn score_mks[SCORE_MR + 1] = {NULL,           score_avx2_1
                                               score_avx2_3x16, score_avx2_4x16, score_avx2_5x16,
                                               score_avx2_6x16};
 
-/* S[r][j] = q_r . key j for g0 <= r < R, j < sdpa_round16(nb) and j < the group's last limit,
+/* S[r][j] = q_r . key j for g0 <= r < R, j < sdpa_round16(nb) and j < the row panel's last limit,
    g0 a multiple of SCORE_MR, each score (padding keys of a last partial panel included) folded
    into row r's running lane-wise max rm[r]: panels outer, so each K^T panel (16 d floats) is
-   reused from L1 by all row groups. */
+   reused from L1 by all row panels. */
 static void score_avx2_tile(const float *qp, size_t g0, size_t R, size_t d, const float *kp,
                             size_t nb, float *S, size_t lds, float *rm, const size_t *lim,
                             size_t j0)
@@ -178,7 +178,7 @@ static void score_avx2_tile(const float *qp, size_t g0, size_t R, size_t d, cons
     for (size_t p0 = 0; p0 < nb; p0 += SCORE_NR) {
         const float *b = kp + p0 * d;
         size_t r = g0;
-        /* groups whose last row sees none of this panel are skipped (the diagonal of causal
+        /* row panels whose last row sees none of this K panel are skipped (the diagonal of causal
            attention): the softmax reads no score past a row's limit, and their rm is unused */
         while (r < R && lim[(r + SCORE_MR < R ? r + SCORE_MR : R) - 1] <= j0 + p0) r += SCORE_MR;
         for (; r + SCORE_MR <= R; r += SCORE_MR)
@@ -250,7 +250,7 @@ typedef void (*pv_mk_fn)(float *, size_t, const float *, const float *, size_t, 
 static const pv_mk_fn pv_mks[PV_MR + 1] = {NULL,        pv_avx2_1x16, pv_avx2_2x16, pv_avx2_3x16,
                                         pv_avx2_4x16, pv_avx2_5x16, pv_avx2_6x16};
 
-/* Column panels outer, so each V panel (nb x 16 floats) is reused from L1/L2 by all row groups.
+/* Column panels outer, so each V panel (nb x 16 floats) is reused from L1/L2 by all row panels.
    Panels before c_pack are read in place from f32 V rows (vd, stride vs); the rest come packed
    from vp (stride 16). */
 static void pv_avx2_tile(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,
@@ -265,7 +265,7 @@ static void pv_avx2_tile(float *acc, size_t dv, const float *alpha, const float 
         const size_t cols = dv - c < PV_NR ? dv - c : PV_NR;
         for (size_t r = 0; r < ra; r += PV_MR) {
             const size_t mr = ra - r < PV_MR ? ra - r : PV_MR;
-            /* rows [a, r + mr) over keys [ka, kb): one call per group when the keys some rows
+            /* rows [a, r + mr) over keys [ka, kb): one call per row panel when the keys some rows
                do not see have finite V (p = 0 then adds exactly 0), else runs of keys all of
                the rows see, so that an inf or NaN there is skipped, not weighted by 0 */
 #define PV_RUN(a, ka, kb)                                                                        \
@@ -325,7 +325,7 @@ static inline void loop_scores(prefill_ctx *c, const sdpa_rows *w, size_t r0, si
                                float *S, size_t lds)
 {
     pack_k_avx2(w, j0, nb, c->kp);
-    /* from r0's group: rows before r0 in it get scores that are never used, and no maxima */
+    /* from r0's row panel: rows before r0 in it get scores that are never used, and no maxima */
     const size_t g0 = r0 / SCORE_MR * SCORE_MR;
     score_avx2_tile(c->qp, g0, w->rows, w->d, c->kp, nb, S, lds, c->rm, w->kv_limit, j0);
     for (size_t r = g0; r < r0; r++) rm_reset(c, r);

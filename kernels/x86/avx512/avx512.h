@@ -19,7 +19,7 @@
 #define PAGED_ROWS DECODE_MAX_ROWS /* paged units: the decode path's (rows_loop.h) */
 #define QUANT_ROWS DECODE_MAX_ROWS /* K or V in a block format in place: decode_q.h */
 #define DECODE_PF_KEYS 32   /* prefetch distance: far enough to cover memory latency, near enough for L1 */
-#define DECODE_PV_GROUP 32  /* keys per P·V group: their V rows (a few KB) stay in L1 */
+#define DECODE_PV_KB 32  /* keys per P·V sub-block: their V rows (a few KB) stay in L1 */
 #define DECODE_BLOCK 256    /* keys per decode block */
 #define DECODE_BLOCK_FEW 64 /* keys per block with one or two rows: short phases, both arrays streaming */
 #define PREFILL_BLOCK 512   /* keys per prefill block */
@@ -35,7 +35,7 @@
 /* the block-format decode path (shared/decode_q.h) */
 #define DECODE_Q_BLOCK 256  /* keys per block (at most: the driver's hint rules) */
 #define DECODE_Q_PF_KEYS 16 /* prefetch distance of its K and V rows */
-#define DECODE_Q_PV_GROUP 32 /* keys per P·V group: their V rows stay in L1 across column passes */
+#define DECODE_Q_PV_KB 32 /* keys per P·V sub-block: their V rows stay in L1 across column passes */
 
 /* Scores of decode row r at S + r * DECODE_LDS: a constant stride, so that the P·V loop reaches
    every row's p through one pointer and constant offsets; 16 floats more than a block, so that

@@ -373,7 +373,7 @@ SDPA_INLINE void pv_avx512_decode_tile(int R, int NV, int full, float *acc, size
 }
 
 /* The value type is a template parameter so that each instance converts with one instruction
-   sequence and no per-load branch. Keys go in groups of DECODE_PV_GROUP, each group's V rows (a few KB)
+   sequence and no per-load branch. Keys go in sub-blocks of DECODE_PV_KB, each one's V rows (a few KB)
    staying in L1 while every column chunk passes over them; alpha is applied by the first. NV
    (column vectors per pass) keeps R * NV accumulators at 8..24: at least 8 independent FMA
    chains to cover the FMA latency, few enough to stay in registers. */
@@ -383,9 +383,9 @@ SDPA_INLINE void pv_avx512_decode_r(int R, int NV, sdpa_dtype vt, float *acc, si
 {
     const size_t cw = 16 * (size_t)NV; /* columns per pass */
     decode_pf_rate(pf, 1, (dv + cw - 1) / cw);
-    for (size_t ja = 0; ja < nk[R - 1]; ja += DECODE_PV_GROUP) {
+    for (size_t ja = 0; ja < nk[R - 1]; ja += DECODE_PV_KB) {
         const float *al = ja == 0 ? alpha : NULL;
-        const size_t jb = sdpa_min(ja + DECODE_PV_GROUP, nk[R - 1]);
+        const size_t jb = sdpa_min(ja + DECODE_PV_KB, nk[R - 1]);
         for (size_t c0 = 0; c0 < dv; c0 += cw) {
             if (c0 + cw <= dv)
                 pv_avx512_decode_tile(R, NV, 1, acc, dv, c0, al, S, v, vt, vs, j0, ja, jb, nk, pf);

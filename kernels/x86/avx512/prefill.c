@@ -268,7 +268,7 @@ static void softmax_avx512_t16(float *st, size_t pw, size_t nk, const float *bm,
 
 /* In-register transpose of a 16 x 16 block: r[i] lane c becomes r[c] lane i. 32-bit, then 64-bit
    unpacks within 128-bit lanes leave u[4g + j] lane k holding column 4k + j of rows 4g..4g+3;
-   two rounds of 128-bit lane shuffles then gather each column's four row groups. */
+   two rounds of 128-bit lane shuffles then gather each column's four quads of rows. */
 SDPA_INLINE void transpose16(__m512 r[16])
 {
     __m512 t[16], u[16];

@@ -51,7 +51,7 @@ static __m512 score_avx512_1x16(const float *q, const float *k, ptrdiff_t ks, si
     return reduce16(a);
 }
 
-/* One dot product (for key counts that do not fill a group of 16). */
+/* One dot product (for key counts that do not fill a tile of 16). */
 static inline float dot1_f32(const float *q, const float *k, size_t d)
 {
     __m512 a = _mm512_setzero_ps(), b = _mm512_setzero_ps();

@@ -16,8 +16,8 @@
  * 512-bit forms where two blocks fill a vector).
  */
 /* The path's tuning comes from the ISA header, which reports it (sdpa_tuning.decode_q_*). */
-#if !defined(DECODE_Q_BLOCK) || !defined(DECODE_Q_PF_KEYS) || !defined(DECODE_Q_PV_GROUP)
-#error "the ISA header defines DECODE_Q_BLOCK, DECODE_Q_PF_KEYS and DECODE_Q_PV_GROUP"
+#if !defined(DECODE_Q_BLOCK) || !defined(DECODE_Q_PF_KEYS) || !defined(DECODE_Q_PV_KB)
+#error "the ISA header defines DECODE_Q_BLOCK, DECODE_Q_PF_KEYS and DECODE_Q_PV_KB"
 #endif
 /* The scratch floats of this path: QD_WS_FLOATS(R, d) (decode_q_tiles.h). */
 #include "decode_q_tiles.h"

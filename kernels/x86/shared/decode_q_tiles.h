@@ -3,8 +3,8 @@
  * Exact scores convert each K block once, in registers, for every row; fast scores take the
  * exact int32 dot product of a query block's quants with the key block's, scaled by qd * d_k in
  * f32, plus qd * m_k * sum(query quants) for q4_1 and q5_1. P·V converts each V block once
- * for every row. DECODE_Q_PF_KEYS (keys ahead whose rows are requested), DECODE_Q_PV_GROUP
- * (keys per P·V group) and SDPA_QD_VNNI must be defined.
+ * for every row. DECODE_Q_PF_KEYS (keys ahead whose rows are requested), DECODE_Q_PV_KB
+ * (keys per P·V sub-block) and SDPA_QD_VNNI must be defined.
  */
 #ifndef SDPA_DECODE_Q_TILES_H
 #define SDPA_DECODE_Q_TILES_H
@@ -400,18 +400,18 @@ SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, sdpa_dtype vt, float *acc,
             _mm256_storeu_ps(acc + (size_t)r * dv + c0 + 8 * (size_t)t, a[r * NC + t]);
 }
 
-/* Rows [0, R) over keys [0, n) from key j0 (every row sees them), in groups of
-   DECODE_Q_PV_GROUP keys whose V rows stay in L1 over the column passes; alpha applied by the
-   first group only. */
+/* Rows [0, R) over keys [0, n) from key j0 (every row sees them), in sub-blocks of
+   DECODE_Q_PV_KB keys whose V rows stay in L1 over the column passes; alpha applied by the
+   first sub-block only. */
 SDPA_INLINE void qd_values_r(int R, sdpa_dtype vt, const sdpa_rows *w, float *acc,
                              const float *alpha, const float *P, size_t lds, size_t j0, size_t n,
                              size_t kend)
 {
     static const float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     const size_t dv = w->dv;
-    const unsigned char *rv[DECODE_Q_PV_GROUP];
-    for (size_t g = 0; g < n; g += DECODE_Q_PV_GROUP) {
-        const size_t ng = n - g < DECODE_Q_PV_GROUP ? n - g : DECODE_Q_PV_GROUP;
+    const unsigned char *rv[DECODE_Q_PV_KB];
+    for (size_t g = 0; g < n; g += DECODE_Q_PV_KB) {
+        const size_t ng = n - g < DECODE_Q_PV_KB ? n - g : DECODE_Q_PV_KB;
         for (size_t j = 0; j < ng; j++) {
             rv[j] = qd_row(w->v, vt, w->v_stride, j0 + g + j);
             if (j0 + g + j + DECODE_Q_PF_KEYS < kend)
