@@ -20,17 +20,17 @@ void *__real_malloc(size_t n);
 void *__real_calloc(size_t n, size_t s);
 void *__real_realloc(void *p, size_t n);
 void *__real_aligned_alloc(size_t a, size_t n);
-int   __real_posix_memalign(void **p, size_t a, size_t n);
-void  __real_free(void *p);
+int __real_posix_memalign(void **p, size_t a, size_t n);
+void __real_free(void *p);
 void *__wrap_malloc(size_t n);
 void *__wrap_calloc(size_t n, size_t s);
 void *__wrap_realloc(void *p, size_t n);
 void *__wrap_aligned_alloc(size_t a, size_t n);
-int   __wrap_posix_memalign(void **p, size_t a, size_t n);
-void  __wrap_free(void *p);
+int __wrap_posix_memalign(void **p, size_t a, size_t n);
+void __wrap_free(void *p);
 
-static atomic_bool      tracking;
-static atomic_llong     live, peak;
+static atomic_bool tracking;
+static atomic_llong live, peak;
 
 static void account(void *p, long long sign)
 {
@@ -97,12 +97,7 @@ long long bench_heap_track_end(void)
     return atomic_load(&peak);
 }
 #else
-void bench_heap_track_begin(void)
-{
-}
+void bench_heap_track_begin(void) {}
 
-long long bench_heap_track_end(void)
-{
-    return -1;
-}
+long long bench_heap_track_end(void) { return -1; }
 #endif

@@ -1,4 +1,5 @@
-/* bench.h -- the C side of sdpa-bench: thread pool, machine peaks, test data, OpenBLAS baseline, heap tracking */
+/* bench.h -- the C side of sdpa-bench: thread pool, machine peaks, test data, OpenBLAS baseline,
+ * heap tracking */
 #ifndef SDPA_BENCH_H
 #define SDPA_BENCH_H
 
@@ -18,17 +19,17 @@ extern "C" {
 /* ---- machine limits, measured at start-up (machine.c) ------------------------------------ */
 #define BENCH_MAX_ISAS 4
 typedef struct bench_machine {
-    size_t      n_isa;
-    const char *isa[BENCH_MAX_ISAS];                        /* peak classes (sdpa_impl_peak_class) */
-    double      fma_flops[BENCH_MAX_ISAS][BENCH_MAX_THREADS + 1]; /* FLOP/s, [isa][threads] */
+    size_t n_isa;
+    const char *isa[BENCH_MAX_ISAS]; /* peak classes (sdpa_impl_peak_class) */
+    double fma_flops[BENCH_MAX_ISAS][BENCH_MAX_THREADS + 1]; /* FLOP/s, [isa][threads] */
     const char *read_isa;                                    /* the loads the read test used */
-    int         read_streams;                                /* 1 or 2: the faster read kernel */
-    size_t      read_bytes;                                  /* size of the buffer read */
-    double      read_bw[BENCH_MAX_THREADS + 1];              /* bytes/s, [threads] */
+    int read_streams;                                        /* 1 or 2: the faster read kernel */
+    size_t read_bytes;                                       /* size of the buffer read */
+    double read_bw[BENCH_MAX_THREADS + 1];                   /* bytes/s, [threads] */
     /* kept for the paired measurements below */
-    void       *fma_fns[BENCH_MAX_ISAS];
-    void       *read_fn;
-    float      *read_buf;
+    void *fma_fns[BENCH_MAX_ISAS];
+    void *read_fn;
+    float *read_buf;
 } bench_machine;
 
 /* Measures the FMA peak of every ISA this CPU and OS support (best of a few repeats) and the
@@ -59,7 +60,7 @@ double bench_read_bw_now(const bench_machine *m, bench_pool *const *pools, size_
    cache: its first `bytes` read again and again on the calling thread, the best of 5 trials of
    about 64 MiB each; what a primitive whose data fits a cache level is judged against. */
 double bench_read_bw_cached(const bench_machine *m, size_t bytes);
-void   bench_machine_release(bench_machine *m);
+void bench_machine_release(bench_machine *m);
 
 /* The per-ISA kernels (peak_<isa>.c, each compiled with only its own ISA flags). Each FMA
    kernel runs iters rounds of independent multiply-add chains and returns the FLOPs done; the
@@ -67,27 +68,27 @@ void   bench_machine_release(bench_machine *m);
    sum of p[0..n), read as one stream (bench_read_*) or as two side by side (bench_read2_*).
    Only called when the CPU supports the ISA. */
 double bench_fma_scalar(uint64_t iters, float *sink);
-float  bench_read_base(const float *p, size_t n);
-float  bench_read2_base(const float *p, size_t n);
+float bench_read_base(const float *p, size_t n);
+float bench_read2_base(const float *p, size_t n);
 const char *bench_read_base_name(void);
 #if defined(__aarch64__)
 double bench_fma_neon(uint64_t iters, float *sink);
 #endif
 double bench_fma_avx2(uint64_t iters, float *sink);
-float  bench_read_avx2(const float *p, size_t n);
-float  bench_read2_avx2(const float *p, size_t n);
+float bench_read_avx2(const float *p, size_t n);
+float bench_read2_avx2(const float *p, size_t n);
 double bench_fma_avx512(uint64_t iters, float *sink);
-float  bench_read_avx512(const float *p, size_t n);
-float  bench_read2_avx512(const float *p, size_t n);
-float  bench_kv_walk_avx512(const uint16_t *k, const uint16_t *v, size_t rows, size_t row_elems,
-                            size_t block, int order, size_t pf);
+float bench_read_avx512(const float *p, size_t n);
+float bench_read2_avx512(const float *p, size_t n);
+float bench_kv_walk_avx512(const uint16_t *k, const uint16_t *v, size_t rows, size_t row_elems,
+                           size_t block, int order, size_t pf);
 
 /* ---- test data (bench_data.c) ------------------------------------------------------------ */
 /* n elements of dtype, deterministic pseudo-random values in [-1, 1) from seed; 64-byte
    aligned; free with bench_free. NULL on failure. */
 void *bench_alloc_random(sdpa_dtype dtype, size_t n, uint64_t seed);
 void *bench_alloc_zero(size_t bytes);
-void  bench_free(void *p);
+void bench_free(void *p);
 /* The n elements of src (f32, f16 or bf16; n a multiple of 32) quantized to dst (a block
    format) by the library's sdpa_quantize: the same values a 16-bit tensor holds, in the
    block format. Allocated as bench_alloc_zero does; NULL on failure. */
@@ -96,9 +97,9 @@ void *bench_alloc_quantized(sdpa_dtype dst, const void *src, sdpa_dtype src_type
 /* ---- unfused OpenBLAS attention (blas_attn.c, only with BENCH_HAVE_BLAS) ------------------ */
 /* Dense f32 tensors [batch][heads][len][dim]; per (batch, head): S = Q Kᵀ scale (sgemm), row
    softmax with the causal mask, O = P V (sgemm). scores: q_len * kv_len floats of scratch. */
-void        bench_blas_attention(const sdpa_params *p, const float *q, const float *k,
-                                 const float *v, float *o, float *scores);
-void        bench_blas_set_threads(int n);
+void bench_blas_attention(const sdpa_params *p, const float *q, const float *k, const float *v,
+                          float *o, float *scores);
+void bench_blas_set_threads(int n);
 const char *bench_blas_corename(void);
 const char *bench_blas_config(void);
 
@@ -106,7 +107,7 @@ const char *bench_blas_config(void);
 /* Starts counting bytes allocated minus freed by anything linked with the wrap (the library's
    objects, the bench's own C code); returns the peak since begin, or -1 when the build could
    not wrap the allocator. */
-void      bench_heap_track_begin(void);
+void bench_heap_track_begin(void);
 long long bench_heap_track_end(void);
 
 #ifdef __cplusplus

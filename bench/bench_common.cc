@@ -1,4 +1,5 @@
-// bench_common.cc -- sdpa-bench's shared pieces: the prefill and decode shapes, their test tensors and views, timing helpers
+// bench_common.cc -- sdpa-bench's shared pieces: the prefill and decode shapes, their test tensors
+// and views, timing helpers
 #include <algorithm>
 #include <cstring>
 #include <ctime>
@@ -6,7 +7,8 @@
 
 #include "sdpa_bench.h"
 
-namespace sdpa_bench {
+namespace sdpa_bench
+{
 
 // The shapes of the brief: three prefill (compute-bound) and three decode (memory-bound).
 const std::vector<Shape> &prefill_shapes()
@@ -29,10 +31,7 @@ const std::vector<Shape> &decode_shapes()
     return s;
 }
 
-size_t dtype_bytes(sdpa_dtype t)
-{
-    return t == SDPA_F32 ? 4 : 2;
-}
+size_t dtype_bytes(sdpa_dtype t) { return t == SDPA_F32 ? 4 : 2; }
 
 // (query, key) pairs a head attends to: query i sees keys j <= i + kv_len - q_len when causal.
 double attended_pairs(const Shape &s)
@@ -59,7 +58,6 @@ double shape_kv_bytes(const Shape &s)
     return 2.0 * (double)(s.batch * s.kv_heads * s.kv_len * s.head_dim) *
            (double)dtype_bytes(s.kv_type);
 }
-
 
 Tensors *tensors_for(const Shape &s, bool with_scores)
 {
@@ -146,8 +144,9 @@ double median_of(std::vector<double> v)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-bool timed_forward(benchmark::State &st, const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,
-                   const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o, double *seconds)
+bool timed_forward(benchmark::State &st, const sdpa_impl *impl, const sdpa_params *p,
+                   const sdpa_tensor *q, const sdpa_tensor *k, const sdpa_tensor *v,
+                   const sdpa_tensor *o, double *seconds)
 {
     const auto t0 = std::chrono::steady_clock::now();
     const sdpa_status r = sdpa_impl_forward(impl, p, q, k, v, o);
@@ -168,7 +167,10 @@ bool requires_feature(const sdpa_impl *impl, const char *key)
     return false;
 }
 
-bool is_reference(const sdpa_impl *impl) { return impl && sdpa_impl_requires_key(impl, 0) == nullptr; }
+bool is_reference(const sdpa_impl *impl)
+{
+    return impl && sdpa_impl_requires_key(impl, 0) == nullptr;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point t0)
 {

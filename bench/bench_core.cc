@@ -1,11 +1,13 @@
-// bench_core.cc -- sdpa-bench's core rows: the three primitives, prefill and decode per implementation, the OpenBLAS baseline, the decode's read pattern
+// bench_core.cc -- sdpa-bench's core rows: the three primitives, prefill and decode per
+// implementation, the OpenBLAS baseline, the decode's read pattern
 #include <cstring>
 #include <map>
 #include <memory>
 
 #include "sdpa_bench.h"
 
-namespace sdpa_bench {
+namespace sdpa_bench
+{
 
 // ---- fused attention through sdpa_impl_forward ------------------------------------------
 void register_forward(const char *kind, const sdpa_impl *impl, const Shape &s, size_t threads)
@@ -14,58 +16,62 @@ void register_forward(const char *kind, const sdpa_impl *impl, const Shape &s, s
                              "/threads:" + std::to_string(threads);
     const bool decode = std::strcmp(kind, "decode") == 0;
     auto once = std::make_shared<Once>();
-    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State &st) {
-        Tensors *t = tensors_for(s, false);
-        if (!t) {
-            st.SkipWithError("out of memory for the test tensors");
-            return;
-        }
-        const sdpa_params p = make_params(s, threads);
-        const sdpa_tensor q = dense_view(t->q, SDPA_F32, s.q_heads, s.q_len, s.head_dim);
-        const sdpa_tensor k = dense_view(t->k, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
-        const sdpa_tensor v = dense_view(t->v, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
-        const sdpa_tensor o = dense_view(t->o, SDPA_F32, s.q_heads, s.q_len, s.head_dim);
-        Probe probe{sdpa_impl_name(impl), threads, decode};
-        BestCall call;
-        for (auto _ : st) {
-            probe.sample_paused(st);
-            // the very first call also counts the library's heap workspace: no separate
-            // warm-up, which would double the cost of the slow (scalar) shapes
-            const bool track = !once->done;
-            if (track) bench_heap_track_begin();
-            call.start();
-            sdpa_status r = sdpa_impl_forward(impl, &p, &q, &k, &v, &o);
-            call.stop();
-            if (track) {
-                once->ws_bytes = bench_heap_track_end();
-                once->done = true;
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [=](benchmark::State &st) {
+            Tensors *t = tensors_for(s, false);
+            if (!t) {
+                st.SkipWithError("out of memory for the test tensors");
+                return;
             }
-            if (r != SDPA_OK) {
-                st.SkipWithError(sdpa_status_str(r));
-                break;
+            const sdpa_params p = make_params(s, threads);
+            const sdpa_tensor q = dense_view(t->q, SDPA_F32, s.q_heads, s.q_len, s.head_dim);
+            const sdpa_tensor k = dense_view(t->k, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
+            const sdpa_tensor v = dense_view(t->v, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
+            const sdpa_tensor o = dense_view(t->o, SDPA_F32, s.q_heads, s.q_len, s.head_dim);
+            Probe probe{sdpa_impl_name(impl), threads, decode};
+            BestCall call;
+            for (auto _ : st) {
+                probe.sample_paused(st);
+                // the very first call also counts the library's heap workspace: no separate
+                // warm-up, which would double the cost of the slow (scalar) shapes
+                const bool track = !once->done;
+                if (track) bench_heap_track_begin();
+                call.start();
+                sdpa_status r = sdpa_impl_forward(impl, &p, &q, &k, &v, &o);
+                call.stop();
+                if (track) {
+                    once->ws_bytes = bench_heap_track_end();
+                    once->done = true;
+                }
+                if (r != SDPA_OK) {
+                    st.SkipWithError(sdpa_status_str(r));
+                    break;
+                }
+                benchmark::ClobberMemory();
             }
-            benchmark::ClobberMemory();
-        }
-        probe.sample();
-        const double limit = probe.mean();
-        const double flops = shape_flops(s);
-        st.counters["FLOP"] = per_second(flops);
-        if (decode) {
-            const double bytes = shape_kv_bytes(s);
-            st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
-            if (limit > 0) {
-                st.counters["pct_bw"] = bytes / call.mean() * 100.0 / limit;
-                st.counters["pct_bw_best"] = bytes / call.best * 100.0 / limit;
-                st.counters["limit_bytes_per_s"] = limit;
+            probe.sample();
+            const double limit = probe.mean();
+            const double flops = shape_flops(s);
+            st.counters["FLOP"] = per_second(flops);
+            if (decode) {
+                const double bytes = shape_kv_bytes(s);
+                st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
+                if (limit > 0) {
+                    st.counters["pct_bw"] = bytes / call.mean() * 100.0 / limit;
+                    st.counters["pct_bw_best"] = bytes / call.best * 100.0 / limit;
+                    st.counters["limit_bytes_per_s"] = limit;
+                }
+            } else if (limit > 0) {
+                st.counters["pct_peak"] = flops / call.mean() * 100.0 / limit;
+                st.counters["pct_peak_best"] = flops / call.best * 100.0 / limit;
+                st.counters["limit_flops"] = limit;
             }
-        } else if (limit > 0) {
-            st.counters["pct_peak"] = flops / call.mean() * 100.0 / limit;
-            st.counters["pct_peak_best"] = flops / call.best * 100.0 / limit;
-            st.counters["limit_flops"] = limit;
-        }
-        st.counters["best_call_ms"] = call.best * 1e3;
-        st.counters["ws_bytes"] = (double)once->ws_bytes;
-    })->UseRealTime()->Unit(benchmark::kMillisecond);
+            st.counters["best_call_ms"] = call.best * 1e3;
+            st.counters["ws_bytes"] = (double)once->ws_bytes;
+        })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
 }
 
 // ---- the three primitives, single-threaded ---------------------------------------------
@@ -98,8 +104,8 @@ void prim_counters(benchmark::State &st, const sdpa_impl *impl, double items, do
 void register_primitives(const sdpa_impl *impl)
 {
     const std::string in = sdpa_impl_name(impl);
-    benchmark::RegisterBenchmark(("prim/" + in + "/score_n4096_d128").c_str(),
-                                 [=](benchmark::State &st) {
+    benchmark::RegisterBenchmark(("prim/" + in + "/score_n4096_d128").c_str(), [=](benchmark::State
+                                                                                       &st) {
         const size_t n = kPrimN, d = kPrimD;
         float *q = (float *)bench_alloc_random(SDPA_F32, d, 11);
         float *k = (float *)bench_alloc_random(SDPA_F32, n * d, 12);
@@ -120,8 +126,8 @@ void register_primitives(const sdpa_impl *impl)
         bench_free(s);
     })->UseRealTime();
 
-    benchmark::RegisterBenchmark(("prim/" + in + "/softmax_n4096").c_str(),
-                                 [=](benchmark::State &st) {
+    benchmark::RegisterBenchmark(("prim/" + in + "/softmax_n4096").c_str(), [=](benchmark::State
+                                                                                    &st) {
         const size_t n = kPrimN;
         float *s = (float *)bench_alloc_random(SDPA_F32, n, 13);
         if (!s) {
@@ -141,28 +147,30 @@ void register_primitives(const sdpa_impl *impl)
         bench_free(s);
     })->UseRealTime();
 
-    benchmark::RegisterBenchmark(("prim/" + in + "/accumulate_n4096_dv128").c_str(),
-                                 [=](benchmark::State &st) {
-        const size_t n = kPrimN, dv = kPrimD;
-        float *o = (float *)bench_alloc_zero(dv * sizeof(float));
-        float *p = (float *)bench_alloc_random(SDPA_F32, n, 14);
-        float *v = (float *)bench_alloc_random(SDPA_F32, n * dv, 15);
-        if (!o || !p || !v) {
-            st.SkipWithError("out of memory");
-        } else {
-            const auto t0 = std::chrono::steady_clock::now();
-            for (auto _ : st) {
-                // alpha < 1 keeps o bounded however many iterations run
-                sdpa_impl_accumulate_f32(impl, o, 0.5f, p, v, dv, n, dv);
-                benchmark::ClobberMemory();
+    benchmark::RegisterBenchmark(
+        ("prim/" + in + "/accumulate_n4096_dv128").c_str(),
+        [=](benchmark::State &st) {
+            const size_t n = kPrimN, dv = kPrimD;
+            float *o = (float *)bench_alloc_zero(dv * sizeof(float));
+            float *p = (float *)bench_alloc_random(SDPA_F32, n, 14);
+            float *v = (float *)bench_alloc_random(SDPA_F32, n * dv, 15);
+            if (!o || !p || !v) {
+                st.SkipWithError("out of memory");
+            } else {
+                const auto t0 = std::chrono::steady_clock::now();
+                for (auto _ : st) {
+                    // alpha < 1 keeps o bounded however many iterations run
+                    sdpa_impl_accumulate_f32(impl, o, 0.5f, p, v, dv, n, dv);
+                    benchmark::ClobberMemory();
+                }
+                prim_counters(st, impl, (double)n, (double)(n * dv + n + 2 * dv) * 4.0,
+                              2.0 * (double)(n * dv) + (double)dv, seconds_since(t0));
             }
-            prim_counters(st, impl, (double)n, (double)(n * dv + n + 2 * dv) * 4.0,
-                          2.0 * (double)(n * dv) + (double)dv, seconds_since(t0));
-        }
-        bench_free(o);
-        bench_free(p);
-        bench_free(v);
-    })->UseRealTime();
+            bench_free(o);
+            bench_free(p);
+            bench_free(v);
+        })
+        ->UseRealTime();
 }
 
 #ifdef BENCH_HAVE_BLAS
@@ -170,34 +178,38 @@ void register_primitives(const sdpa_impl *impl)
 void register_blas(const Shape &s)
 {
     const std::string name = "blas/openblas/" + s.name + "/threads:1";
-    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State &st) {
-        Tensors *t = tensors_for(s, true);
-        if (!t) {
-            st.SkipWithError("out of memory for the test tensors");
-            return;
-        }
-        sdpa_params p = make_params(s, 1);
-        p.parallel_for = nullptr;
-        Probe probe{nullptr, 1, false};
-        BestCall call;
-        for (auto _ : st) {
-            probe.sample_paused(st);
-            call.start();
-            bench_blas_attention(&p, t->q, (const float *)t->k, (const float *)t->v, t->o,
-                                 t->scores);
-            call.stop();
-            benchmark::ClobberMemory();
-        }
-        probe.sample();
-        const double peak = probe.mean();
-        const double flops = shape_flops(s); // the same useful FLOPs as libsdpa's count
-        st.counters["FLOP"] = per_second(flops);
-        if (peak > 0) {
-            st.counters["pct_peak"] = flops / call.mean() * 100.0 / peak;
-            st.counters["limit_flops"] = peak;
-        }
-        st.counters["extra_bytes"] = (double)(s.q_len * s.kv_len * sizeof(float));
-    })->UseRealTime()->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [=](benchmark::State &st) {
+            Tensors *t = tensors_for(s, true);
+            if (!t) {
+                st.SkipWithError("out of memory for the test tensors");
+                return;
+            }
+            sdpa_params p = make_params(s, 1);
+            p.parallel_for = nullptr;
+            Probe probe{nullptr, 1, false};
+            BestCall call;
+            for (auto _ : st) {
+                probe.sample_paused(st);
+                call.start();
+                bench_blas_attention(&p, t->q, (const float *)t->k, (const float *)t->v, t->o,
+                                     t->scores);
+                call.stop();
+                benchmark::ClobberMemory();
+            }
+            probe.sample();
+            const double peak = probe.mean();
+            const double flops = shape_flops(s); // the same useful FLOPs as libsdpa's count
+            st.counters["FLOP"] = per_second(flops);
+            if (peak > 0) {
+                st.counters["pct_peak"] = flops / call.mean() * 100.0 / peak;
+                st.counters["limit_flops"] = peak;
+            }
+            st.counters["extra_bytes"] = (double)(s.q_len * s.kv_len * sizeof(float));
+        })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
 }
 #endif
 
@@ -209,36 +221,41 @@ void register_blas(const Shape &s)
 #ifdef BENCH_HAVE_AVX512
 void register_pattern(const Shape &s, int order, size_t pf)
 {
-    const std::string name = std::string("pattern/avx512/") + s.name + (order ? "_tiles" : "_rows") +
-                             "_pf" + std::to_string(pf) + "/threads:1";
-    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State &st) {
-        Tensors *t = tensors_for(s, false);
-        if (!t) {
-            st.SkipWithError("out of memory for the test tensors");
-            return;
-        }
-        Probe probe{BENCH_HAVE_AVX512, 1, true};
-        BestCall call;
-        const size_t rows = s.batch * s.kv_heads * s.kv_len;
-        float sink = 0;
-        for (auto _ : st) {
-            probe.sample_paused(st);
-            call.start();
-            sink += bench_kv_walk_avx512((const uint16_t *)t->k, (const uint16_t *)t->v, rows,
-                                         s.head_dim, 256, order, pf);
-            call.stop();
-            benchmark::DoNotOptimize(sink);
-        }
-        probe.sample();
-        const double limit = probe.mean(), bytes = shape_kv_bytes(s);
-        st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
-        if (limit > 0) {
-            st.counters["pct_bw"] = bytes / call.mean() * 100.0 / limit;
-            st.counters["pct_bw_best"] = bytes / call.best * 100.0 / limit;
-            st.counters["limit_bytes_per_s"] = limit;
-        }
-        st.counters["best_call_ms"] = call.best * 1e3;
-    })->UseRealTime()->Unit(benchmark::kMillisecond);
+    const std::string name = std::string("pattern/avx512/") + s.name +
+                             (order ? "_tiles" : "_rows") + "_pf" + std::to_string(pf) +
+                             "/threads:1";
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [=](benchmark::State &st) {
+            Tensors *t = tensors_for(s, false);
+            if (!t) {
+                st.SkipWithError("out of memory for the test tensors");
+                return;
+            }
+            Probe probe{BENCH_HAVE_AVX512, 1, true};
+            BestCall call;
+            const size_t rows = s.batch * s.kv_heads * s.kv_len;
+            float sink = 0;
+            for (auto _ : st) {
+                probe.sample_paused(st);
+                call.start();
+                sink += bench_kv_walk_avx512((const uint16_t *)t->k, (const uint16_t *)t->v, rows,
+                                             s.head_dim, 256, order, pf);
+                call.stop();
+                benchmark::DoNotOptimize(sink);
+            }
+            probe.sample();
+            const double limit = probe.mean(), bytes = shape_kv_bytes(s);
+            st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
+            if (limit > 0) {
+                st.counters["pct_bw"] = bytes / call.mean() * 100.0 / limit;
+                st.counters["pct_bw_best"] = bytes / call.best * 100.0 / limit;
+                st.counters["limit_bytes_per_s"] = limit;
+            }
+            st.counters["best_call_ms"] = call.best * 1e3;
+        })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
 }
 #endif
 

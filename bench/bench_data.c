@@ -1,4 +1,5 @@
-/* bench_data.c -- deterministic test tensors for the benchmarks, in f32, f16 or bf16, and their block-format copies */
+/* bench_data.c -- deterministic test tensors for the benchmarks, in f32, f16 or bf16, and their
+ * block-format copies */
 #define _DEFAULT_SOURCE
 #include <stdlib.h>
 #include <string.h>
@@ -37,10 +38,7 @@ void *bench_alloc_zero(size_t bytes)
     return p;
 }
 
-void bench_free(void *p)
-{
-    free(p);
-}
+void bench_free(void *p) { free(p); }
 
 void *bench_alloc_random(sdpa_dtype dtype, size_t n, uint64_t seed)
 {

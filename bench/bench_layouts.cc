@@ -1,12 +1,15 @@
-// bench_layouts.cc -- sdpa-bench's serving-layout rows: ragged, packed and paged decode batches, a chunked-prefill mix, scattered page reads
+// bench_layouts.cc -- sdpa-bench's serving-layout rows: ragged, packed and paged decode batches, a
+// chunked-prefill mix, scattered page reads
 #include <algorithm>
 #include <cstring>
 #include <map>
 
 #include "sdpa_bench.h"
 
-namespace sdpa_bench {
-namespace {
+namespace sdpa_bench
+{
+namespace
+{
 
 // ---- serving layouts (issue #15): ragged, packed and paged decode batches --------------------
 // A decode batch of 8 sequences, 32/8 heads, D128, f16 K/V, kv lengths spread from 512 to
@@ -24,21 +27,21 @@ namespace {
 // summary the issue's ratios, in one run.
 // Registered only when --benchmark_filter names them (it contains "layout").
 struct LayoutData {
-    size_t                 B = 8, Hq = 32, Hkv = 8, D = 128, Lk = 32768, mean = 0;
-    std::vector<size_t>    lens, q_lens, cu_kv;
-    void                  *k = nullptr, *v = nullptr, *kp = nullptr, *vp = nullptr; // padded, packed
-    void                  *pk[2] = {nullptr, nullptr}, *pv[2] = {nullptr, nullptr}; // pages 16, 128
-    std::vector<int32_t>   table[2];
-    size_t                 n_pages[2] = {0, 0}, max_pages[2] = {0, 0};
-    float                 *q = nullptr, *o = nullptr;
-    double                 bytes = 0; // K/V bytes of the ragged batch
+    size_t B = 8, Hq = 32, Hkv = 8, D = 128, Lk = 32768, mean = 0;
+    std::vector<size_t> lens, q_lens, cu_kv;
+    void *k = nullptr, *v = nullptr, *kp = nullptr, *vp = nullptr; // padded, packed
+    void *pk[2] = {nullptr, nullptr}, *pv[2] = {nullptr, nullptr}; // pages 16, 128
+    std::vector<int32_t> table[2];
+    size_t n_pages[2] = {0, 0}, max_pages[2] = {0, 0};
+    float *q = nullptr, *o = nullptr;
+    double bytes = 0; // K/V bytes of the ragged batch
     // the mix
-    size_t                 mB = 16, mLq = 512, mLk = 8192;
-    std::vector<size_t>    m_cu_q, m_cu_kv;
-    void                  *mk = nullptr, *mv = nullptr;
-    float                 *mq = nullptr, *mo = nullptr;
-    double                 m_flops = 0, m_bytes = 0; // the prefill's FLOPs, the decodes' bytes
-    bool                   ok = false;
+    size_t mB = 16, mLq = 512, mLk = 8192;
+    std::vector<size_t> m_cu_q, m_cu_kv;
+    void *mk = nullptr, *mv = nullptr;
+    float *mq = nullptr, *mo = nullptr;
+    double m_flops = 0, m_bytes = 0; // the prefill's FLOPs, the decodes' bytes
+    bool ok = false;
 };
 const size_t g_layout_pages[2] = {16, 128};
 
@@ -68,8 +71,10 @@ LayoutData *layout_data()
     };
     for (size_t b = 0; b < d.B; b++)
         for (size_t h = 0; h < d.Hkv; h++) {
-            std::memcpy((char *)d.kp + (h * total + d.cu_kv[b]) * row, src(d.k, b, h, 0), d.lens[b] * row);
-            std::memcpy((char *)d.vp + (h * total + d.cu_kv[b]) * row, src(d.v, b, h, 0), d.lens[b] * row);
+            std::memcpy((char *)d.kp + (h * total + d.cu_kv[b]) * row, src(d.k, b, h, 0),
+                        d.lens[b] * row);
+            std::memcpy((char *)d.vp + (h * total + d.cu_kv[b]) * row, src(d.v, b, h, 0),
+                        d.lens[b] * row);
         }
     for (int s = 0; s < 2; s++) {
         const size_t ps = g_layout_pages[s];
@@ -114,7 +119,8 @@ LayoutData *layout_data()
         d.m_cu_kv[b + 1] = d.m_cu_kv[b] + mlen[b];
         if (b) d.m_bytes += 2.0 * (double)mlen[b] * (double)d.Hkv * (double)row;
     }
-    for (size_t i = 0; i < d.mLq; i++) d.m_flops += (double)(i + mlen[0] - d.mLq + 1); // causal pairs
+    for (size_t i = 0; i < d.mLq; i++)
+        d.m_flops += (double)(i + mlen[0] - d.mLq + 1); // causal pairs
     d.m_flops *= 4.0 * (double)d.D * (double)d.Hq;
     const size_t mt = d.m_cu_kv[d.mB], qt = d.m_cu_q[d.mB];
     d.mk = bench_alloc_random(SDPA_F16, d.Hkv * mt * d.D, 34);
@@ -129,8 +135,8 @@ LayoutData *layout_data()
 // its V rows), requesting the next page's lines one page ahead.
 struct ScatterArg {
     const LayoutData *d;
-    int               s;
-    uint64_t          sum[BENCH_MAX_THREADS + 1];
+    int s;
+    uint64_t sum[BENCH_MAX_THREADS + 1];
 };
 void scatter_task(void *arg, size_t task, size_t thread)
 {
@@ -148,7 +154,8 @@ void scatter_task(void *arg, size_t task, size_t thread)
             const size_t Pn = (size_t)d.table[a->s][b * d.max_pages[a->s] + pg + 1];
             const char *kn = (const char *)d.pk[a->s] + Pn * page_bytes + h * ps * row;
             const char *vn = (const char *)d.pv[a->s] + Pn * page_bytes + h * ps * row;
-            for (size_t o = 0; o < n; o += 64) __builtin_prefetch(kn + o), __builtin_prefetch(vn + o);
+            for (size_t o = 0; o < n; o += 64)
+                __builtin_prefetch(kn + o), __builtin_prefetch(vn + o);
         }
         for (const char *p : {kr, vr}) {
             const uint64_t *w = (const uint64_t *)(const void *)p;
@@ -158,9 +165,18 @@ void scatter_task(void *arg, size_t task, size_t thread)
     a->sum[thread] += sum;
 }
 
-enum LayoutKind { LK_UNIFORM, LK_PADDED, LK_PACKED, LK_PAGED16, LK_PAGED128, LK_SCATTER16, LK_SCATTER128, LK_MIX };
-const char *const g_layout_names[] = {"uniform", "padded", "packed", "paged16", "paged128",
-                                      "scatter16", "scatter128", "mix"};
+enum LayoutKind {
+    LK_UNIFORM,
+    LK_PADDED,
+    LK_PACKED,
+    LK_PAGED16,
+    LK_PAGED128,
+    LK_SCATTER16,
+    LK_SCATTER128,
+    LK_MIX
+};
+const char *const g_layout_names[] = {"uniform",  "padded",    "packed",     "paged16",
+                                      "paged128", "scatter16", "scatter128", "mix"};
 struct LayoutResult {
     double bytes_per_s, pct; // pct: of the read bandwidth (the mix: of its roofline)
 };
@@ -170,102 +186,115 @@ void register_layout(const sdpa_impl *impl, LayoutKind kind, size_t threads)
 {
     const bool scatter = kind == LK_SCATTER16 || kind == LK_SCATTER128;
     const std::string iname = scatter ? "read" : sdpa_impl_name(impl);
-    const std::string name = std::string("layout/") + iname + "/" + g_layout_names[kind] + "/threads:" +
-                             std::to_string(threads);
-    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State &st) {
-        LayoutData *d = layout_data();
-        if (!d) {
-            st.SkipWithError("out of memory for the layout tensors");
-            return;
-        }
-        const size_t row = d->D * 2;
-        sdpa_params p;
-        std::memset(&p, 0, sizeof p);
-        p.batch = d->B, p.q_heads = d->Hq, p.kv_heads = d->Hkv, p.q_len = 1, p.kv_len = d->Lk;
-        p.head_dim = d->D;
-        p.parallel_for = bench_pool_parallel_for, p.pool = g_pools[threads], p.n_threads = threads;
-        sdpa_tensor q = dense_view(d->q, SDPA_F32, d->Hq, 1, d->D), o = dense_view(d->o, SDPA_F32, d->Hq, 1, d->D);
-        sdpa_tensor k = dense_view(d->k, SDPA_F16, d->Hkv, d->Lk, d->D), v = dense_view(d->v, SDPA_F16, d->Hkv, d->Lk, d->D);
-        double bytes = d->bytes;
-        const int s = kind == LK_PAGED128 || kind == LK_SCATTER128;
-        switch (kind) {
-        case LK_UNIFORM: // the mean length for all, in the padded buffers
-            p.kv_len = d->mean;
-            bytes = 2.0 * (double)(d->B * d->Hkv * d->mean) * (double)row;
-            break;
-        case LK_PADDED: p.kv_lens = d->lens.data(); break;
-        case LK_PACKED: {
-            const size_t total = d->cu_kv[d->B];
-            p.cu_kv = d->cu_kv.data();
-            k = {d->kp, SDPA_F16, 0, (ptrdiff_t)(total * d->D), (ptrdiff_t)d->D};
-            v = {d->vp, SDPA_F16, 0, (ptrdiff_t)(total * d->D), (ptrdiff_t)d->D};
-            break;
-        }
-        case LK_PAGED16:
-        case LK_PAGED128: {
-            const size_t ps = g_layout_pages[s];
-            p.kv_lens = d->lens.data();
-            p.block_table = d->table[s].data(), p.page_size = ps, p.max_pages = d->max_pages[s];
-            p.n_pages = d->n_pages[s];
-            k = {d->pk[s], SDPA_F16, (ptrdiff_t)(d->Hkv * ps * d->D), (ptrdiff_t)(ps * d->D), (ptrdiff_t)d->D};
-            v = {d->pv[s], SDPA_F16, (ptrdiff_t)(d->Hkv * ps * d->D), (ptrdiff_t)(ps * d->D), (ptrdiff_t)d->D};
-            break;
-        }
-        case LK_MIX: {
-            const size_t kt = d->m_cu_kv[d->mB];
-            p.batch = d->mB, p.q_len = d->mLq, p.kv_len = d->mLk, p.causal = true;
-            p.cu_q = d->m_cu_q.data(), p.cu_kv = d->m_cu_kv.data();
-            q = {d->mq, SDPA_F32, 0, (ptrdiff_t)d->D, (ptrdiff_t)(d->Hq * d->D)};
-            o = {d->mo, SDPA_F32, 0, (ptrdiff_t)d->D, (ptrdiff_t)(d->Hq * d->D)};
-            k = {d->mk, SDPA_F16, 0, (ptrdiff_t)(kt * d->D), (ptrdiff_t)d->D};
-            v = {d->mv, SDPA_F16, 0, (ptrdiff_t)(kt * d->D), (ptrdiff_t)d->D};
-            bytes = d->m_bytes + 2.0 * 2048.0 * (double)(d->Hkv * row);
-            break;
-        }
-        default: break;
-        }
-        Probe bw{nullptr, threads, true}, peak{sdpa_impl_name(impl), threads, false};
-        BestCall call;
-        ScatterArg sa{d, s, {0}};
-        for (auto _ : st) {
-            st.PauseTiming();
-            bw.sample();
-            if (kind == LK_MIX) peak.sample();
-            st.ResumeTiming();
-            call.start();
-            sdpa_status r = SDPA_OK;
-            if (scatter)
-                bench_pool_parallel_for(g_pools[threads], d->B * d->Hkv, scatter_task, &sa);
-            else
-                r = sdpa_impl_forward(impl, &p, &q, &k, &v, &o);
-            call.stop();
-            if (r != SDPA_OK) {
-                st.SkipWithError(sdpa_status_str(r));
+    const std::string name = std::string("layout/") + iname + "/" + g_layout_names[kind] +
+                             "/threads:" + std::to_string(threads);
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [=](benchmark::State &st) {
+            LayoutData *d = layout_data();
+            if (!d) {
+                st.SkipWithError("out of memory for the layout tensors");
+                return;
+            }
+            const size_t row = d->D * 2;
+            sdpa_params p;
+            std::memset(&p, 0, sizeof p);
+            p.batch = d->B, p.q_heads = d->Hq, p.kv_heads = d->Hkv, p.q_len = 1, p.kv_len = d->Lk;
+            p.head_dim = d->D;
+            p.parallel_for = bench_pool_parallel_for, p.pool = g_pools[threads],
+            p.n_threads = threads;
+            sdpa_tensor q = dense_view(d->q, SDPA_F32, d->Hq, 1, d->D),
+                        o = dense_view(d->o, SDPA_F32, d->Hq, 1, d->D);
+            sdpa_tensor k = dense_view(d->k, SDPA_F16, d->Hkv, d->Lk, d->D),
+                        v = dense_view(d->v, SDPA_F16, d->Hkv, d->Lk, d->D);
+            double bytes = d->bytes;
+            const int s = kind == LK_PAGED128 || kind == LK_SCATTER128;
+            switch (kind) {
+            case LK_UNIFORM: // the mean length for all, in the padded buffers
+                p.kv_len = d->mean;
+                bytes = 2.0 * (double)(d->B * d->Hkv * d->mean) * (double)row;
+                break;
+            case LK_PADDED:
+                p.kv_lens = d->lens.data();
+                break;
+            case LK_PACKED: {
+                const size_t total = d->cu_kv[d->B];
+                p.cu_kv = d->cu_kv.data();
+                k = {d->kp, SDPA_F16, 0, (ptrdiff_t)(total * d->D), (ptrdiff_t)d->D};
+                v = {d->vp, SDPA_F16, 0, (ptrdiff_t)(total * d->D), (ptrdiff_t)d->D};
                 break;
             }
-            benchmark::ClobberMemory();
-        }
-        benchmark::DoNotOptimize(sa.sum[0] + sa.sum[1]);
-        bw.sample();
-        if (kind == LK_MIX) peak.sample();
-        // the fastest call against the highest limit sampled: both best-of measurements, as
-        // load from other processes only ever lowers either
-        const double limit = bw.best;
-        st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
-        LayoutResult res{bytes / call.best, 0};
-        if (kind == LK_MIX && limit > 0 && peak.best > 0) {
-            const double roof = d->m_flops / peak.best + d->m_bytes / limit; // seconds
-            res.pct = roof / call.best * 100.0;
-            st.counters["pct_roofline_best"] = res.pct;
-        } else if (limit > 0) {
-            res.pct = bytes / call.best * 100.0 / limit;
-            st.counters["pct_bw_best"] = res.pct;
-            st.counters["limit_bytes_per_s"] = limit;
-        }
-        st.counters["best_call_ms"] = call.best * 1e3;
-        st.counters["bytes_per_second_best"] = res.bytes_per_s;
-        g_layout_results[iname + "/" + g_layout_names[kind] + "/" + std::to_string(threads)] = res;
-    })->UseRealTime()->Unit(benchmark::kMillisecond);
+            case LK_PAGED16:
+            case LK_PAGED128: {
+                const size_t ps = g_layout_pages[s];
+                p.kv_lens = d->lens.data();
+                p.block_table = d->table[s].data(), p.page_size = ps, p.max_pages = d->max_pages[s];
+                p.n_pages = d->n_pages[s];
+                k = {d->pk[s], SDPA_F16, (ptrdiff_t)(d->Hkv * ps * d->D), (ptrdiff_t)(ps * d->D),
+                     (ptrdiff_t)d->D};
+                v = {d->pv[s], SDPA_F16, (ptrdiff_t)(d->Hkv * ps * d->D), (ptrdiff_t)(ps * d->D),
+                     (ptrdiff_t)d->D};
+                break;
+            }
+            case LK_MIX: {
+                const size_t kt = d->m_cu_kv[d->mB];
+                p.batch = d->mB, p.q_len = d->mLq, p.kv_len = d->mLk, p.causal = true;
+                p.cu_q = d->m_cu_q.data(), p.cu_kv = d->m_cu_kv.data();
+                q = {d->mq, SDPA_F32, 0, (ptrdiff_t)d->D, (ptrdiff_t)(d->Hq * d->D)};
+                o = {d->mo, SDPA_F32, 0, (ptrdiff_t)d->D, (ptrdiff_t)(d->Hq * d->D)};
+                k = {d->mk, SDPA_F16, 0, (ptrdiff_t)(kt * d->D), (ptrdiff_t)d->D};
+                v = {d->mv, SDPA_F16, 0, (ptrdiff_t)(kt * d->D), (ptrdiff_t)d->D};
+                bytes = d->m_bytes + 2.0 * 2048.0 * (double)(d->Hkv * row);
+                break;
+            }
+            default:
+                break;
+            }
+            Probe bw{nullptr, threads, true}, peak{sdpa_impl_name(impl), threads, false};
+            BestCall call;
+            ScatterArg sa{d, s, {0}};
+            for (auto _ : st) {
+                st.PauseTiming();
+                bw.sample();
+                if (kind == LK_MIX) peak.sample();
+                st.ResumeTiming();
+                call.start();
+                sdpa_status r = SDPA_OK;
+                if (scatter)
+                    bench_pool_parallel_for(g_pools[threads], d->B * d->Hkv, scatter_task, &sa);
+                else
+                    r = sdpa_impl_forward(impl, &p, &q, &k, &v, &o);
+                call.stop();
+                if (r != SDPA_OK) {
+                    st.SkipWithError(sdpa_status_str(r));
+                    break;
+                }
+                benchmark::ClobberMemory();
+            }
+            benchmark::DoNotOptimize(sa.sum[0] + sa.sum[1]);
+            bw.sample();
+            if (kind == LK_MIX) peak.sample();
+            // the fastest call against the highest limit sampled: both best-of measurements, as
+            // load from other processes only ever lowers either
+            const double limit = bw.best;
+            st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
+            LayoutResult res{bytes / call.best, 0};
+            if (kind == LK_MIX && limit > 0 && peak.best > 0) {
+                const double roof = d->m_flops / peak.best + d->m_bytes / limit; // seconds
+                res.pct = roof / call.best * 100.0;
+                st.counters["pct_roofline_best"] = res.pct;
+            } else if (limit > 0) {
+                res.pct = bytes / call.best * 100.0 / limit;
+                st.counters["pct_bw_best"] = res.pct;
+                st.counters["limit_bytes_per_s"] = limit;
+            }
+            st.counters["best_call_ms"] = call.best * 1e3;
+            st.counters["bytes_per_second_best"] = res.bytes_per_s;
+            g_layout_results[iname + "/" + g_layout_names[kind] + "/" + std::to_string(threads)] =
+                res;
+        })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
 }
 
 } // namespace
@@ -295,43 +324,53 @@ void print_layout_summary(FILE *f)
         *bps = it->second.bytes_per_s, *pct = it->second.pct;
         return true;
     };
-    std::fprintf(f, "\nServing layouts, decode batch 8 (32/8 heads, D128 f16, kv 512..32768), fastest "
-                    "calls of one run. GB/s: K/V bytes read once per call; %%: of the read bandwidth "
-                    "measured between calls (mix: of its roofline).\n\n");
-    std::fprintf(f, "| impl | threads | row | GB/s | %% | ratio | against | target |\n|---|---:|---|---:|---:|---:|---|---|\n");
+    std::fprintf(f,
+                 "\nServing layouts, decode batch 8 (32/8 heads, D128 f16, kv 512..32768), fastest "
+                 "calls of one run. GB/s: K/V bytes read once per call; %%: of the read bandwidth "
+                 "measured between calls (mix: of its roofline).\n\n");
+    std::fprintf(f, "| impl | threads | row | GB/s | %% | ratio | against | target "
+                    "|\n|---|---:|---|---:|---:|---:|---|---|\n");
     for (size_t i = 0; i < sdpa_impl_count(); i++)
         for (size_t t = 1; t <= BENCH_MAX_THREADS; t++) {
             const char *impl = sdpa_impl_name(sdpa_impl_at(i));
             const std::string base = std::string(impl) + "/";
             const std::string ts = "/" + std::to_string(t);
             double ub = 0, up = 0, pb = 0, pp = 0;
-            if (!get(base + "uniform" + ts, &ub, &up) || !get(base + "padded" + ts, &pb, &pp)) continue;
+            if (!get(base + "uniform" + ts, &ub, &up) || !get(base + "padded" + ts, &pb, &pp))
+                continue;
             std::fprintf(f, "| %s | %zu | uniform | %.2f | %.1f | | | |\n", impl, t, ub / 1e9, up);
             for (const char *r : {"padded", "packed"}) {
                 double b = 0, pc = 0;
                 if (!get(base + r + ts, &b, &pc)) continue;
-                std::fprintf(f, "| %s | %zu | %s | %.2f | %.1f | %.3f | %% of uniform's %% | >= 0.90 %s |\n", impl, t, r,
-                             b / 1e9, pc, pc / up, pc / up >= 0.90 ? "met" : "**missed**");
+                std::fprintf(
+                    f, "| %s | %zu | %s | %.2f | %.1f | %.3f | %% of uniform's %% | >= 0.90 %s |\n",
+                    impl, t, r, b / 1e9, pc, pc / up, pc / up >= 0.90 ? "met" : "**missed**");
                 double b1 = 0, p1 = 0;
                 if (t > 1 && get(base + r + "/1", &b1, &p1))
-                    std::fprintf(f, "| %s | %zu | %s, speed-up | | | %.3f | 1 thread | >= 1.7 %s |\n", impl, t, r,
-                                 b / b1, b / b1 >= 1.7 ? "met" : "**missed**");
+                    std::fprintf(f,
+                                 "| %s | %zu | %s, speed-up | | | %.3f | 1 thread | >= 1.7 %s |\n",
+                                 impl, t, r, b / b1, b / b1 >= 1.7 ? "met" : "**missed**");
             }
             for (int s = 0; s < 2; s++) {
                 double b = 0, pc = 0, sb = 0, sp = 0;
                 const std::string pr = s ? "paged128" : "paged16";
                 if (!get(base + pr + ts, &b, &pc)) continue;
                 const double target = s ? 0.97 : 0.90;
-                std::fprintf(f, "| %s | %zu | %s | %.2f | %.1f | %.3f | padded GB/s | >= %.2f %s |\n", impl, t, pr.c_str(),
-                             b / 1e9, pc, b / pb, target, b / pb >= target ? "met" : "**missed**");
+                std::fprintf(f,
+                             "| %s | %zu | %s | %.2f | %.1f | %.3f | padded GB/s | >= %.2f %s |\n",
+                             impl, t, pr.c_str(), b / 1e9, pc, b / pb, target,
+                             b / pb >= target ? "met" : "**missed**");
                 if (get(std::string("read/") + (s ? "scatter128" : "scatter16") + ts, &sb, &sp))
-                    std::fprintf(f, "| %s | %zu | %s | | | %.3f | the same pages read alone (%.2f GB/s) | |\n", impl, t,
-                                 pr.c_str(), b / sb, sb / 1e9);
+                    std::fprintf(
+                        f,
+                        "| %s | %zu | %s | | | %.3f | the same pages read alone (%.2f GB/s) | |\n",
+                        impl, t, pr.c_str(), b / sb, sb / 1e9);
             }
             double mb = 0, mp = 0;
             if (get(base + "mix" + ts, &mb, &mp))
-                std::fprintf(f, "| %s | %zu | mix (512-query prefill + 15 decodes) | %.2f | %.1f | | | |\n", impl, t,
-                             mb / 1e9, mp);
+                std::fprintf(
+                    f, "| %s | %zu | mix (512-query prefill + 15 decodes) | %.2f | %.1f | | | |\n",
+                    impl, t, mb / 1e9, mp);
         }
     std::fflush(f);
 }

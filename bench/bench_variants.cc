@@ -1,12 +1,15 @@
-// bench_variants.cc -- sdpa-bench's variant rows: window, mask, softcap, ALiBi and sinks, each timed in turn with the plain call
+// bench_variants.cc -- sdpa-bench's variant rows: window, mask, softcap, ALiBi and sinks, each
+// timed in turn with the plain call
 #include <algorithm>
 #include <cstring>
 #include <map>
 
 #include "sdpa_bench.h"
 
-namespace sdpa_bench {
-namespace {
+namespace sdpa_bench
+{
+namespace
+{
 
 // ---- attention variants (issue #14): each against the plain call, interleaved --------------
 // A variant row times two calls in turn on the same tensors, in one process: the plain call
@@ -29,14 +32,14 @@ namespace {
 // The rows are registered only when --benchmark_filter names them (it contains "variant"):
 // the scalar rows alone take minutes, far too long for the short main-job run.
 struct VariantCase {
-    std::string row;    // the shape part of the name: variant/<impl>/<row>/threads:1
-    std::string label;  // for the summary table
-    double      target; // the ratio it should reach; 0: none
-    Shape       plain, shape;
-    bool        decode;
-    size_t      window;
-    float       softcap;
-    bool        alibi, mask, sinks;
+    std::string row;   // the shape part of the name: variant/<impl>/<row>/threads:1
+    std::string label; // for the summary table
+    double target;     // the ratio it should reach; 0: none
+    Shape plain, shape;
+    bool decode;
+    size_t window;
+    float softcap;
+    bool alibi, mask, sinks;
 };
 
 // Keys query row i of s sees with this window: causal, window (|i' - j| < w) or both.
@@ -82,13 +85,15 @@ double variant_kv_bytes(const Shape &s, size_t window)
         }
     }
     const double keys = hi > lo ? (double)(hi - lo) : 0.0;
-    return 2.0 * (double)(s.batch * s.kv_heads * s.head_dim) * keys * (double)dtype_bytes(s.kv_type);
+    return 2.0 * (double)(s.batch * s.kv_heads * s.head_dim) * keys *
+           (double)dtype_bytes(s.kv_type);
 }
 
 std::vector<VariantCase> variant_cases()
 {
     const Shape pre = {"B1_H16_L2048_D128_causal_f16", 1, 16, 16, 2048, 2048, 128, true, SDPA_F16};
-    const Shape pre_long = {"B1_H16_L8192_D128_causal_f16", 1, 16, 16, 8192, 8192, 128, true, SDPA_F16};
+    const Shape pre_long = {
+        "B1_H16_L8192_D128_causal_f16", 1, 16, 16, 8192, 8192, 128, true, SDPA_F16};
     const Shape dec = decode_shapes()[0]; // B1_Hq32_Hkv8_kv32768_D128_f16
     const std::string p = "prefill_" + pre.name + "_", d = "decode_" + dec.name + "_";
     //       row, label, target, plain, shape, decode, window, softcap, alibi, mask, sinks
@@ -99,7 +104,8 @@ std::vector<VariantCase> variant_cases()
         {p + "mask_f16_bcast", "prefill f16 mask, broadcast over heads", 0.85, pre, pre, false, 0,
          0, false, true, false},
         {p + "sinks", "prefill sinks", 0.97, pre, pre, false, 0, 0, false, false, true},
-        {p + "all", "prefill softcap+ALiBi+mask+sinks", 0, pre, pre, false, 0, 30, true, true, true},
+        {p + "all", "prefill softcap+ALiBi+mask+sinks", 0, pre, pre, false, 0, 30, true, true,
+         true},
         {"prefill_" + pre_long.name + "_window1024", "prefill L8192 window 1024 (vs plain L2048)",
          0.85, pre, pre_long, false, 1024, 0, false, false, false},
         {d + "plain", "decode plain (A/A)", 0, dec, dec, true, 0, 0, false, false, false},
@@ -108,15 +114,16 @@ std::vector<VariantCase> variant_cases()
         {d + "mask_f16", "decode f16 mask [1][32][1][32768]", 0.90, dec, dec, true, 0, 0, false,
          true, false},
         {d + "sinks", "decode sinks", 0.90, dec, dec, true, 0, 0, false, false, true},
-        {d + "window4096", "decode window 4096", 0.90, dec, dec, true, 4096, 0, false, false, false},
+        {d + "window4096", "decode window 4096", 0.90, dec, dec, true, 4096, 0, false, false,
+         false},
     };
 }
 
 // What a variant row needs beyond the shape's tensors, made once per (row, impl) and kept.
 struct VariantData {
-    float      *o_variant = nullptr;
+    float *o_variant = nullptr;
     std::vector<float> slopes, sinks;
-    void       *mask = nullptr;
+    void *mask = nullptr;
     sdpa_tensor mask_view;
 };
 
@@ -158,118 +165,127 @@ VariantData *variant_data_for(const VariantCase &c)
 struct VariantResult {
     size_t pairs;
     double rate, plain_rate, ratio, ratio_mean, ratio_best, ratio_cpu, core_share;
-    int    applied;
+    int applied;
 };
 std::vector<std::pair<std::string, const VariantCase *>> g_variant_rows; // registration order
-std::map<std::string, std::vector<VariantResult>>      g_variant_results;
+std::map<std::string, std::vector<VariantResult>> g_variant_results;
 
 void register_variant(const sdpa_impl *impl, const VariantCase &c)
 {
-    const std::string name = std::string("variant/") + sdpa_impl_name(impl) + "/" + c.row +
-                             "/threads:1";
+    const std::string name =
+        std::string("variant/") + sdpa_impl_name(impl) + "/" + c.row + "/threads:1";
     const VariantCase *cp = new VariantCase(c); // lives as long as the program
     g_variant_rows.emplace_back(name, cp);
-    benchmark::RegisterBenchmark(name.c_str(), [=](benchmark::State &st) {
-        const VariantCase &c = *cp;
-        Tensors *tp = tensors_for(c.plain, false);
-        Tensors *tv = tensors_for(c.shape, false);
-        VariantData *vd = tp && tv ? variant_data_for(c) : nullptr;
-        if (!vd) {
-            st.SkipWithError("out of memory for the test tensors");
-            return;
-        }
-        auto views = [](const Shape &s, Tensors *t, float *o, sdpa_tensor *v) {
-            v[0] = dense_view(t->q, SDPA_F32, s.q_heads, s.q_len, s.head_dim);
-            v[1] = dense_view(t->k, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
-            v[2] = dense_view(t->v, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
-            v[3] = dense_view(o, SDPA_F32, s.q_heads, s.q_len, s.head_dim);
-        };
-        sdpa_tensor xp[4], xv[4];
-        views(c.plain, tp, tp->o, xp);
-        views(c.shape, tv, vd->o_variant, xv);
-        const sdpa_params pp = make_params(c.plain, 1);
-        sdpa_params pv = make_params(c.shape, 1);
-        pv.window = c.window;
-        pv.softcap = c.softcap;
-        pv.alibi_slopes = c.alibi ? vd->slopes.data() : nullptr;
-        pv.sinks = c.sinks ? vd->sinks.data() : nullptr;
-        pv.mask = c.mask ? &vd->mask_view : nullptr;
-        const double work_p = c.decode ? variant_kv_bytes(c.plain, 0) : variant_flops(c.plain, 0);
-        const double work_v = c.decode ? variant_kv_bytes(c.shape, c.window)
-                                       : variant_flops(c.shape, c.window);
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [=](benchmark::State &st) {
+            const VariantCase &c = *cp;
+            Tensors *tp = tensors_for(c.plain, false);
+            Tensors *tv = tensors_for(c.shape, false);
+            VariantData *vd = tp && tv ? variant_data_for(c) : nullptr;
+            if (!vd) {
+                st.SkipWithError("out of memory for the test tensors");
+                return;
+            }
+            auto views = [](const Shape &s, Tensors *t, float *o, sdpa_tensor *v) {
+                v[0] = dense_view(t->q, SDPA_F32, s.q_heads, s.q_len, s.head_dim);
+                v[1] = dense_view(t->k, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
+                v[2] = dense_view(t->v, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
+                v[3] = dense_view(o, SDPA_F32, s.q_heads, s.q_len, s.head_dim);
+            };
+            sdpa_tensor xp[4], xv[4];
+            views(c.plain, tp, tp->o, xp);
+            views(c.shape, tv, vd->o_variant, xv);
+            const sdpa_params pp = make_params(c.plain, 1);
+            sdpa_params pv = make_params(c.shape, 1);
+            pv.window = c.window;
+            pv.softcap = c.softcap;
+            pv.alibi_slopes = c.alibi ? vd->slopes.data() : nullptr;
+            pv.sinks = c.sinks ? vd->sinks.data() : nullptr;
+            pv.mask = c.mask ? &vd->mask_view : nullptr;
+            const double work_p =
+                c.decode ? variant_kv_bytes(c.plain, 0) : variant_flops(c.plain, 0);
+            const double work_v =
+                c.decode ? variant_kv_bytes(c.shape, c.window) : variant_flops(c.shape, c.window);
 
-        std::vector<double> times_p, times_v, ratios, ratios_cpu;
-        double cpu_sum = 0, wall_sum = 0;
-        bool failed = false;
-        for (auto _ : st) {
-            // one iteration: two pairs, AB then BA; its time, the four calls
-            double iteration_time = 0;
-            for (int pair = 0; pair < 2 && !failed; pair++) {
-                double t[2] = {0, 0}, tc[2] = {0, 0}; // [0]: plain, [1]: variant
-                for (int w = 0; w < 2; w++) {
-                    const int which = w ^ pair;
-                    if (c.decode) evict_caches();
-                    const double c0 = thread_cpu_seconds();
-                    const sdpa_tensor *x = which ? xv : xp;
-                    const bool ok = timed_forward(st, impl, which ? &pv : &pp, &x[0], &x[1], &x[2], &x[3], &t[which]);
-                    tc[which] = thread_cpu_seconds() - c0;
-                    if (!ok) {
-                        failed = true;
-                        break;
+            std::vector<double> times_p, times_v, ratios, ratios_cpu;
+            double cpu_sum = 0, wall_sum = 0;
+            bool failed = false;
+            for (auto _ : st) {
+                // one iteration: two pairs, AB then BA; its time, the four calls
+                double iteration_time = 0;
+                for (int pair = 0; pair < 2 && !failed; pair++) {
+                    double t[2] = {0, 0}, tc[2] = {0, 0}; // [0]: plain, [1]: variant
+                    for (int w = 0; w < 2; w++) {
+                        const int which = w ^ pair;
+                        if (c.decode) evict_caches();
+                        const double c0 = thread_cpu_seconds();
+                        const sdpa_tensor *x = which ? xv : xp;
+                        const bool ok = timed_forward(st, impl, which ? &pv : &pp, &x[0], &x[1],
+                                                      &x[2], &x[3], &t[which]);
+                        tc[which] = thread_cpu_seconds() - c0;
+                        if (!ok) {
+                            failed = true;
+                            break;
+                        }
                     }
+                    if (failed) break;
+                    iteration_time += t[0] + t[1];
+                    times_p.push_back(t[0]);
+                    times_v.push_back(t[1]);
+                    ratios.push_back((work_v / t[1]) / (work_p / t[0]));
+                    if (tc[0] > 0 && tc[1] > 0)
+                        ratios_cpu.push_back((work_v / tc[1]) / (work_p / tc[0]));
+                    cpu_sum += tc[0] + tc[1];
+                    wall_sum += t[0] + t[1];
                 }
                 if (failed) break;
-                iteration_time += t[0] + t[1];
-                times_p.push_back(t[0]);
-                times_v.push_back(t[1]);
-                ratios.push_back((work_v / t[1]) / (work_p / t[0]));
-                if (tc[0] > 0 && tc[1] > 0) ratios_cpu.push_back((work_v / tc[1]) / (work_p / tc[0]));
-                cpu_sum += tc[0] + tc[1];
-                wall_sum += t[0] + t[1];
+                st.SetIterationTime(iteration_time);
             }
-            if (failed) break;
-            st.SetIterationTime(iteration_time);
-        }
-        if (failed || times_p.empty()) return;
-        double sum_p = 0, sum_v = 0;
-        for (size_t i = 0; i < times_p.size(); i++) {
-            sum_p += times_p[i];
-            sum_v += times_v[i];
-        }
-        VariantResult res;
-        res.pairs = times_p.size();
-        res.rate = work_v / median_of(times_v);
-        res.plain_rate = work_p / median_of(times_p);
-        res.ratio = median_of(ratios);
-        res.ratio_mean = (work_v / sum_v) / (work_p / sum_p);
-        res.ratio_cpu = median_of(ratios_cpu);
-        res.core_share = cpu_sum / wall_sum;
-        res.ratio_best = (work_v / *std::min_element(times_v.begin(), times_v.end())) /
-                         (work_p / *std::min_element(times_p.begin(), times_p.end()));
-        res.applied = -1;
-        if (c.plain.name == c.shape.name && (c.window || c.softcap > 0 || c.alibi || c.mask || c.sinks)) {
-            const size_t bytes = c.shape.batch * c.shape.q_heads * c.shape.q_len * c.shape.head_dim * 4;
-            res.applied = std::memcmp(tp->o, vd->o_variant, bytes) != 0;
-        }
-        g_variant_results[name].push_back(res);
+            if (failed || times_p.empty()) return;
+            double sum_p = 0, sum_v = 0;
+            for (size_t i = 0; i < times_p.size(); i++) {
+                sum_p += times_p[i];
+                sum_v += times_v[i];
+            }
+            VariantResult res;
+            res.pairs = times_p.size();
+            res.rate = work_v / median_of(times_v);
+            res.plain_rate = work_p / median_of(times_p);
+            res.ratio = median_of(ratios);
+            res.ratio_mean = (work_v / sum_v) / (work_p / sum_p);
+            res.ratio_cpu = median_of(ratios_cpu);
+            res.core_share = cpu_sum / wall_sum;
+            res.ratio_best = (work_v / *std::min_element(times_v.begin(), times_v.end())) /
+                             (work_p / *std::min_element(times_p.begin(), times_p.end()));
+            res.applied = -1;
+            if (c.plain.name == c.shape.name &&
+                (c.window || c.softcap > 0 || c.alibi || c.mask || c.sinks)) {
+                const size_t bytes =
+                    c.shape.batch * c.shape.q_heads * c.shape.q_len * c.shape.head_dim * 4;
+                res.applied = std::memcmp(tp->o, vd->o_variant, bytes) != 0;
+            }
+            g_variant_results[name].push_back(res);
 
-        // rates of the median calls, as plain values: the framework's time mixes both calls
-        if (c.decode) {
-            st.counters["bytes_per_second"] = res.rate;
-            st.counters["plain_bytes_per_second"] = res.plain_rate;
-            st.counters["kv_bytes"] = work_v;
-        } else {
-            st.counters["FLOP"] = res.rate;
-            st.counters["plain_FLOP"] = res.plain_rate;
-        }
-        st.counters["ratio"] = res.ratio;
-        st.counters["ratio_mean"] = res.ratio_mean;
-        st.counters["ratio_best"] = res.ratio_best;
-        st.counters["ratio_cpu"] = res.ratio_cpu;
-        st.counters["core_share"] = res.core_share;
-        if (c.target > 0) st.counters["target"] = c.target;
-        st.counters["applied"] = res.applied;
-    })->UseManualTime()->Unit(benchmark::kMillisecond);
+            // rates of the median calls, as plain values: the framework's time mixes both calls
+            if (c.decode) {
+                st.counters["bytes_per_second"] = res.rate;
+                st.counters["plain_bytes_per_second"] = res.plain_rate;
+                st.counters["kv_bytes"] = work_v;
+            } else {
+                st.counters["FLOP"] = res.rate;
+                st.counters["plain_FLOP"] = res.plain_rate;
+            }
+            st.counters["ratio"] = res.ratio;
+            st.counters["ratio_mean"] = res.ratio_mean;
+            st.counters["ratio_best"] = res.ratio_best;
+            st.counters["ratio_cpu"] = res.ratio_cpu;
+            st.counters["core_share"] = res.core_share;
+            if (c.target > 0) st.counters["target"] = c.target;
+            st.counters["applied"] = res.applied;
+        })
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
 }
 
 } // namespace
@@ -322,12 +338,15 @@ void print_variant_summary(FILE *f)
         lines.push_back(b);
     }
     if (lines.empty()) return;
-    std::fprintf(f, "\nAttention variants against the plain call, 1 thread, timed in turn in one "
-                    "process. Rates: the median call's, wall clock. ratio: the median over the "
-                    "pairs of variant rate / plain rate, on the wall clock; ratio (CPU): the same on "
-                    "the thread's CPU time, which leaves out waits for a core (the calls had %.0f %% "
-                    "of a core), and the target is judged on it.\n\n", share_pairs > 0 ? 100.0 * share_cpu / share_pairs : 0.0);
-    std::fprintf(f, "| variant | impl | GFLOP/s or GB/s | plain | ratio | ratio (CPU) | target | pairs |\n");
+    std::fprintf(f,
+                 "\nAttention variants against the plain call, 1 thread, timed in turn in one "
+                 "process. Rates: the median call's, wall clock. ratio: the median over the "
+                 "pairs of variant rate / plain rate, on the wall clock; ratio (CPU): the same on "
+                 "the thread's CPU time, which leaves out waits for a core (the calls had %.0f %% "
+                 "of a core), and the target is judged on it.\n\n",
+                 share_pairs > 0 ? 100.0 * share_cpu / share_pairs : 0.0);
+    std::fprintf(
+        f, "| variant | impl | GFLOP/s or GB/s | plain | ratio | ratio (CPU) | target | pairs |\n");
     std::fprintf(f, "|---|---|---:|---:|---:|---:|---|---:|\n");
     for (const std::string &l : lines) std::fprintf(f, "%s\n", l.c_str());
     std::fflush(f);

@@ -11,20 +11,11 @@
 
 #include "bench.h"
 
-void bench_blas_set_threads(int n)
-{
-    openblas_set_num_threads(n);
-}
+void bench_blas_set_threads(int n) { openblas_set_num_threads(n); }
 
-const char *bench_blas_corename(void)
-{
-    return openblas_get_corename();
-}
+const char *bench_blas_corename(void) { return openblas_get_corename(); }
 
-const char *bench_blas_config(void)
-{
-    return openblas_get_config();
-}
+const char *bench_blas_config(void) { return openblas_get_config(); }
 
 void bench_blas_attention(const sdpa_params *p, const float *q, const float *k, const float *v,
                           float *o, float *scores)
@@ -41,8 +32,8 @@ void bench_blas_attention(const sdpa_params *p, const float *q, const float *k, 
             const float *vh = v + (b * p->kv_heads + kvh) * m * dv;
             float *oh = o + (b * p->q_heads + h) * n * dv;
             /* S = scale * Q K^T, all n x m scores */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)m, (int)d, scale,
-                        qh, (int)d, kh, (int)d, 0.0f, scores, (int)m);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)m, (int)d, scale, qh,
+                        (int)d, kh, (int)d, 0.0f, scores, (int)m);
             /* P = softmax(S) per row; query i sees key j iff j <= i + m - n */
             for (size_t i = 0; i < n; i++) {
                 float *s = scores + i * m;

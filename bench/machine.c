@@ -1,4 +1,5 @@
-/* machine.c -- the machine's limits, measured in the benchmark's own run: FMA peak per ISA and read bandwidth */
+/* machine.c -- the machine's limits, measured in the benchmark's own run: FMA peak per ISA and read
+ * bandwidth */
 /*
  * Compiled with baseline flags: it only decides (with cpu_features) which per-ISA kernel may
  * run and times them on the same thread pool the attention benchmarks use. Every thread
@@ -29,19 +30,19 @@ typedef double (*fma_fn)(uint64_t iters, float *sink);
 typedef float (*read_fn)(const float *p, size_t n);
 
 typedef struct gang {
-    size_t         n;        /* threads taking part */
-    atomic_size_t  arrived;  /* spin barrier */
+    size_t n;              /* threads taking part */
+    atomic_size_t arrived; /* spin barrier */
     /* FMA run */
-    fma_fn         fma;
-    uint64_t       iters;
+    fma_fn fma;
+    uint64_t iters;
     /* read run */
-    read_fn        read;
-    const float   *buf;
-    float         *wbuf;
-    size_t         floats;
+    read_fn read;
+    const float *buf;
+    float *wbuf;
+    size_t floats;
     /* results, per task */
-    double         t0[BENCH_MAX_THREADS], t1[BENCH_MAX_THREADS], work[BENCH_MAX_THREADS];
-    float          sink[BENCH_MAX_THREADS];
+    double t0[BENCH_MAX_THREADS], t1[BENCH_MAX_THREADS], work[BENCH_MAX_THREADS];
+    float sink[BENCH_MAX_THREADS];
 } gang;
 
 static void gang_barrier(gang *g)
@@ -146,8 +147,8 @@ static double measure_fma(fma_fn fn, bench_pool *pool, size_t threads)
     return measure_fma_for(fn, pool, threads, 0.3);
 }
 
-static double measure_read(read_fn fn, float *buf, size_t floats, bench_pool *pool,
-                           size_t threads, int reps)
+static double measure_read(read_fn fn, float *buf, size_t floats, bench_pool *pool, size_t threads,
+                           int reps)
 {
     gang g;
     memset(&g, 0, sizeof g);
@@ -246,8 +247,7 @@ void bench_machine_release(bench_machine *m)
     m->read_buf = NULL;
 }
 
-double bench_read_bw_now(const bench_machine *m, bench_pool *const *pools, size_t threads,
-                         int reps)
+double bench_read_bw_now(const bench_machine *m, bench_pool *const *pools, size_t threads, int reps)
 {
     if (!m->read_buf || threads < 1 || threads > BENCH_MAX_THREADS || reps < 1) return 0;
     return measure_read((read_fn)m->read_fn, m->read_buf, m->read_bytes / sizeof(float),
@@ -260,13 +260,14 @@ double bench_read_bw_cached(const bench_machine *m, size_t bytes)
     const read_fn fn = (read_fn)m->read_fn;
     const size_t n = bytes / sizeof(float);
     const size_t reps = ((size_t)64 << 20) / bytes + 1; /* about 64 MiB of reads per trial */
-    volatile float sink = fn(m->read_buf, n);        /* the slice, now in cache */
+    volatile float sink = fn(m->read_buf, n);           /* the slice, now in cache */
     double best = 0;
     for (int t = 0; t < 5; t++) {
         const double t0 = now_s();
         for (size_t r = 0; r < reps; r++) sink += fn(m->read_buf, n);
         const double dt = now_s() - t0;
-        if (dt > 0 && (double)reps * (double)bytes / dt > best) best = (double)reps * (double)bytes / dt;
+        if (dt > 0 && (double)reps * (double)bytes / dt > best)
+            best = (double)reps * (double)bytes / dt;
     }
     (void)sink;
     return best;

@@ -1,4 +1,5 @@
-/* peak_avx2.c -- AVX2+FMA peak kernels (built with -mavx2 -mfma only): 256-bit FMA chains, 256-bit read sum */
+/* peak_avx2.c -- AVX2+FMA peak kernels (built with -mavx2 -mfma only): 256-bit FMA chains, 256-bit
+ * read sum */
 #include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -1,4 +1,5 @@
-/* peak_avx512.c -- AVX-512F peak kernels (built with -mavx512f only): 512-bit FMA chains, 512-bit read sum */
+/* peak_avx512.c -- AVX-512F peak kernels (built with -mavx512f only): 512-bit FMA chains, 512-bit
+ * read sum */
 #include <immintrin.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -106,19 +107,24 @@ float bench_kv_walk_avx512(const uint16_t *k, const uint16_t *v, size_t rows, si
                     for (size_t r = 0; r < nr; r++)
                         for (size_t g = 0; g < lines; g++) {
                             const uint16_t *q = row + r * row_elems + 32 * g;
-                            s[0] = _mm512_add_ps(s[0], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)q)));
-                            s[1] = _mm512_add_ps(s[1], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(q + 16))));
+                            s[0] = _mm512_add_ps(
+                                s[0], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)q)));
+                            s[1] = _mm512_add_ps(s[1], _mm512_cvtph_ps(_mm256_load_si256(
+                                                           (const __m256i *)(q + 16))));
                         }
                 } else {
                     for (size_t g = 0; g < lines; g++)
                         for (size_t r = 0; r < nr; r++) {
                             const uint16_t *q = row + r * row_elems + 32 * g;
-                            s[2] = _mm512_add_ps(s[2], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)q)));
-                            s[3] = _mm512_add_ps(s[3], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(q + 16))));
+                            s[2] = _mm512_add_ps(
+                                s[2], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)q)));
+                            s[3] = _mm512_add_ps(s[3], _mm512_cvtph_ps(_mm256_load_si256(
+                                                           (const __m256i *)(q + 16))));
                         }
                 }
             }
         }
     }
-    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
+    return _mm512_reduce_add_ps(
+        _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
 }

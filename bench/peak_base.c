@@ -1,4 +1,5 @@
-/* peak_base.c -- baseline-flags peak kernels: 1-lane scalar multiply-add chains, and a read-bandwidth sum */
+/* peak_base.c -- baseline-flags peak kernels: 1-lane scalar multiply-add chains, and a
+ * read-bandwidth sum */
 /*
  * Built with vectorisation and FP contraction off (bench/meson.build), so that the "scalar" peak
  * is what one lane of plain mul+add can reach: the ceiling a portable C kernel is judged against.

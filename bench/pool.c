@@ -1,4 +1,5 @@
-/* pool.c -- a persistent pthread pool implementing sdpa_parallel_for_fn, for the benchmarks and the tests */
+/* pool.c -- a persistent pthread pool implementing sdpa_parallel_for_fn, for the benchmarks and the
+ * tests */
 /*
  * The workers are created once and sleep on a condition variable between calls, so a forward
  * call pays one wake-up, not a thread creation (an engine's pool behaves the same way). The
@@ -18,34 +19,34 @@
 
 typedef struct worker_arg {
     struct bench_pool *pool;
-    size_t             index; /* thread index passed to tasks: 1..n_threads-1 */
+    size_t index; /* thread index passed to tasks: 1..n_threads-1 */
 } worker_arg;
 
 struct bench_pool {
     bench_pool_options opts;
-    pthread_t         *threads;
-    worker_arg        *args;
-    size_t             started;
-    pthread_mutex_t    mu;
-    pthread_cond_t     wake; /* a new generation of work, or stop */
-    pthread_cond_t     done; /* the last busy worker finished the generation */
-    uint64_t           generation;
-    bool               stop;
-    size_t             busy; /* workers still inside the current generation */
-    atomic_flag        in_call; /* set for the length of a call: catches concurrent or nested use */
+    pthread_t *threads;
+    worker_arg *args;
+    size_t started;
+    pthread_mutex_t mu;
+    pthread_cond_t wake; /* a new generation of work, or stop */
+    pthread_cond_t done; /* the last busy worker finished the generation */
+    uint64_t generation;
+    bool stop;
+    size_t busy;         /* workers still inside the current generation */
+    atomic_flag in_call; /* set for the length of a call: catches concurrent or nested use */
     /* the current call, written by the caller before the workers are woken */
-    sdpa_task_fn       fn;
-    void              *arg;
-    size_t             n_tasks;
-    atomic_size_t      next;   /* claims handed out so far */
-    uint64_t           key;    /* BENCH_POOL_SHUFFLE: this call's permutation */
-    unsigned           bits;   /* BENCH_POOL_SHUFFLE: the permutation acts on [0, 2^bits) */
+    sdpa_task_fn fn;
+    void *arg;
+    size_t n_tasks;
+    atomic_size_t next; /* claims handed out so far */
+    uint64_t key;       /* BENCH_POOL_SHUFFLE: this call's permutation */
+    unsigned bits;      /* BENCH_POOL_SHUFFLE: the permutation acts on [0, 2^bits) */
     /* checks (opts.check): per-task run counts and per-thread-index "running" flags */
-    atomic_uint       *ran;    /* NULL for a call whose counters could not be allocated */
-    size_t             ran_cap;
-    atomic_uchar      *running;
-    atomic_size_t      bad_thread, overlaps;
-    uint64_t           calls, tasks, miscounts; /* the caller's alone */
+    atomic_uint *ran; /* NULL for a call whose counters could not be allocated */
+    size_t ran_cap;
+    atomic_uchar *running;
+    atomic_size_t bad_thread, overlaps;
+    uint64_t calls, tasks, miscounts; /* the caller's alone */
 };
 
 static uint64_t splitmix64(uint64_t x)
@@ -75,7 +76,8 @@ static uint64_t shuffle_step(uint64_t x, uint64_t key, unsigned bits)
 static size_t task_at(const struct bench_pool *p, size_t k)
 {
     switch (p->opts.order) {
-    case BENCH_POOL_REVERSE: return p->n_tasks - 1 - k;
+    case BENCH_POOL_REVERSE:
+        return p->n_tasks - 1 - k;
     case BENCH_POOL_SHUFFLE: {
         uint64_t x = k;
         do x = shuffle_step(x, p->key, p->bits);
@@ -83,7 +85,8 @@ static size_t task_at(const struct bench_pool *p, size_t k)
         return (size_t)x;
     }
     case BENCH_POOL_FORWARD:
-    default: return k;
+    default:
+        return k;
     }
 }
 
@@ -92,8 +95,10 @@ static void run_claim(struct bench_pool *p, size_t k, size_t thread)
     const size_t i = task_at(p, k);
     const bool check = p->opts.check;
     if (check) {
-        if (thread >= p->opts.n_threads) atomic_fetch_add(&p->bad_thread, 1);
-        else if (atomic_exchange(&p->running[thread], 1)) atomic_fetch_add(&p->overlaps, 1);
+        if (thread >= p->opts.n_threads)
+            atomic_fetch_add(&p->bad_thread, 1);
+        else if (atomic_exchange(&p->running[thread], 1))
+            atomic_fetch_add(&p->overlaps, 1);
         if (p->ran) atomic_fetch_add_explicit(&p->ran[i], 1, memory_order_relaxed);
     }
     p->fn(p->arg, i, thread);
@@ -193,10 +198,7 @@ void bench_pool_destroy(bench_pool *p)
     free(p);
 }
 
-size_t bench_pool_threads(const bench_pool *p)
-{
-    return p ? p->opts.n_threads : 1;
-}
+size_t bench_pool_threads(const bench_pool *p) { return p ? p->opts.n_threads : 1; }
 
 bench_pool_stats bench_pool_get_stats(const bench_pool *p)
 {

@@ -1,4 +1,5 @@
-/* pool.h -- a persistent pthread pool implementing sdpa_parallel_for_fn, for the benchmarks and the tests */
+/* pool.h -- a persistent pthread pool implementing sdpa_parallel_for_fn, for the benchmarks and the
+ * tests */
 #ifndef BENCH_POOL_H
 #define BENCH_POOL_H
 
@@ -23,20 +24,20 @@ typedef enum bench_pool_order {
 } bench_pool_order;
 
 typedef struct bench_pool_options {
-    size_t           n_threads; /* >= 1, counting the caller; tasks see thread < n_threads */
+    size_t n_threads; /* >= 1, counting the caller; tasks see thread < n_threads */
     bench_pool_order order;
     /* No worker threads: the caller runs every task itself, one after another in the claim
        order, the k-th claimed task under thread index k % n_threads. */
-    bool             serial;
+    bool serial;
     /* Checks the sdpa_parallel_for_fn contract on every call (see bench_pool_stats). */
-    bool             check;
-    uint64_t         seed;      /* BENCH_POOL_SHUFFLE: the same seed gives the same orders */
+    bool check;
+    uint64_t seed; /* BENCH_POOL_SHUFFLE: the same seed gives the same orders */
 } bench_pool_options;
 
 /* What a pool has seen since it was created; read between calls, from the calling thread. */
 typedef struct bench_pool_stats {
-    uint64_t calls;      /* bench_pool_parallel_for calls */
-    uint64_t tasks;      /* n_tasks summed over the calls */
+    uint64_t calls; /* bench_pool_parallel_for calls */
+    uint64_t tasks; /* n_tasks summed over the calls */
     /* with check only, each 0 when the contract held: */
     uint64_t bad_thread; /* tasks given a thread index >= n_threads */
     uint64_t overlaps;   /* tasks started under a thread index another task was running under */
@@ -51,9 +52,9 @@ bench_pool *bench_pool_create(size_t n_threads);
 /* The same with every option; NULL when n_threads is 0 or on failure. */
 bench_pool *bench_pool_create_opts(const bench_pool_options *opts);
 /* Stops and joins the workers and frees the pool; NULL is a no-op. Not during a call. */
-void        bench_pool_destroy(bench_pool *pool);
+void bench_pool_destroy(bench_pool *pool);
 /* n_threads of the pool (1 for NULL). */
-size_t      bench_pool_threads(const bench_pool *pool);
+size_t bench_pool_threads(const bench_pool *pool);
 /* The counts so far (all 0 for NULL). */
 bench_pool_stats bench_pool_get_stats(const bench_pool *pool);
 
@@ -62,7 +63,7 @@ bench_pool_stats bench_pool_get_stats(const bench_pool *pool);
    aborts rather than deadlock). Tasks may wait for one another: without serial, a call with
    n_tasks <= n_threads whose tasks each block until all have started runs each on its own
    thread, all at once (machine.c's gang barrier relies on it). */
-void        bench_pool_parallel_for(void *pool, size_t n_tasks, sdpa_task_fn task, void *arg);
+void bench_pool_parallel_for(void *pool, size_t n_tasks, sdpa_task_fn task, void *arg);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,5 @@
-// sdpa_bench.cc -- sdpa-bench: google/benchmark shim over libsdpa's C API, every supported implementation side by side
+// sdpa_bench.cc -- sdpa-bench: google/benchmark shim over libsdpa's C API, every supported
+// implementation side by side
 //
 // One run measures, in this order:
 //   1. the machine: FMA peak per ISA and read bandwidth at 1 and 2 threads (machine.c), which
@@ -11,7 +12,8 @@
 //      mask, softcap, ALiBi, sinks), each timed in turn with the plain call (see below);
 //   5. only when --benchmark_filter names them ('^layout/'): ragged, packed and paged decode
 //      batches and a chunked-prefill mix, with the scattered pages' own read speed (see below).
-//   6. only when --benchmark_filter names them ('^quant/'): decode and prefill on every block format
+//   6. only when --benchmark_filter names them ('^quant/'): decode and prefill on every block
+//   format
 //      K/V, exact and fast scores, each timed in turn with the f16 call (see below).
 // Each prefill, decode and BLAS run measures its own limit (the FMA peak of its ISA, or the read
 // bandwidth, at its thread count) before every timed iteration and once after the last, outside
@@ -37,12 +39,14 @@
 
 #include "sdpa_bench.h"
 
-namespace sdpa_bench {
+namespace sdpa_bench
+{
 
 bench_machine g_machine;
-bench_pool   *g_pools[BENCH_MAX_THREADS + 1];
+bench_pool *g_pools[BENCH_MAX_THREADS + 1];
 
-namespace {
+namespace
+{
 
 std::string fmt(double v)
 {
@@ -70,7 +74,7 @@ void add_tuning_context()
     sdpa_cache_info_get(&ci);
     const struct {
         const char *level;
-        size_t      bytes;
+        size_t bytes;
         const char *source;
     } levels[] = {{"l1d", ci.l1d_bytes, ci.l1d_source},
                   {"l2", ci.l2_bytes, ci.l2_source},
@@ -105,9 +109,9 @@ void add_machine_context()
     const bench_machine &m = g_machine;
     for (size_t i = 0; i < m.n_isa; i++)
         for (size_t t = 1; t <= BENCH_MAX_THREADS; t++)
-            benchmark::AddCustomContext(
-                "fma_peak_flops/" + std::string(m.isa[i]) + "/threads:" + std::to_string(t),
-                fmt(m.fma_flops[i][t]));
+            benchmark::AddCustomContext("fma_peak_flops/" + std::string(m.isa[i]) +
+                                            "/threads:" + std::to_string(t),
+                                        fmt(m.fma_flops[i][t]));
     for (size_t t = 1; t <= BENCH_MAX_THREADS; t++)
         benchmark::AddCustomContext("read_bw_bytes_per_s/threads:" + std::to_string(t),
                                     fmt(m.read_bw[t]));
@@ -185,7 +189,8 @@ int main(int argc, char **argv)
         std::fprintf(stderr, "sdpa-bench: measuring FMA peaks and read bandwidth (%zu MiB)...\n",
                      bw_mib);
         if (bench_measure_machine(&g_machine, g_pools, bw_mib << 20) != 0)
-            std::fprintf(stderr, "sdpa-bench: no memory for the bandwidth buffer; pct_bw omitted\n");
+            std::fprintf(stderr,
+                         "sdpa-bench: no memory for the bandwidth buffer; pct_bw omitted\n");
     }
 #ifdef BENCH_HAVE_BLAS
     bench_blas_set_threads(1); // the baseline is single-threaded; the core choice is OpenBLAS's own
@@ -208,7 +213,8 @@ int main(int argc, char **argv)
     const sdpa_impl *a512 = sdpa_impl_find(BENCH_HAVE_AVX512); // its peak class is its name
     if (a512 && sdpa_impl_supported(a512))
         for (int order = 0; order < 2; order++)
-            for (size_t pf : {size_t(0), size_t(32)}) register_pattern(decode_shapes()[0], order, pf);
+            for (size_t pf : {size_t(0), size_t(32)})
+                register_pattern(decode_shapes()[0], order, pf);
 #endif
 
     // the variant, quantized K/V and layout rows run only when the filter names them (they

@@ -1,4 +1,5 @@
-// sdpa_bench.h -- what sdpa-bench's benchmark families share: shapes, test tensors, limits probed between iterations, registration entry points
+// sdpa_bench.h -- what sdpa-bench's benchmark families share: shapes, test tensors, limits probed
+// between iterations, registration entry points
 #ifndef SDPA_BENCH_SHARED_H
 #define SDPA_BENCH_SHARED_H
 
@@ -14,17 +15,18 @@
 #include "bench.h"
 #include "sdpa.h"
 
-namespace sdpa_bench {
+namespace sdpa_bench
+{
 
 // Measured once at start-up (sdpa_bench.cc); the pools run 1..BENCH_MAX_THREADS threads.
 extern bench_machine g_machine;
-extern bench_pool   *g_pools[BENCH_MAX_THREADS + 1];
+extern bench_pool *g_pools[BENCH_MAX_THREADS + 1];
 
 struct Shape {
     std::string name;
-    size_t      batch, q_heads, kv_heads, q_len, kv_len, head_dim;
-    bool        causal;
-    sdpa_dtype  kv_type;
+    size_t batch, q_heads, kv_heads, q_len, kv_len, head_dim;
+    bool causal;
+    sdpa_dtype kv_type;
 };
 
 // ---- shapes and their work (bench_common.cc) --------------------------------------------
@@ -39,21 +41,22 @@ double shape_kv_bytes(const Shape &s);
 // framework calls a benchmark function several times while it sizes the iteration count.
 struct Tensors {
     float *q = nullptr, *o = nullptr, *scores = nullptr;
-    void  *k = nullptr, *v = nullptr;
+    void *k = nullptr, *v = nullptr;
 };
 
-Tensors    *tensors_for(const Shape &s, bool with_scores);
+Tensors *tensors_for(const Shape &s, bool with_scores);
 sdpa_tensor dense_view(void *data, sdpa_dtype t, size_t heads, size_t len, size_t dim);
 sdpa_params make_params(const Shape &s, size_t threads);
 benchmark::Counter per_second(double per_iteration);
-void   evict_caches();
+void evict_caches();
 double thread_cpu_seconds();
 double median_of(std::vector<double> v);
 double seconds_since(std::chrono::steady_clock::time_point t0);
 // One call of impl, its wall time in *seconds; on a failed status the row is skipped with it
 // (false), else the memory is clobbered so that the call is not optimised away (true).
-bool timed_forward(benchmark::State &st, const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,
-                   const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o, double *seconds);
+bool timed_forward(benchmark::State &st, const sdpa_impl *impl, const sdpa_params *p,
+                   const sdpa_tensor *q, const sdpa_tensor *k, const sdpa_tensor *v,
+                   const sdpa_tensor *o, double *seconds);
 // Whether impl's registry row requires the CPU feature key (sdpa_feature_key).
 bool requires_feature(const sdpa_impl *impl, const char *key);
 // The portable reference implementation: it requires no CPU feature.
@@ -64,10 +67,10 @@ bool is_reference(const sdpa_impl *impl);
 // 2 ms runs over 20 ms; a bandwidth sample the better of 2 reads of the start-up buffer.
 struct Probe {
     const char *impl; // NULL: the best ISA (BLAS)
-    size_t      threads;
-    bool        bandwidth;
-    double      sum = 0, best = 0;
-    int         n = 0;
+    size_t threads;
+    bool bandwidth;
+    double sum = 0, best = 0;
+    int n = 0;
     void sample()
     {
         const double x = bandwidth ? bench_read_bw_now(&g_machine, g_pools, threads, 2)
@@ -97,7 +100,8 @@ struct BestCall {
     void start() { t0 = std::chrono::steady_clock::now(); }
     void stop()
     {
-        const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double dt =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (dt < best) best = dt;
         sum += dt;
         n++;
@@ -107,7 +111,7 @@ struct BestCall {
 
 // What a benchmark learns on its first call and keeps across the framework's repeated calls.
 struct Once {
-    bool      done = false;
+    bool done = false;
     long long ws_bytes = -1;
 };
 

@@ -1,4 +1,5 @@
-/* api.c -- load-time selection of the active implementation, overrides, and the primitive entry points */
+/* api.c -- load-time selection of the active implementation, overrides, and the primitive entry
+ * points */
 #define _POSIX_C_SOURCE 200809L
 #include <math.h>
 #include <pthread.h>
@@ -12,7 +13,8 @@
    mutable thing; the CPU facts are read once, under pthread_once, and never change after. */
 static pthread_once_t sdpa_once = PTHREAD_ONCE_INIT;
 static sdpa_cpu cpu_facts;
-static char requires_text[SDPA_REGISTRY_MAX][SDPA_REQUIRES_TEXT_MAX]; /* each row's, from its keys */
+static char requires_text[SDPA_REGISTRY_MAX]
+                         [SDPA_REQUIRES_TEXT_MAX]; /* each row's, from its keys */
 static _Atomic(const struct sdpa_impl *) sdpa_active_impl;
 static atomic_int sdpa_active_reason;
 
@@ -50,8 +52,8 @@ __attribute__((constructor)) static void sdpa_load(void) { pthread_once(&sdpa_on
 static void sdpa_ensure(void) { pthread_once(&sdpa_once, sdpa_init); }
 
 #define SDPA_STR2(x) #x
-#define SDPA_STR(x) SDPA_STR2(x)
-#define SDPA_VERSION_STRING                                                                      \
+#define SDPA_STR(x)  SDPA_STR2(x)
+#define SDPA_VERSION_STRING                                                                        \
     SDPA_STR(SDPA_VERSION_MAJOR) "." SDPA_STR(SDPA_VERSION_MINOR) "." SDPA_STR(SDPA_VERSION_PATCH)
 
 const char *sdpa_version(void) { return SDPA_VERSION_STRING; }
@@ -59,12 +61,18 @@ const char *sdpa_version(void) { return SDPA_VERSION_STRING; }
 const char *sdpa_status_str(sdpa_status s)
 {
     switch (s) {
-    case SDPA_OK: return "ok";
-    case SDPA_ERR_INVALID_ARGUMENT: return "invalid argument";
-    case SDPA_ERR_UNSUPPORTED: return "unsupported by this build or CPU";
-    case SDPA_ERR_OVERFLOW: return "size or offset overflows";
-    case SDPA_ERR_NO_MEMORY: return "out of memory";
-    case SDPA_ERR_UNKNOWN_IMPL: return "no implementation of that name is compiled in";
+    case SDPA_OK:
+        return "ok";
+    case SDPA_ERR_INVALID_ARGUMENT:
+        return "invalid argument";
+    case SDPA_ERR_UNSUPPORTED:
+        return "unsupported by this build or CPU";
+    case SDPA_ERR_OVERFLOW:
+        return "size or offset overflows";
+    case SDPA_ERR_NO_MEMORY:
+        return "out of memory";
+    case SDPA_ERR_UNKNOWN_IMPL:
+        return "no implementation of that name is compiled in";
     }
     return "unknown status";
 }
@@ -140,11 +148,14 @@ sdpa_selection sdpa_selection_reason(void)
 const char *sdpa_selection_str(sdpa_selection r)
 {
     switch (r) {
-    case SDPA_SELECTED_AUTO: return "automatic: the best implementation this CPU supports";
-    case SDPA_SELECTED_ENV: return "forced by the SDPA_ISA environment variable";
+    case SDPA_SELECTED_AUTO:
+        return "automatic: the best implementation this CPU supports";
+    case SDPA_SELECTED_ENV:
+        return "forced by the SDPA_ISA environment variable";
     case SDPA_SELECTED_ENV_REFUSED:
         return "automatic: SDPA_ISA named an unknown or unsupported implementation, refused";
-    case SDPA_SELECTED_FORCED: return "forced by sdpa_select()";
+    case SDPA_SELECTED_FORCED:
+        return "forced by sdpa_select()";
     }
     return "unknown";
 }

@@ -46,9 +46,12 @@ size_t sdpa_cache_parse_size(const char *s)
     }
     if (p == s) return 0;
     unsigned shift = 0;
-    if (*p == 'K') shift = 10;
-    else if (*p == 'M') shift = 20;
-    else if (*p == 'G') shift = 30;
+    if (*p == 'K')
+        shift = 10;
+    else if (*p == 'M')
+        shift = 20;
+    else if (*p == 'G')
+        shift = 30;
     if (shift) p++;
     if (*p == '\n') p++;
     if (*p != '\0' || v > SIZE_MAX >> shift) return 0;
@@ -58,7 +61,8 @@ size_t sdpa_cache_parse_size(const char *s)
 void sdpa_cache_from_sysconf(size_t sizes[SDPA_CACHE_LEVELS])
 {
     memset(sizes, 0, SDPA_CACHE_LEVELS * sizeof *sizes);
-#if defined(_SC_LEVEL1_DCACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE) && defined(_SC_LEVEL3_CACHE_SIZE)
+#if defined(_SC_LEVEL1_DCACHE_SIZE) && defined(_SC_LEVEL2_CACHE_SIZE) &&                           \
+    defined(_SC_LEVEL3_CACHE_SIZE)
     /* glibc's names (absent from other C libraries); a value <= 0 means unknown, which is what
        many aarch64 systems answer */
     static const int names[SDPA_CACHE_LEVELS] = {_SC_LEVEL1_DCACHE_SIZE, _SC_LEVEL2_CACHE_SIZE,
@@ -141,7 +145,7 @@ void sdpa_caches_detect(sdpa_caches *c)
         sdpa_caches_fill(c, sizes, SDPA_CACHE_SRC_SYSFS);
     }
     /* sizes common to current cores; the L2 one is what the planner assumed before any source */
-    static const size_t fallback[SDPA_CACHE_LEVELS] = {SDPA_CACHE_DEFAULT_L1D,
-                                                       SDPA_CACHE_DEFAULT_L2, SDPA_CACHE_DEFAULT_L3};
+    static const size_t fallback[SDPA_CACHE_LEVELS] = {
+        SDPA_CACHE_DEFAULT_L1D, SDPA_CACHE_DEFAULT_L2, SDPA_CACHE_DEFAULT_L3};
     sdpa_caches_fill(c, fallback, SDPA_CACHE_SRC_DEFAULT);
 }

@@ -21,7 +21,7 @@ enum { SDPA_CACHE_L1D, SDPA_CACHE_L2, SDPA_CACHE_L3, SDPA_CACHE_LEVELS };
 
 /* The sizes in force: bytes[i] > 0 once filled, source[i] a static name from the list above. */
 typedef struct sdpa_caches {
-    size_t      bytes[SDPA_CACHE_LEVELS];
+    size_t bytes[SDPA_CACHE_LEVELS];
     const char *source[SDPA_CACHE_LEVELS];
 } sdpa_caches;
 

@@ -65,14 +65,14 @@ void sdpa_cpu_detect(sdpa_cpu *c);
    dispatch and the reports say of it is derived from the row: whether it runs here, its
    requirement text, the report's feature keys, tunables and peak class. */
 struct sdpa_impl {
-    const char         *name;       /* what SDPA_ISA and sdpa_select take */
-    const char *const  *requires;   /* feature keys of registry.c's table, NULL-terminated */
-    const sdpa_kernels *k;          /* its kernels and the tuning they were compiled with */
-    const char         *peak_class; /* sdpa_impl_peak_class: the bench's FMA peak it is judged by */
+    const char *name;            /* what SDPA_ISA and sdpa_select take */
+    const char *const *requires; /* feature keys of registry.c's table, NULL-terminated */
+    const sdpa_kernels *k;       /* its kernels and the tuning they were compiled with */
+    const char *peak_class;      /* sdpa_impl_peak_class: the bench's FMA peak it is judged by */
 };
 
 /* Rows at most, and requirement text bytes at most (api.c keeps each row's text). */
-#define SDPA_REGISTRY_MAX 16
+#define SDPA_REGISTRY_MAX      16
 #define SDPA_REQUIRES_TEXT_MAX 160
 
 /* Whether every feature impl requires is present on c (an unknown key never is). */
@@ -80,13 +80,13 @@ bool sdpa_impl_runs_on(const struct sdpa_impl *impl, const sdpa_cpu *c);
 /* impl's requirement in words, as sdpa_impl_requires returns it, into buf. */
 void sdpa_impl_requires_text(const struct sdpa_impl *impl, char *buf, size_t len);
 /* The feature table requirements are written in: its length, key i, and whether c has it. */
-size_t      sdpa_feature_table_len(void);
+size_t sdpa_feature_table_len(void);
 const char *sdpa_feature_table_key(size_t i);
-bool        sdpa_feature_table_has(size_t i, const sdpa_cpu *c);
+bool sdpa_feature_table_has(size_t i, const sdpa_cpu *c);
 
 /* The registry, best first (registry.c). */
 extern const struct sdpa_impl sdpa_registry[];
-extern const size_t           sdpa_registry_len;
+extern const size_t sdpa_registry_len;
 
 /* The CPU facts read once at load (api.c): never NULL, never changes after. */
 const sdpa_cpu *sdpa_cpu_facts(void);
@@ -97,25 +97,25 @@ size_t sdpa_cached_l2_bytes(void);
    units the kernel does not page itself with the last four, sdpa_planner_tunables reports them
    all): X(constant, reported name, value, what it is). Fixed values, so that the same problem
    always takes the same path whatever the thread count. */
-#define SDPA_PLANNER_PARAMS(X)                                                                  \
-    X(ROWS_TARGET, "rows_target", 64, "query rows (heads of a group x queries) per work item")  \
-    X(SPLIT_MIN_KV, "split_min_kv", 2048,                                                      \
-      "keys from which a problem of one query block is split into KV chunks")                  \
-    X(SPLIT_CHUNK_MIN, "split_chunk_min", 1024, "keys per KV chunk of a split problem, at least") \
-    X(SPLIT_CHUNK_MAX, "split_chunk_max", 16384,                                               \
-      "keys per KV chunk, at most: each chunk starts its K/V streams cold")                    \
-    X(SPLIT_ITEMS, "split_items", 16,                                                          \
-      "work items a split keeps: a chunk doubles while twice it still leaves this many")       \
-    X(BLOCK_MIN, "block_min", 64, "keys per block handed to the kernels, at least")            \
-    X(BLOCK_MAX, "block_max", 512, "keys per block handed to the kernels, at most")            \
-    X(STREAM_BYTES, "stream_bytes", 32 << 20,                                                  \
-      "bytes of K+V above which a call sets sdpa_rows.stream (more than a last-level cache)")  \
-    X(PAGE_PF_KEYS, "page_pf_keys", 16,                                                        \
-      "keys of the next page run requested before a run of paged units starts")                \
-    X(STAGE_MAX_PAGE, "stage_max_page", 64,                                                    \
-      "keys per page below which pages a kernel does not page itself are gathered densely")    \
-    X(STAGE_KEYS, "stage_keys", 256, "keys per gathered (or dequantized) copy")                \
-    X(STAGE_PF_KEYS, "stage_pf_keys", 32,                                                      \
+#define SDPA_PLANNER_PARAMS(X)                                                                     \
+    X(ROWS_TARGET, "rows_target", 64, "query rows (heads of a group x queries) per work item")     \
+    X(SPLIT_MIN_KV, "split_min_kv", 2048,                                                          \
+      "keys from which a problem of one query block is split into KV chunks")                      \
+    X(SPLIT_CHUNK_MIN, "split_chunk_min", 1024, "keys per KV chunk of a split problem, at least")  \
+    X(SPLIT_CHUNK_MAX, "split_chunk_max", 16384,                                                   \
+      "keys per KV chunk, at most: each chunk starts its K/V streams cold")                        \
+    X(SPLIT_ITEMS, "split_items", 16,                                                              \
+      "work items a split keeps: a chunk doubles while twice it still leaves this many")           \
+    X(BLOCK_MIN, "block_min", 64, "keys per block handed to the kernels, at least")                \
+    X(BLOCK_MAX, "block_max", 512, "keys per block handed to the kernels, at most")                \
+    X(STREAM_BYTES, "stream_bytes", 32 << 20,                                                      \
+      "bytes of K+V above which a call sets sdpa_rows.stream (more than a last-level cache)")      \
+    X(PAGE_PF_KEYS, "page_pf_keys", 16,                                                            \
+      "keys of the next page run requested before a run of paged units starts")                    \
+    X(STAGE_MAX_PAGE, "stage_max_page", 64,                                                        \
+      "keys per page below which pages a kernel does not page itself are gathered densely")        \
+    X(STAGE_KEYS, "stage_keys", 256, "keys per gathered (or dequantized) copy")                    \
+    X(STAGE_PF_KEYS, "stage_pf_keys", 32,                                                          \
       "keys requested ahead of the gather (the pages are scattered)")
 
 #define SDPA_PLANNER_ENUM(c, name, value, about) c = value,

@@ -84,8 +84,10 @@ static int iq4nl_index(float v)
     int lo = 0, hi = 15;
     while (hi - lo > 1) {
         const int mid = (lo + hi) / 2;
-        if (v < t[mid]) hi = mid;
-        else lo = mid;
+        if (v < t[mid])
+            hi = mid;
+        else
+            lo = mid;
     }
     return v - t[hi - 1] < t[hi] - v ? hi - 1 : hi;
 }
@@ -166,11 +168,21 @@ static void pack_block(sdpa_dtype t, const qscale *s, const int *n, unsigned cha
     case SDPA_Q8_0:
         for (size_t i = 0; i < SDPA_QK; i++) y[2 + i] = (unsigned char)(int8_t)n[i];
         break;
-    case SDPA_Q4_0: case SDPA_IQ4_NL: pack_nibbles(n, y + 2, NULL); break;
-    case SDPA_Q4_1: put_f16(y + 2, s->m), pack_nibbles(n, y + 4, NULL); break;
-    case SDPA_Q5_0: pack_nibbles(n, y + 6, y + 2); break;
-    case SDPA_Q5_1: put_f16(y + 2, s->m), pack_nibbles(n, y + 8, y + 4); break;
-    default: break;
+    case SDPA_Q4_0:
+    case SDPA_IQ4_NL:
+        pack_nibbles(n, y + 2, NULL);
+        break;
+    case SDPA_Q4_1:
+        put_f16(y + 2, s->m), pack_nibbles(n, y + 4, NULL);
+        break;
+    case SDPA_Q5_0:
+        pack_nibbles(n, y + 6, y + 2);
+        break;
+    case SDPA_Q5_1:
+        put_f16(y + 2, s->m), pack_nibbles(n, y + 8, y + 4);
+        break;
+    default:
+        break;
     }
 }
 
@@ -203,14 +215,14 @@ sdpa_status sdpa_dequantize(sdpa_dtype t, const void *src, size_t n, float *y)
     return SDPA_OK;
 }
 
-#define SDPA_QUANT_API(name, type)                                                              \
-    sdpa_status sdpa_quantize_##name(const float *x, size_t n, void *dst)                       \
-    {                                                                                           \
-        return sdpa_quantize(type, x, n, dst);                                                  \
-    }                                                                                           \
-    sdpa_status sdpa_dequantize_##name(const void *src, size_t n, float *y)                     \
-    {                                                                                           \
-        return sdpa_dequantize(type, src, n, y);                                                \
+#define SDPA_QUANT_API(name, type)                                                                 \
+    sdpa_status sdpa_quantize_##name(const float *x, size_t n, void *dst)                          \
+    {                                                                                              \
+        return sdpa_quantize(type, x, n, dst);                                                     \
+    }                                                                                              \
+    sdpa_status sdpa_dequantize_##name(const void *src, size_t n, float *y)                        \
+    {                                                                                              \
+        return sdpa_dequantize(type, src, n, y);                                                   \
     }
 SDPA_QUANT_API(q8_0, SDPA_Q8_0)
 SDPA_QUANT_API(q4_0, SDPA_Q4_0)

@@ -11,9 +11,12 @@
    feature here, in this order, whether a row requires it or not. */
 #if defined(CPU_FEATURES_ARCH_X86)
 /* cpu_features' bits: it clears AVX and AVX-512 when XCR0 says the OS does not save YMM/ZMM */
-#define FEATURE(key, family, name, bit) {key, family, name, bit}
+#define FEATURE(key, family, name, bit)                                                            \
+    {                                                                                              \
+        key, family, name, bit                                                                     \
+    }
 static const struct sdpa_feature {
-    const char     *key, *family, *name;
+    const char *key, *family, *name;
     X86FeaturesEnum bit;
 } features[] = {
     FEATURE("sse4_2", NULL, "SSE4.2", X86_SSE4_2),
@@ -34,10 +37,13 @@ static bool has(const struct sdpa_feature *f, const sdpa_cpu *c)
 #elif defined(CPU_FEATURES_ARCH_AARCH64)
 /* the kernel's hwcaps (word 1: AT_HWCAP, 2: AT_HWCAP2), set only for state it saves; word 0:
    mandatory in armv8-a Linux userspace, present everywhere */
-#define FEATURE(key, family, name, word, mask) {key, family, name, word, mask}
+#define FEATURE(key, family, name, word, mask)                                                     \
+    {                                                                                              \
+        key, family, name, word, mask                                                              \
+    }
 static const struct sdpa_feature {
-    const char   *key, *family, *name;
-    int           word;
+    const char *key, *family, *name;
+    int word;
     unsigned long mask;
 } features[] = {
     FEATURE("asimd", NULL, "Advanced SIMD (armv8-a)", 0, 0),
@@ -68,7 +74,10 @@ static bool has(const struct sdpa_feature *f, const sdpa_cpu *c)
 #undef FEATURE
 
 size_t sdpa_feature_table_len(void) { return sizeof features / sizeof features[0]; }
-const char *sdpa_feature_table_key(size_t i) { return i < sdpa_feature_table_len() ? features[i].key : NULL; }
+const char *sdpa_feature_table_key(size_t i)
+{
+    return i < sdpa_feature_table_len() ? features[i].key : NULL;
+}
 
 static const struct sdpa_feature *feature(const char *key)
 {
@@ -106,7 +115,8 @@ void sdpa_impl_requires_text(const struct sdpa_impl *impl, char *buf, size_t len
         if (g && family && strcmp(g, family) == 0)
             snprintf(buf + at, len - at, "+%s", name);
         else
-            snprintf(buf + at, len - at, "%s%s%s%s", at ? ", " : "", g ? g : "", g ? " " : "", name);
+            snprintf(buf + at, len - at, "%s%s%s%s", at ? ", " : "", g ? g : "", g ? " " : "",
+                     name);
         family = g;
     }
 }
@@ -117,7 +127,7 @@ void sdpa_impl_requires_text(const struct sdpa_impl *impl, char *buf, size_t len
    later initializers winning as C11 6.7.9 says; the compiler's warning about exactly that is
    off here for that reason. */
 #define KEYS(...) ((const char *const[]){__VA_ARGS__, NULL})
-#define NO_KEYS ((const char *const[]){NULL})
+#define NO_KEYS   ((const char *const[]){NULL})
 #if defined(__clang__)
 #pragma clang diagnostic ignored "-Winitializer-overrides"
 #elif defined(__GNUC__)
@@ -126,9 +136,9 @@ void sdpa_impl_requires_text(const struct sdpa_impl *impl, char *buf, size_t len
 
 #if defined(SDPA_HAVE_AVX512) || defined(SDPA_HAVE_AVX512_VNNI)
 #define AVX512_KEYS "avx512f", "avx512bw", "avx512dq", "avx512vl"
-#define AVX512_ROW                                                                               \
-    .name = "avx512", .requires = KEYS(AVX512_KEYS, "fma", "f16c"),                              \
-    .k = &sdpa_kernels_avx512, .peak_class = "avx512"
+#define AVX512_ROW                                                                                 \
+    .name = "avx512", .requires = KEYS(AVX512_KEYS, "fma", "f16c"), .k = &sdpa_kernels_avx512,     \
+    .peak_class = "avx512"
 extern const sdpa_kernels sdpa_kernels_avx512;
 #endif
 #ifdef SDPA_HAVE_AVX512_VNNI
@@ -153,7 +163,9 @@ const struct sdpa_impl sdpa_registry[] = {
     {AVX512_ROW},
 #endif
 #ifdef SDPA_HAVE_AVX2
-    {.name = "avx2", .requires = KEYS("avx2", "fma", "f16c"), .k = &sdpa_kernels_avx2,
+    {.name = "avx2",
+     .requires = KEYS("avx2", "fma", "f16c"),
+     .k = &sdpa_kernels_avx2,
      .peak_class = "avx2"},
 #endif
 #ifdef SDPA_HAVE_SVE

@@ -5,10 +5,13 @@
 
 /* Every field of sdpa_tuning (kernel_table.h), one line each, in the struct's order: a new
    field is one more line here. */
-#define TUNING_FIELD(field, about) {#field, offsetof(sdpa_tuning, field), about}
+#define TUNING_FIELD(field, about)                                                                 \
+    {                                                                                              \
+#field, offsetof(sdpa_tuning, field), about                                                \
+    }
 static const struct tuning_field {
     const char *name;
-    size_t      offset;
+    size_t offset;
     const char *about;
 } tuning_fields[] = {
     TUNING_FIELD(decode_max_rows, "rows of the largest unit that takes the decode path"),

@@ -25,48 +25,48 @@ static inline bool add_sz(size_t a, size_t b, size_t *r)
    (internal.h), which sdpa_planner_tunables reports. */
 
 typedef struct seqinfo {
-    size_t lq, lk;     /* the sequence's query and key counts */
-    size_t q0, k0;     /* packed (cu_q / cu_kv): its first token in the views; else 0 */
+    size_t lq, lk; /* the sequence's query and key counts */
+    size_t q0, k0; /* packed (cu_q / cu_kv): its first token in the views; else 0 */
     size_t n_qblk, n_chunks;
-    size_t item0;      /* its first work item */
-    size_t part0;      /* split (n_chunks > 1): its first partial-state slot */
-    size_t grp0;       /* split: its first merge group (one per KV head) */
+    size_t item0; /* its first work item */
+    size_t part0; /* split (n_chunks > 1): its first partial-state slot */
+    size_t grp0;  /* split: its first merge group (one per KV head) */
 } seqinfo;
 
 typedef struct plan {
     const sdpa_kernels *k;
     size_t B, Hq, Hkv, G, Lq, Lk, D, Dv;
-    float  scale;
-    bool   causal;
-    size_t window;            /* 0: off */
-    bool   mods;              /* softcap, ALiBi or a mask: the kernels' modifier path */
-    const sdpa_params *p;     /* the call (modifier, sink and layout arrays, the mask view) */
+    float scale;
+    bool causal;
+    size_t window;        /* 0: off */
+    bool mods;            /* softcap, ALiBi or a mask: the kernels' modifier path */
+    const sdpa_params *p; /* the call (modifier, sink and layout arrays, the mask view) */
     const sdpa_tensor *q, *kt, *vt, *o;
     float *lse;
     size_t qb, chunk, block, R, n_items, n_groups, max_chunks;
-    int    stream;    /* sdpa_rows.stream: K and V exceed the last-level cache */
-    size_t ws_stride; /* floats of per-thread scratch: qp [R*D] | limits | state | prefetch hints |
-                         variant rows | paged rebase rows | merge pointers | kernel scratch |
-                         score multipliers */
-    size_t lim_off;   /* where the key limits (size_t) start in it */
-    size_t state_off; /* where m, l, acc start (unsplit problems) */
-    size_t pf_off;    /* where the prefetch hints (2R spans) start */
-    size_t mul_off;   /* where the rows' score multipliers (R floats, see scale_row) start */
-    size_t kws_off;   /* where the kernel's scratch starts */
-    size_t var_off;   /* where the rows' window starts, positions, mask rows and slopes start */
-    size_t reb_off;   /* where a paged run's rebased limits, starts, positions, mask rows start */
-    size_t mptr_off;  /* where the merge's part pointers (3 max_chunks) start */
-    size_t stage_off; /* where the staged copy of short pages' K and V rows starts */
+    int stream;        /* sdpa_rows.stream: K and V exceed the last-level cache */
+    size_t ws_stride;  /* floats of per-thread scratch: qp [R*D] | limits | state | prefetch hints |
+                          variant rows | paged rebase rows | merge pointers | kernel scratch |
+                          score multipliers */
+    size_t lim_off;    /* where the key limits (size_t) start in it */
+    size_t state_off;  /* where m, l, acc start (unsplit problems) */
+    size_t pf_off;     /* where the prefetch hints (2R spans) start */
+    size_t mul_off;    /* where the rows' score multipliers (R floats, see scale_row) start */
+    size_t kws_off;    /* where the kernel's scratch starts */
+    size_t var_off;    /* where the rows' window starts, positions, mask rows and slopes start */
+    size_t reb_off;    /* where a paged run's rebased limits, starts, positions, mask rows start */
+    size_t mptr_off;   /* where the merge's part pointers (3 max_chunks) start */
+    size_t stage_off;  /* where the staged copy of short pages' K and V rows starts */
     size_t stage_keys; /* keys per staged copy; 0: K/V always handed to the kernel in place */
-    bool   quant;      /* K or V in a block format (sdpa_dtype_quantized) */
+    bool quant;        /* K or V in a block format (sdpa_dtype_quantized) */
     size_t qq_off;     /* fast scores (q8_scores): the rows' int8 quants [R*D], then their block
                           scales [R*D/32] */
-    size_t ptab_off;  /* from stage_off: the page lists of a unit the kernel pages itself */
+    size_t ptab_off;   /* from stage_off: the page lists of a unit the kernel pages itself */
     size_t partial_off; /* where the split-K partial states start, after the workspaces */
-    size_t seq_off;   /* where the sequence table starts, after the partial states */
-    float *ws;        /* n_threads * ws_stride floats, 64-byte aligned */
-    float *partial;   /* per split item, m[R] l[R] acc[R * Dv] */
-    seqinfo *seq;     /* [B] */
+    size_t seq_off;     /* where the sequence table starts, after the partial states */
+    float *ws;          /* n_threads * ws_stride floats, 64-byte aligned */
+    float *partial;     /* per split item, m[R] l[R] acc[R * Dv] */
+    seqinfo *seq;       /* [B] */
 } plan;
 
 static inline size_t round16(size_t n) { return (n + 15) / 16 * 16; }
@@ -103,9 +103,9 @@ typedef struct item {
 sdpa_status sdpa_make_plan(const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,
                            const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o,
                            plan *pl, size_t *floats);
-bool   sdpa_walk_seqs(plan *pl, size_t *n_items, size_t *n_parts, size_t *n_groups);
+bool sdpa_walk_seqs(plan *pl, size_t *n_items, size_t *n_parts, size_t *n_groups);
 size_t sdpa_seq_of(const plan *pl, size_t t, bool groups);
-item   sdpa_item_at(const plan *pl, size_t t);
+item sdpa_item_at(const plan *pl, size_t t);
 /* keys.c */
 void sdpa_run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, size_t c1, float *reb,
                    float *stage);

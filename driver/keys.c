@@ -31,9 +31,9 @@ static const char *kv_row(const plan *pl, const item *it, const sdpa_tensor *t, 
         const int32_t *tab = p->block_table + it->b * p->max_pages;
         return page_row(t->data, t, tab[j / p->page_size], h, (ptrdiff_t)(j % p->page_size));
     }
-    const ptrdiff_t base = p->cu_kv ? (ptrdiff_t)(it->sq->k0 + j) * t->token_stride
-                                    : (ptrdiff_t)it->b * t->batch_stride +
-                                          (ptrdiff_t)j * t->token_stride;
+    const ptrdiff_t base =
+        p->cu_kv ? (ptrdiff_t)(it->sq->k0 + j) * t->token_stride
+                 : (ptrdiff_t)it->b * t->batch_stride + (ptrdiff_t)j * t->token_stride;
     return (const char *)t->data + sdpa_off_bytes(t->dtype, base + h);
 }
 

@@ -54,7 +54,6 @@ static double elem_bytes(sdpa_dtype t)
     return (double)sdpa_block_bytes(t) / (double)sdpa_block_elems(t);
 }
 
-
 /* A sequence of one query block and at least SPLIT_MIN_KV keys is split into KV chunks. */
 static bool splittable(const plan *pl, size_t lq, size_t lk)
 {
@@ -189,8 +188,7 @@ sdpa_status sdpa_make_plan(const sdpa_impl *impl, const sdpa_params *p, const sd
         !add_sz(pl->stage_off, round16(stage), &pl->kws_off) ||
         !add_sz(pl->kws_off, round16(kws), &pl->mul_off) ||
         !add_sz(pl->mul_off, round16(pl->R), &pl->qq_off) ||
-        !add_sz(pl->qq_off, p->q8_scores ? qq_floats(pl->R, pl->D) : 0,
-                &pl->ws_stride) ||
+        !add_sz(pl->qq_off, p->q8_scores ? qq_floats(pl->R, pl->D) : 0, &pl->ws_stride) ||
         !mul_sz(pl->ws_stride, threads, &ws_floats) ||
         !mul_sz(n_parts, pl->R * (pl->Dv + 2), &pf) ||
         !add_sz(ws_floats, round16(pf), &pl->seq_off) ||

@@ -110,8 +110,8 @@ static void run_item(void *arg, size_t t, size_t thread)
     float *ws = pl->ws + thread * pl->ws_stride;
     float *qp = ws;
     size_t *lim = (size_t *)(void *)(ws + pl->lim_off);
-    float *state = split ? pl->partial + (sq->part0 + it.local) * pl->R * (Dv + 2)
-                         : ws + pl->state_off;
+    float *state =
+        split ? pl->partial + (sq->part0 + it.local) * pl->R * (Dv + 2) : ws + pl->state_off;
     float *m = state, *l = state + R, *acc = state + 2 * R;
     float *mul = ws + pl->mul_off;
     bool scaled = false;
@@ -177,7 +177,7 @@ static void run_item(void *arg, size_t t, size_t thread)
     /* a split sequence's chunk, or all of an unsplit one's keys */
     size_t c0 = split ? it.chunk * pl->chunk : 0;
     size_t c1 = split && c0 + pl->chunk < sq->lk ? c0 + pl->chunk : sq->lk;
-    if (c0 < first[0]) c0 = first[0]; /* keys left of every row's window are never read */
+    if (c0 < first[0]) c0 = first[0];     /* keys left of every row's window are never read */
     if (c1 > lim[R - 1]) c1 = lim[R - 1]; /* keys no row of the item sees are never read */
     int8_t *qq = NULL;
     float *qd = NULL;
@@ -197,15 +197,27 @@ static void run_item(void *arg, size_t t, size_t thread)
     }
     if (c0 < c1) {
         sdpa_rows w = {
-            .rows = R, .d = D, .dv = Dv, .q = qp, .kv_limit = lim,
-            .kv_first = pl->window ? first : NULL, .mods = pl->mods ? &mods : NULL,
+            .rows = R,
+            .d = D,
+            .dv = Dv,
+            .q = qp,
+            .kv_limit = lim,
+            .kv_first = pl->window ? first : NULL,
+            .mods = pl->mods ? &mods : NULL,
             .score_mul = scaled ? mul : NULL,
-            .k_stride = pl->kt->token_stride, .v_stride = pl->vt->token_stride,
-            .k_type = pl->kt->dtype, .v_type = pl->vt->dtype,
-            .qq = qq, .qd = qd,
-            .m = m, .l = l, .acc = acc,
-            .ws = ws + pl->kws_off, .block = pl->block,
-            .pf = pf, .n_pf = n_pf,
+            .k_stride = pl->kt->token_stride,
+            .v_stride = pl->vt->token_stride,
+            .k_type = pl->kt->dtype,
+            .v_type = pl->vt->dtype,
+            .qq = qq,
+            .qd = qd,
+            .m = m,
+            .l = l,
+            .acc = acc,
+            .ws = ws + pl->kws_off,
+            .block = pl->block,
+            .pf = pf,
+            .n_pf = n_pf,
             /* consecutive query blocks of the same KV head scan their keys in alternate
                directions: each starts where the previous one ended, on keys still in cache */
             .reverse = (int)(it.i0 / pl->qb % 2),
@@ -216,7 +228,7 @@ static void run_item(void *arg, size_t t, size_t thread)
     if (split) return;
     for (size_t r = 0; r < R; r++)
         sdpa_finish_row(pl, sq, it.b, it.kvh * pl->G + r % pl->G, it.i0 + r / pl->G, m[r], l[r],
-                   acc + r * Dv);
+                        acc + r * Dv);
 }
 
 static void run_all(const sdpa_params *p, size_t n, sdpa_task_fn fn, plan *pl)

@@ -8,7 +8,7 @@
 #include "driver.h"
 
 typedef struct checker {
-    char  *msg;
+    char *msg;
     size_t len;
 } checker;
 
@@ -124,8 +124,7 @@ static sdpa_status check_lengths(checker *c, const char *side, size_t batch, con
 }
 
 /* The ragged and paged fields: forms, lengths, and every page entry a sequence uses. */
-static sdpa_status validate_layouts(checker *c, const sdpa_params *p, size_t *q_tok,
-                                    size_t *k_tok)
+static sdpa_status validate_layouts(checker *c, const sdpa_params *p, size_t *q_tok, size_t *k_tok)
 {
     sdpa_status s;
     if ((s = check_lengths(c, "q", p->batch, p->q_lens, p->cu_q, p->q_len, "q_len", q_tok)) !=
@@ -140,19 +139,24 @@ static sdpa_status validate_layouts(checker *c, const sdpa_params *p, size_t *q_
                     "kv_len");
     if (p->page_size == 0 || p->max_pages == 0 || p->n_pages == 0)
         return fail(c, SDPA_ERR_INVALID_ARGUMENT, "block_table is set with %s 0",
-                    p->page_size == 0 ? "page_size" : p->max_pages == 0 ? "max_pages" : "n_pages");
+                    p->page_size == 0   ? "page_size"
+                    : p->max_pages == 0 ? "max_pages"
+                                        : "n_pages");
     size_t longest = 0, span, entries;
     for (size_t b = 0; b < p->batch; b++) {
         const size_t lk = p->kv_lens ? p->kv_lens[b] : p->kv_len;
         if (lk > longest) longest = lk;
     }
     if (!mul_sz(p->max_pages, p->page_size, &span) || !mul_sz(p->batch, p->max_pages, &entries))
-        return fail(c, SDPA_ERR_OVERFLOW, "block_table: max_pages %zu, page_size %zu, n_pages %zu "
-                    "overflow", p->max_pages, p->page_size, p->n_pages);
+        return fail(c, SDPA_ERR_OVERFLOW,
+                    "block_table: max_pages %zu, page_size %zu, n_pages %zu "
+                    "overflow",
+                    p->max_pages, p->page_size, p->n_pages);
     if (span < longest)
         return fail(c, SDPA_ERR_INVALID_ARGUMENT,
                     "block_table: max_pages (%zu) x page_size (%zu) is shorter than the longest "
-                    "sequence (%zu keys)", p->max_pages, p->page_size, longest);
+                    "sequence (%zu keys)",
+                    p->max_pages, p->page_size, longest);
     for (size_t b = 0; b < p->batch; b++) {
         const size_t lk = p->kv_lens ? p->kv_lens[b] : p->kv_len;
         const int32_t *tab = p->block_table + b * p->max_pages;
@@ -169,8 +173,8 @@ static sdpa_status validate_layouts(checker *c, const sdpa_params *p, size_t *q_
    the views: the index arrays, the slopes and sinks, the mask and the workspace; written over,
    a page number or a length checked above could change under the call. Index arrays are
    validated already, so their sizes fit. */
-static sdpa_status check_reads(checker *c, const sdpa_params *p, const char *name,
-                               const void *out, extent e)
+static sdpa_status check_reads(checker *c, const sdpa_params *p, const char *name, const void *out,
+                               extent e)
 {
     /* byte counts saturate: an array that long could not be read anyway */
 #define SAT_BYTES(n, size) ((n) > (size_t)PTRDIFF_MAX / (size) ? (size_t)PTRDIFF_MAX : (n) * (size))
@@ -179,7 +183,7 @@ static sdpa_status check_reads(checker *c, const sdpa_params *p, const char *nam
     const struct {
         const char *name;
         const void *ptr;
-        size_t      bytes;
+        size_t bytes;
     } arr[] = {
         {"block_table", p->block_table, SAT_BYTES(entries, sizeof(int32_t))},
         {"q_lens", p->q_lens, SAT_BYTES(p->batch, sizeof(size_t))},
@@ -205,13 +209,19 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
     if (!p) return fail(c, SDPA_ERR_INVALID_ARGUMENT, "params is NULL");
     if (!q || !k || !v || !o)
         return fail(c, SDPA_ERR_INVALID_ARGUMENT, "tensor %s is NULL",
-                    !q ? "q" : !k ? "k" : !v ? "v" : "o");
+                    !q   ? "q"
+                    : !k ? "k"
+                    : !v ? "v"
+                         : "o");
     if (!q->data || !k->data || !v->data || !o->data)
         return fail(c, SDPA_ERR_INVALID_ARGUMENT, "tensor %s has NULL data",
-                    !q->data ? "q" : !k->data ? "k" : !v->data ? "v" : "o");
+                    !q->data   ? "q"
+                    : !k->data ? "k"
+                    : !v->data ? "v"
+                               : "o");
     const size_t dv = p->v_dim ? p->v_dim : p->head_dim;
-    static const char *const dim_names[] = {"batch", "q_heads", "kv_heads", "q_len", "kv_len",
-                                            "head_dim"};
+    static const char *const dim_names[] = {"batch", "q_heads", "kv_heads",
+                                            "q_len", "kv_len",  "head_dim"};
     const size_t dims[] = {p->batch, p->q_heads, p->kv_heads, p->q_len, p->kv_len, p->head_dim};
     for (int i = 0; i < 6; i++)
         if (dims[i] == 0) return fail(c, SDPA_ERR_INVALID_ARGUMENT, "%s is 0", dim_names[i]);
@@ -240,8 +250,7 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
         if (dim % blk != 0)
             return fail(c, SDPA_ERR_INVALID_ARGUMENT,
                         "%s is %s: its %s (%zu) must be a multiple of %zu", tn[i],
-                        sdpa_dtype_str(ts[i]->dtype), i == 1 ? "head_dim" : "v_dim",
-                        dim, blk);
+                        sdpa_dtype_str(ts[i]->dtype), i == 1 ? "head_dim" : "v_dim", dim, blk);
         for (int a = 0; a < 3; a++)
             if (st[a] % (ptrdiff_t)blk != 0)
                 return fail(c, SDPA_ERR_INVALID_ARGUMENT,
@@ -254,7 +263,8 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
     if (p->q8_scores && !sdpa_dtype_quantized(k->dtype))
         return fail(c, SDPA_ERR_UNSUPPORTED,
                     "q8_scores needs k in a block format (q8_0, q4_0, q4_1, q5_0, q5_1 or "
-                    "iq4_nl); k is %s", sdpa_dtype_str(k->dtype));
+                    "iq4_nl); k is %s",
+                    sdpa_dtype_str(k->dtype));
 
     /* Every product the driver will form must fit. */
     size_t rows, t;
@@ -263,8 +273,8 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
         !mul_sz(p->batch, p->kv_heads, &t) || !mul_sz(t, p->kv_len, &t) ||
         !mul_sz(t, p->head_dim > dv ? p->head_dim : dv, &t) || !add_sz(p->kv_len, p->q_len, &t) ||
         t > (size_t)PTRDIFF_MAX / 2 || /* positions and window edges are signed sums of these */
-        !add_sz(p->head_dim, 2, &t) || !mul_sz(t, sizeof(float) * 1024, &t) ||
-        !add_sz(dv, 2, &t) || !mul_sz(t, sizeof(float) * 1024, &t))
+        !add_sz(p->head_dim, 2, &t) || !mul_sz(t, sizeof(float) * 1024, &t) || !add_sz(dv, 2, &t) ||
+        !mul_sz(t, sizeof(float) * 1024, &t))
         return fail(c, SDPA_ERR_OVERFLOW,
                     "sizes overflow (batch %zu, heads %zu/%zu, lengths %zu/%zu, dims %zu/%zu)",
                     p->batch, p->q_heads, p->kv_heads, p->q_len, p->kv_len, p->head_dim, dv);
@@ -274,8 +284,13 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
     if ((s = validate_layouts(c, p, &q_tok, &k_tok)) != SDPA_OK) return s;
     /* the views' shapes: packed sequences are tokens of batch 0, pages stand for batches */
     const size_t nq[3] = {p->cu_q ? 1 : p->batch, p->q_heads, p->cu_q ? q_tok : p->q_len};
-    const size_t nk[3] = {p->block_table ? p->n_pages : p->cu_kv ? 1 : p->batch, p->kv_heads,
-                          p->block_table ? p->page_size : p->cu_kv ? k_tok : p->kv_len};
+    const size_t nk[3] = {p->block_table ? p->n_pages
+                          : p->cu_kv     ? 1
+                                         : p->batch,
+                          p->kv_heads,
+                          p->block_table ? p->page_size
+                          : p->cu_kv     ? k_tok
+                                         : p->kv_len};
     extent eq, ek, ev, eo;
     if ((s = view_extent(c, "q", q, nq, p->head_dim, &eq)) != SDPA_OK) return s;
     if ((s = view_extent(c, "k", k, nk, p->head_dim, &ek)) != SDPA_OK) return s;
@@ -338,8 +353,8 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
                                   : (ptrdiff_t)p->workspace_bytes};
         if (overlaps(p->workspace, ew, o->data, eo) || overlaps(p->workspace, ew, q->data, eq) ||
             overlaps(p->workspace, ew, k->data, ek) || overlaps(p->workspace, ew, v->data, ev) ||
-            (p->lse && overlaps(p->workspace, ew, p->lse,
-                                (extent){0, (ptrdiff_t)(rows * sizeof(float))})))
+            (p->lse &&
+             overlaps(p->workspace, ew, p->lse, (extent){0, (ptrdiff_t)(rows * sizeof(float))})))
             return fail(c, SDPA_ERR_INVALID_ARGUMENT, "workspace overlaps o, lse or an input");
     }
     return fail(c, SDPA_OK, "ok");

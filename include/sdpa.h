@@ -41,40 +41,40 @@ const char *sdpa_status_str(sdpa_status s);
 /* ------------------------------------------------------------------------------------------ */
 typedef struct sdpa_impl sdpa_impl;
 
-size_t           sdpa_impl_count(void);
-const sdpa_impl *sdpa_impl_at(size_t i);                 /* NULL when i >= sdpa_impl_count() */
-const char      *sdpa_impl_name(const sdpa_impl *impl);  /* "scalar", ...; "" for NULL */
+size_t sdpa_impl_count(void);
+const sdpa_impl *sdpa_impl_at(size_t i);           /* NULL when i >= sdpa_impl_count() */
+const char *sdpa_impl_name(const sdpa_impl *impl); /* "scalar", ...; "" for NULL */
 /* The CPU features the implementation needs, in words ("nothing (portable C)" for the scalar
    reference), derived from its feature keys; "" for NULL. */
-const char      *sdpa_impl_requires(const sdpa_impl *impl);
+const char *sdpa_impl_requires(const sdpa_impl *impl);
 /* Its i-th required feature, as a key of sdpa_feature_key; NULL past the last (at once for an
    implementation that runs anywhere) and for a NULL impl. */
-const char      *sdpa_impl_requires_key(const sdpa_impl *impl, size_t i);
+const char *sdpa_impl_requires_key(const sdpa_impl *impl, size_t i);
 /* The CPU features requirements are written in on this architecture, in a fixed order:
    their count, the i-th key (NULL when i >= count), and whether this CPU has it with the OS
    saving its state (false when i >= count). An implementation is supported when every feature
    it requires is present. */
-size_t           sdpa_feature_count(void);
-const char      *sdpa_feature_key(size_t i);
-bool             sdpa_feature_present(size_t i);
-bool             sdpa_impl_supported(const sdpa_impl *impl); /* runnable on this CPU and OS */
-const sdpa_impl *sdpa_impl_find(const char *name);       /* NULL when no such implementation */
+size_t sdpa_feature_count(void);
+const char *sdpa_feature_key(size_t i);
+bool sdpa_feature_present(size_t i);
+bool sdpa_impl_supported(const sdpa_impl *impl);   /* runnable on this CPU and OS */
+const sdpa_impl *sdpa_impl_find(const char *name); /* NULL when no such implementation */
 
-const sdpa_impl *sdpa_active(void);                      /* never NULL */
+const sdpa_impl *sdpa_active(void); /* never NULL */
 /* Force an implementation by name; NULL (or "auto") goes back to automatic selection.
    SDPA_ERR_UNKNOWN_IMPL for a name not compiled in, SDPA_ERR_UNSUPPORTED for one this CPU cannot
    run; in both cases the active implementation is left as it was. Thread-safe. */
-sdpa_status      sdpa_select(const char *name);
+sdpa_status sdpa_select(const char *name);
 
 typedef enum sdpa_selection {
-    SDPA_SELECTED_AUTO = 0,     /* best supported implementation */
-    SDPA_SELECTED_ENV,          /* forced by SDPA_ISA at load time */
-    SDPA_SELECTED_ENV_REFUSED,  /* SDPA_ISA named something unknown or unsupported: automatic */
-    SDPA_SELECTED_FORCED        /* forced by sdpa_select() */
+    SDPA_SELECTED_AUTO = 0,    /* best supported implementation */
+    SDPA_SELECTED_ENV,         /* forced by SDPA_ISA at load time */
+    SDPA_SELECTED_ENV_REFUSED, /* SDPA_ISA named something unknown or unsupported: automatic */
+    SDPA_SELECTED_FORCED       /* forced by sdpa_select() */
 } sdpa_selection;
 /* Why the active implementation is active. */
-sdpa_selection   sdpa_selection_reason(void);
-const char      *sdpa_selection_str(sdpa_selection r);
+sdpa_selection sdpa_selection_reason(void);
+const char *sdpa_selection_str(sdpa_selection r);
 
 /* ------------------------------------------------------------------------------------------ */
 /* The three primitives, f32. The plain forms run on the active implementation; the _impl     */
@@ -83,8 +83,8 @@ const char      *sdpa_selection_str(sdpa_selection r);
 /* ------------------------------------------------------------------------------------------ */
 
 /* s[j] = scale * dot(q[0..d), k[j*k_stride + 0..d)) for j < n. k_stride in elements (>= d). */
-void  sdpa_score_f32(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
-                     float scale, float *s);
+void sdpa_score_f32(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+                    float scale, float *s);
 /* One block of the streaming softmax. With running max *m and sum *l (start: -INFINITY, 0):
    writes p[j] = exp(s[j] - m_new) over s in place, sets *m = m_new, *l = alpha * l + sum(p),
    and returns alpha = exp(m_old - m_new), the factor for the caller's accumulator.
@@ -92,22 +92,22 @@ void  sdpa_score_f32(const float *q, const float *k, size_t k_stride, size_t n, 
    (-INFINITY, 0) and alpha = 1. A NaN score propagates into *l. */
 float sdpa_softmax_online_f32(float *s, size_t n, float *m, float *l);
 /* o[0..dv) = alpha * o + sum_j p[j] * v[j*v_stride + 0..dv) for j < n. v_stride in elements. */
-void  sdpa_accumulate_f32(float *o, float alpha, const float *p, const float *v,
-                          size_t v_stride, size_t n, size_t dv);
+void sdpa_accumulate_f32(float *o, float alpha, const float *p, const float *v, size_t v_stride,
+                         size_t n, size_t dv);
 
-void  sdpa_impl_score_f32(const sdpa_impl *impl, const float *q, const float *k, size_t k_stride,
-                          size_t n, size_t d, float scale, float *s);
+void sdpa_impl_score_f32(const sdpa_impl *impl, const float *q, const float *k, size_t k_stride,
+                         size_t n, size_t d, float scale, float *s);
 float sdpa_impl_softmax_online_f32(const sdpa_impl *impl, float *s, size_t n, float *m, float *l);
-void  sdpa_impl_accumulate_f32(const sdpa_impl *impl, float *o, float alpha, const float *p,
-                               const float *v, size_t v_stride, size_t n, size_t dv);
+void sdpa_impl_accumulate_f32(const sdpa_impl *impl, float *o, float alpha, const float *p,
+                              const float *v, size_t v_stride, size_t n, size_t dv);
 /* The implementation's own exp, y[i] = exp(x[i]), as the softmax uses it (x <= 0 is the domain
    the bound below is stated for; exp(-inf) = 0, NaN propagates). */
-void  sdpa_impl_exp_f32(const sdpa_impl *impl, const float *x, float *y, size_t n);
+void sdpa_impl_exp_f32(const sdpa_impl *impl, const float *x, float *y, size_t n);
 /* The maximum error of that exp over x <= 0, in units in the last place of the exact result. */
 double sdpa_impl_exp_max_ulp(const sdpa_impl *impl);
 /* The implementation's own tanh, y[i] = tanh(x[i]), as softcap uses it (y may equal x):
    odd, tanh(+-0) = +-0, tanh(+-inf) = +-1, NaN propagates. */
-void  sdpa_impl_tanh_f32(const sdpa_impl *impl, const float *x, float *y, size_t n);
+void sdpa_impl_tanh_f32(const sdpa_impl *impl, const float *x, float *y, size_t n);
 /* The maximum error of that tanh over every float, in units in the last place. */
 double sdpa_impl_tanh_max_ulp(const sdpa_impl *impl);
 
@@ -199,9 +199,9 @@ sdpa_status sdpa_dequantize_q5_1(const void *src, size_t n, float *y);
 sdpa_status sdpa_dequantize_iq4_nl(const void *src, size_t n, float *y);
 
 typedef struct sdpa_tensor { /* a view [batch][head][token][dim], dim contiguous */
-    void      *data;
+    void *data;
     sdpa_dtype dtype;
-    ptrdiff_t  batch_stride, head_stride, token_stride; /* in elements, may be negative */
+    ptrdiff_t batch_stride, head_stride, token_stride; /* in elements, may be negative */
 } sdpa_tensor;
 
 /* The caller's thread pool: run task(arg, i, thread) for every i < n_tasks, each exactly once,
@@ -212,21 +212,21 @@ typedef void (*sdpa_parallel_for_fn)(void *pool, size_t n_tasks, sdpa_task_fn ta
 
 typedef struct sdpa_params { /* zero-initialise; every later field's zero means "off" */
     size_t batch, q_heads, kv_heads, q_len, kv_len, head_dim, v_dim; /* v_dim 0: head_dim */
-    float  scale;                     /* 0: 1/sqrt(head_dim) */
-    bool   causal;                    /* query i sees key j iff j <= i + kv_len - q_len */
+    float scale;                                                     /* 0: 1/sqrt(head_dim) */
+    bool causal; /* query i sees key j iff j <= i + kv_len - q_len */
     /* thread-pool hook; NULL: everything runs serially on the calling thread */
     sdpa_parallel_for_fn parallel_for;
-    void                *pool;
-    size_t               n_threads;   /* threads the pool may use (0 with a hook: 1) */
+    void *pool;
+    size_t n_threads; /* threads the pool may use (0 with a hook: 1) */
     /* optional output [batch][q_heads][q_len] of log-sum-exp (natural log) of the scores (as
        modified) of the keys each query row sees, its sink included; -INFINITY for a row that
        sees no key and has no sink. NULL: not written. */
-    float               *lse;
+    float *lse;
     /* optional caller-owned scratch: when workspace_bytes >= what sdpa_workspace_size reports,
        the call allocates nothing; otherwise (NULL or too small) it allocates its own and frees
        it before returning. Never read for data; contents are garbage after the call. */
-    void                *workspace;
-    size_t               workspace_bytes;
+    void *workspace;
+    size_t workspace_bytes;
 
     /* --- who sees whom. i' = i + kv_len - q_len is query i's position among the keys
        (bottom-right alignment, as `causal` uses). Keys a row does not see are never read for
@@ -234,22 +234,22 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
     /* 0: off. w >= 1: query i sees key j only if |i' - j| < w; with causal, the w most recent
        positions i' - w < j <= i'. Any w of at least q_len + kv_len (SIZE_MAX included) is no
        window: every row sees what it would see without one. */
-    size_t               window;
+    size_t window;
     /* NULL: off. An additive mask, a view [batch][q_heads][q_len][kv_len] of f32, f16 or bf16
        (token_stride: between query rows; the kv_len elements of a row contiguous). A stride of
        0 broadcasts over that axis. An entry of -inf hides the key from the row, as the window
        does: it never affects the row, whatever its K and V hold. */
-    const sdpa_tensor   *mask;
+    const sdpa_tensor *mask;
     /* --- score modifiers: s = softcap(scale q.k) + alibi + mask --------------------------- */
     /* 0: off. c > 0 (finite): s <- c tanh(s / c), after the scale. */
-    float                softcap;
+    float softcap;
     /* NULL: off. [q_heads] finite slopes: adds -slope_h |i' - j| (sdpa_alibi_slopes gives the
        standard ones). */
-    const float         *alibi_slopes;
+    const float *alibi_slopes;
     /* NULL: off. [q_heads] sink logits (finite, or -inf for none): adds exp(sink_h - m) to the
        row's softmax denominator, with no value row; lse includes it. A row that sees no key
        then gives zeros and lse = sink_h. */
-    const float         *sinks;
+    const float *sinks;
 
     /* --- ragged batches: sequences of their own lengths in one call. Per side (queries,
        keys) at most one of the two forms; causal, window and ALiBi align each sequence
@@ -260,11 +260,11 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
        stay [batch][head][token][dim]; rows of o (and lse entries) past q_lens[b] are not
        written, and keys past kv_lens[b] are never read. A sequence of 0 queries is skipped; one
        of 0 keys gives zeros (lse -inf, or its sink). */
-    const size_t        *q_lens, *kv_lens;
+    const size_t *q_lens, *kv_lens;
     /* packed: NULL, or [batch + 1] offsets, cu[0] = 0, non-decreasing (FlashAttention's
        cu_seqlens): sequence b is tokens [cu[b], cu[b + 1]) of its view, whose batch_stride is
        then unused; q_len / kv_len bound every sequence's length (the longest). */
-    const size_t        *cu_q, *cu_kv;
+    const size_t *cu_q, *cu_kv;
     /* --- paged K/V (vLLM's block table). NULL: off. Otherwise [batch][max_pages] page
        numbers: key j of sequence b is token j % page_size of page
        block_table[b * max_pages + j / page_size]. The k and v views then address pages:
@@ -272,8 +272,8 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
        token_stride as usual within a page. Sequence b has kv_lens[b] keys (kv_len when kv_lens
        is NULL; cu_kv cannot be combined with paging); every entry a sequence uses must lie in
        [0, n_pages), which is checked before anything is read. */
-    const int32_t       *block_table;
-    size_t               page_size, max_pages, n_pages;
+    const int32_t *block_table;
+    size_t page_size, max_pages, n_pages;
     /* --- K in a block format (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl). 0: exact, the default:
        every stored value enters the arithmetic as its f32 value (see sdpa_dtype), and the
        numerics are those of f16 K/V. 1: fast Q.K, as ggml computes it: each scaled query row
@@ -290,7 +290,7 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
        |o_fast - o| <= (e^(2 D) - 1) max |v| on its output. A non-finite query element makes
        its row NaN. P.V stays f32. Refused (SDPA_ERR_UNSUPPORTED) unless K is a block format;
        a value other than 0 or 1 is SDPA_ERR_INVALID_ARGUMENT. */
-    int                  q8_scores;
+    int q8_scores;
 } sdpa_params;
 
 /* Runs attention for every (batch, head, query) of p on the active implementation.
@@ -389,16 +389,16 @@ sdpa_status sdpa_validate(const sdpa_params *p, const sdpa_tensor *q, const sdpa
    as the source reports them (L3: the whole shared cache, which in a virtual machine may be the
    host's) and always > 0. */
 typedef struct sdpa_cache_info {
-    size_t      l1d_bytes, l2_bytes, l3_bytes;
+    size_t l1d_bytes, l2_bytes, l3_bytes;
     const char *l1d_source, *l2_source, *l3_source;
 } sdpa_cache_info;
-void sdpa_cache_info_get(sdpa_cache_info *out);          /* NULL out: does nothing */
+void sdpa_cache_info_get(sdpa_cache_info *out); /* NULL out: does nothing */
 
 /* One named parameter: name is a lower-case identifier, unique in its list; about says in one
    line what the value is and its unit (keys, rows, bytes). */
 typedef struct sdpa_tunable {
     const char *name;
-    size_t      value;
+    size_t value;
     const char *about;
 } sdpa_tunable;
 
@@ -409,9 +409,9 @@ typedef struct sdpa_tunable {
 size_t sdpa_impl_tunables(const sdpa_impl *impl, sdpa_tunable *out, size_t cap);
 
 /* The planner's parameters in force (work-item rows, split-K chunking, key-block bounds, the
-   streaming threshold, the staging of paged units), then, when head_dim > 0, "block": the keys per block it derives from
-   the L2 size for that head_dim (and v_dim = head_dim). Writes the first min(count, cap) to out
-   (nothing when out is NULL) and returns count. */
+   streaming threshold, the staging of paged units), then, when head_dim > 0, "block": the keys per
+   block it derives from the L2 size for that head_dim (and v_dim = head_dim). Writes the first
+   min(count, cap) to out (nothing when out is NULL) and returns count. */
 size_t sdpa_planner_tunables(size_t head_dim, sdpa_tunable *out, size_t cap);
 
 /* The FMA peak an implementation's speed is judged against, as the benchmark measures it: the

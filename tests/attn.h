@@ -1,4 +1,5 @@
-/* attn.h -- test helpers for fused attention: strided tensor views in any layout and a float64 oracle */
+/* attn.h -- test helpers for fused attention: strided tensor views in any layout and a float64
+ * oracle */
 #ifndef SDPA_TEST_ATTN_H
 #define SDPA_TEST_ATTN_H
 
@@ -20,15 +21,15 @@ typedef enum tlayout {
 static const char *const layout_names[L_COUNT] = {"dense", "padded", "token-major", "reversed"};
 
 typedef struct tview {
-    size_t     B, H, T, D; /* logical shape [B][H][T][D] */
+    size_t B, H, T, D; /* logical shape [B][H][T][D] */
     sdpa_dtype dtype;
-    ptrdiff_t  bs, hs, ts; /* strides in elements */
-    size_t     es;         /* element size in bytes */
-    size_t     n_elems;    /* extent of the allocation, elements */
-    ptrdiff_t  origin;     /* element index of [0][0][0][0] within the allocation */
-    void      *buf;        /* the allocation (owned unless placed) */
-    bool       owned;
-    float     *vals;       /* dense f32 copy [B][H][T][D] of the stored values, after conversion */
+    ptrdiff_t bs, hs, ts; /* strides in elements */
+    size_t es;            /* element size in bytes */
+    size_t n_elems;       /* extent of the allocation, elements */
+    ptrdiff_t origin;     /* element index of [0][0][0][0] within the allocation */
+    void *buf;            /* the allocation (owned unless placed) */
+    bool owned;
+    float *vals; /* dense f32 copy [B][H][T][D] of the stored values, after conversion */
 } tview;
 
 /* Lays out a view (strides and extent) with `margin` spare elements before and after it. */
@@ -40,10 +41,18 @@ static inline void tview_layout(tview *t, size_t B, size_t H, size_t T, size_t D
     t->es = sdpa_dtype_size(dt) ? sdpa_dtype_size(dt) : 4;
     ptrdiff_t b = (ptrdiff_t)B, h = (ptrdiff_t)H, n = (ptrdiff_t)T, d = (ptrdiff_t)D;
     switch (layout) {
-    case L_DENSE: t->ts = d, t->hs = n * d, t->bs = h * n * d; break;
-    case L_PADDED: t->ts = d + 3, t->hs = n * (d + 3) + 5, t->bs = h * (n * (d + 3) + 5) + 7; break;
-    case L_TOKEN_MAJOR: t->hs = d + 2, t->ts = h * (d + 2) + 1, t->bs = n * (h * (d + 2) + 1) + 3; break;
-    default: t->ts = -(d + 1), t->hs = n * (d + 1), t->bs = h * n * (d + 1); break;
+    case L_DENSE:
+        t->ts = d, t->hs = n * d, t->bs = h * n * d;
+        break;
+    case L_PADDED:
+        t->ts = d + 3, t->hs = n * (d + 3) + 5, t->bs = h * (n * (d + 3) + 5) + 7;
+        break;
+    case L_TOKEN_MAJOR:
+        t->hs = d + 2, t->ts = h * (d + 2) + 1, t->bs = n * (h * (d + 2) + 1) + 3;
+        break;
+    default:
+        t->ts = -(d + 1), t->hs = n * (d + 1), t->bs = h * n * (d + 1);
+        break;
     }
     (void)b;
     /* extent: the lowest and highest element any index reaches */
@@ -51,8 +60,10 @@ static inline void tview_layout(tview *t, size_t B, size_t H, size_t T, size_t D
     const ptrdiff_t st[3] = {t->bs, t->hs, t->ts}, cnt[3] = {b, h, n};
     for (int i = 0; i < 3; i++) {
         ptrdiff_t reach = (cnt[i] - 1) * st[i];
-        if (reach < 0) lo += reach;
-        else hi += reach;
+        if (reach < 0)
+            lo += reach;
+        else
+            hi += reach;
     }
     t->origin = (ptrdiff_t)margin - lo;
     t->n_elems = (size_t)(hi - lo + 1) + 2 * margin;
@@ -83,7 +94,8 @@ static inline void tview_free(tview *t)
 
 static inline ptrdiff_t tview_index(const tview *t, size_t b, size_t h, size_t n, size_t c)
 {
-    return t->origin + (ptrdiff_t)b * t->bs + (ptrdiff_t)h * t->hs + (ptrdiff_t)n * t->ts + (ptrdiff_t)c;
+    return t->origin + (ptrdiff_t)b * t->bs + (ptrdiff_t)h * t->hs + (ptrdiff_t)n * t->ts +
+           (ptrdiff_t)c;
 }
 
 static inline size_t tview_dense(const tview *t, size_t b, size_t h, size_t n, size_t c)
@@ -130,9 +142,12 @@ static inline float tl_stored(sdpa_dtype t, float x)
 /* Stores x, converted to t, at element e of buf. */
 static inline void tl_put(void *buf, sdpa_dtype t, size_t e, float x)
 {
-    if (t == SDPA_F16) ((uint16_t *)buf)[e] = sdpa_f32_to_f16(x);
-    else if (t == SDPA_BF16) ((uint16_t *)buf)[e] = sdpa_f32_to_bf16(x);
-    else ((float *)buf)[e] = x;
+    if (t == SDPA_F16)
+        ((uint16_t *)buf)[e] = sdpa_f32_to_f16(x);
+    else if (t == SDPA_BF16)
+        ((uint16_t *)buf)[e] = sdpa_f32_to_bf16(x);
+    else
+        ((float *)buf)[e] = x;
 }
 
 /* n elements of type t, all NaN: storage a reader must never reach. */
@@ -185,42 +200,42 @@ static inline float tview_out(const tview *t, size_t b, size_t h, size_t n, size
 enum { ATTN_ROW_KEYS = 0, ATTN_ROW_NOTHING, ATTN_ROW_NAN };
 
 typedef struct attn_problem {
-    size_t        B, Hq, Hk, Lq, Lk, D, Dv; /* rows (b * Hq + h) * Lq + i; Lq, Lk the longest */
-    const size_t *lq, *lk;                  /* per sequence; NULL: Lq (Lk) each */
-    const float  *q, *k, *v;                /* dense [B][Hq][Lq][D], [B][Hk][Lk][D], [B][Hk][Lk][Dv] */
-    double        scale;
-    bool          causal;
-    size_t        window;
-    double        softcap;
-    const float  *slopes, *sinks;           /* [Hq] or NULL */
-    const float  *mask;                     /* NULL, or element b*mbs + h*mhs + i*mis + j */
-    size_t        mbs, mhs, mis;            /* 0 broadcasts */
-    double        tanh_ulp;                 /* the implementation's softcap error, for ds */
-    bool          q8_model;                 /* also the float64 model of q8 scores (D % 32 == 0) */
+    size_t B, Hq, Hk, Lq, Lk, D, Dv; /* rows (b * Hq + h) * Lq + i; Lq, Lk the longest */
+    const size_t *lq, *lk;           /* per sequence; NULL: Lq (Lk) each */
+    const float *q, *k, *v;          /* dense [B][Hq][Lq][D], [B][Hk][Lk][D], [B][Hk][Lk][Dv] */
+    double scale;
+    bool causal;
+    size_t window;
+    double softcap;
+    const float *slopes, *sinks; /* [Hq] or NULL */
+    const float *mask;           /* NULL, or element b*mbs + h*mhs + i*mis + j */
+    size_t mbs, mhs, mis;        /* 0 broadcasts */
+    double tanh_ulp;             /* the implementation's softcap error, for ds */
+    bool q8_model;               /* also the float64 model of q8 scores (D % 32 == 0) */
     /* q8_model: K's d n + m unrounded, dense like k (NULL: k), the values the integer
        arithmetic of the fast scores stands for; k_min: K has a minimum m per block (q4_1, q5_1),
        whose term m_k sum q is rounded on its own. */
     const double *kmodel;
-    bool          k_min;
+    bool k_min;
 } attn_problem;
 
 typedef struct attn_ref {
-    double        *o;     /* [rows][Dv] the output */
-    double        *wabs;  /* sum_j w_j |v_jc| / l, the scale each output element's error is measured in */
-    double        *m1;    /* sum_j w_j ds_j |v_jc| / l, ds_j without the softcap's own error */
-    double        *flush; /* n e^-87 max_j |v_jc| / l: the weights SIMD kernels may flush (sdpa.h) */
-    double        *lse;   /* [rows] */
-    double        *tol;   /* per row: E_row = attn_row_tol(n, d, A) */
-    double        *ds;    /* per row: max_j ds_j, with the softcap's error (2 tanh_ulp + 2) u c */
-    double        *s1;    /* per row: sum_j w_j ds_j / l (+ the sink weight's rounding) */
-    double        *wk;    /* per row: sum_j w_j / l over the keys (the sink's share left out) */
-    double        *vmax;  /* per row: max |v| over the keys seen */
-    size_t        *seen;  /* per row: keys seen */
-    unsigned char *kind;  /* per row: ATTN_ROW_* */
+    double *o;     /* [rows][Dv] the output */
+    double *wabs;  /* sum_j w_j |v_jc| / l, the scale each output element's error is measured in */
+    double *m1;    /* sum_j w_j ds_j |v_jc| / l, ds_j without the softcap's own error */
+    double *flush; /* n e^-87 max_j |v_jc| / l: the weights SIMD kernels may flush (sdpa.h) */
+    double *lse;   /* [rows] */
+    double *tol;   /* per row: E_row = attn_row_tol(n, d, A) */
+    double *ds;    /* per row: max_j ds_j, with the softcap's error (2 tanh_ulp + 2) u c */
+    double *s1;    /* per row: sum_j w_j ds_j / l (+ the sink weight's rounding) */
+    double *wk;    /* per row: sum_j w_j / l over the keys (the sink's share left out) */
+    double *vmax;  /* per row: max |v| over the keys seen */
+    size_t *seen;  /* per row: keys seen */
+    unsigned char *kind; /* per row: ATTN_ROW_* */
     /* q8_model: x = scale q quantized per 32-block (d_b = max |x_c| / 127, q = round, +-127),  */
     /* score sum_b d_b (d_k dot(q, n) + m_k sum q) = sum_c d_b q_c (d_k n_c + m_k) in float64;   */
     /* dq: sdpa.h's bound on the score error, tm: T_row (ties); both with the float rounding    */
-    double        *om, *lsem, *dq, *tm;
+    double *om, *lsem, *dq, *tm;
 } attn_ref;
 
 /* Keys a query row sees: all, or with causality (bottom-right aligned) j <= i + kv_len - q_len. */
@@ -256,12 +271,14 @@ static inline void attn_ref_free(attn_ref *r)
 static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
 {
     enum { QB = 32 };
-    const size_t B = P->B, Hq = P->Hq, G = P->Hq / P->Hk, Lq = P->Lq, Lk = P->Lk, D = P->D, Dv = P->Dv;
+    const size_t B = P->B, Hq = P->Hq, G = P->Hq / P->Hk, Lq = P->Lq, Lk = P->Lk, D = P->D,
+                 Dv = P->Dv;
     const size_t rows = B * Hq * Lq, nb = D / QB;
     const double scale = P->scale, cap = P->softcap, u = TL_U;
     memset(r, 0, sizeof *r);
     r->o = tl_xmalloc(rows * Dv * sizeof(double)), r->wabs = tl_xmalloc(rows * Dv * sizeof(double));
-    r->m1 = tl_xmalloc(rows * Dv * sizeof(double)), r->flush = tl_xmalloc(rows * Dv * sizeof(double));
+    r->m1 = tl_xmalloc(rows * Dv * sizeof(double)),
+    r->flush = tl_xmalloc(rows * Dv * sizeof(double));
     r->lse = tl_xmalloc(rows * sizeof(double)), r->tol = tl_xmalloc(rows * sizeof(double));
     r->ds = tl_xmalloc(rows * sizeof(double)), r->s1 = tl_xmalloc(rows * sizeof(double));
     r->wk = tl_xmalloc(rows * sizeof(double)), r->vmax = tl_xmalloc(rows * sizeof(double));
@@ -281,7 +298,8 @@ static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
     double *s = tl_xmalloc(nk * sizeof(double)), *dsj = tl_xmalloc(nk * sizeof(double));
     double *sm = tl_xmalloc(nk * sizeof(double)), *x = tl_xmalloc(nd * sizeof(double));
     double *xq = tl_xmalloc(nd * sizeof(double)), *tie = tl_xmalloc(nd * sizeof(double));
-    double *bmax = tl_xmalloc(nbb * sizeof(double)), *vcol = tl_xmalloc((Dv ? Dv : 1) * sizeof(double));
+    double *bmax = tl_xmalloc(nbb * sizeof(double)),
+           *vcol = tl_xmalloc((Dv ? Dv : 1) * sizeof(double));
     size_t *idx = tl_xmalloc(nk * sizeof(size_t));
     for (size_t b = 0; b < B; b++)
         for (size_t h = 0; h < Hq; h++) {
@@ -301,7 +319,8 @@ static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
                                reduction (an internal compiler error) */
                             if (fabs(x[e]) > bmax[bl]) bmax[bl] = fabs(x[e]);
                         }
-                        /* the model's quantized row: xq = d q; tie[e] = d where q may be either integer */
+                        /* the model's quantized row: xq = d q; tie[e] = d where q may be either
+                         * integer */
                         const double db = bmax[bl] / 127.0;
                         for (size_t e = bl * QB; e < (bl + 1) * QB; e++) {
                             const double t = db > 0 ? x[e] / db : 0.0, a = fabs(t), fl = floor(a);
@@ -316,9 +335,10 @@ static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
                 double mx = -INFINITY, mxm = -INFINITY, A = 0, dsmax = 0, dq = 0, tmax = 0, R = 0;
                 for (size_t j = 0; j < lkb; j++) {
                     const long long jj = (long long)j;
-                    const double mv = P->mask ? P->mask[b * P->mbs + h * P->mhs + i * P->mis + j] : 0.0;
-                    if ((P->causal && jj > ip) || (P->window && llabs(ip - jj) >= (long long)P->window) ||
-                        mv == -INFINITY)
+                    const double mv =
+                        P->mask ? P->mask[b * P->mbs + h * P->mhs + i * P->mis + j] : 0.0;
+                    if ((P->causal && jj > ip) ||
+                        (P->window && llabs(ip - jj) >= (long long)P->window) || mv == -INFINITY)
                         continue; /* never read */
                     const float *kr = P->k + ((b * P->Hk + hk) * Lk + j) * D;
                     const double *km =
@@ -351,7 +371,8 @@ static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
                     if (sc > mx) mx = sc;
                     if (sm[n - 1] > mxm) mxm = sm[n - 1];
                     if (fabs(scale) * mag > A) A = fabs(scale) * mag;
-                    const double ds = dsj[n - 1] + (cap > 0 ? (2 * P->tanh_ulp + 2) * u * cap : 0.0);
+                    const double ds =
+                        dsj[n - 1] + (cap > 0 ? (2 * P->tanh_ulp + 2) * u * cap : 0.0);
                     if (ds > dsmax) dsmax = ds;
                     if (dqj > dq) dq = dqj;
                     if (tj > tmax) tmax = tj;
@@ -399,7 +420,8 @@ static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
                 r->lse[row] = M + log(l);
                 r->tol[row] = attn_row_tol(n, D, A);
                 r->ds[row] = dsmax;
-                if (ws > 0) s1 += ws * u * fabs(sink - M); /* the rounding of the sink weight's exponent */
+                if (ws > 0)
+                    s1 += ws * u * fabs(sink - M); /* the rounding of the sink weight's exponent */
                 r->s1[row] = s1 / l;
                 r->wk[row] = wk / l;
                 r->vmax[row] = vmax;
@@ -420,12 +442,21 @@ static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
 }
 
 /* The plain attention of p (causal or not, no other modifier) over dense views. */
-static inline void attn_oracle(const sdpa_params *p, const tview *q, const tview *k, const tview *v, attn_ref *r)
+static inline void attn_oracle(const sdpa_params *p, const tview *q, const tview *k, const tview *v,
+                               attn_ref *r)
 {
-    const attn_problem P = {.B = p->batch, .Hq = p->q_heads, .Hk = p->kv_heads, .Lq = p->q_len, .Lk = p->kv_len,
-                            .D = p->head_dim, .Dv = p->v_dim ? p->v_dim : p->head_dim,
-                            .q = q->vals, .k = k->vals, .v = v->vals,
-                            .scale = p->scale != 0.0f ? (double)p->scale : 1.0 / sqrt((double)p->head_dim),
+    const attn_problem P = {.B = p->batch,
+                            .Hq = p->q_heads,
+                            .Hk = p->kv_heads,
+                            .Lq = p->q_len,
+                            .Lk = p->kv_len,
+                            .D = p->head_dim,
+                            .Dv = p->v_dim ? p->v_dim : p->head_dim,
+                            .q = q->vals,
+                            .k = k->vals,
+                            .v = v->vals,
+                            .scale = p->scale != 0.0f ? (double)p->scale
+                                                      : 1.0 / sqrt((double)p->head_dim),
                             .causal = p->causal};
     attn_oracle64(&P, r);
 }
@@ -437,8 +468,9 @@ static double attn_worst_ratio;
 /* Checks o (and lse, stored densely in lse_buf at lse_origin with sentinels around it) against
    the oracle, and that no element of o's allocation outside the view was written. Returns the
    number of failed checks. */
-static inline long attn_check(const char *what, const sdpa_params *p, const tview *o, const float *lse_buf,
-                              size_t lse_origin, size_t lse_elems, const attn_ref *r)
+static inline long attn_check(const char *what, const sdpa_params *p, const tview *o,
+                              const float *lse_buf, size_t lse_origin, size_t lse_elems,
+                              const attn_ref *r)
 {
     const long before = tl_case_failures;
     const size_t B = p->batch, Hq = p->q_heads, Tq = p->q_len, Dv = o->D;
@@ -457,30 +489,36 @@ static inline long attn_check(const char *what, const sdpa_params *p, const tvie
                     const float got = ob[idx];
                     const double ref = r->o[row * Dv + c];
                     if (r->seen[row] == 0) {
-                        if (!CHECK(got == 0.0f, "%s: b=%zu h=%zu i=%zu sees no key: o[%zu]=%g, want 0", what, b, h,
-                                   i, c, got))
+                        if (!CHECK(got == 0.0f,
+                                   "%s: b=%zu h=%zu i=%zu sees no key: o[%zu]=%g, want 0", what, b,
+                                   h, i, c, got))
                             stop = true;
                         continue;
                     }
                     const double tol = r->tol[row] * r->wabs[row * Dv + c] + FLT_TRUE_MIN;
-                    if (fabs(got - ref) / tol > attn_worst_ratio) attn_worst_ratio = fabs(got - ref) / tol;
+                    if (fabs(got - ref) / tol > attn_worst_ratio)
+                        attn_worst_ratio = fabs(got - ref) / tol;
                     if (!CHECK(fabs(got - ref) <= tol,
-                               "%s: b=%zu h=%zu i=%zu (sees %zu keys) o[%zu]=%.9g, float64 %.9g, |err| %.3g > tol %.3g "
+                               "%s: b=%zu h=%zu i=%zu (sees %zu keys) o[%zu]=%.9g, float64 %.9g, "
+                               "|err| %.3g > tol %.3g "
                                "(E_row %.3g)",
-                               what, b, h, i, r->seen[row], c, got, ref, fabs(got - ref), tol, r->tol[row]))
+                               what, b, h, i, r->seen[row], c, got, ref, fabs(got - ref), tol,
+                               r->tol[row]))
                         stop = true;
                 }
                 if (lse_buf && !stop) {
                     const float got = lse_buf[lse_origin + row];
                     const double ref = r->lse[row];
                     if (r->seen[row] == 0) {
-                        if (!CHECK(got == -INFINITY, "%s: b=%zu h=%zu i=%zu sees no key: lse=%g, want -inf", what,
-                                   b, h, i, got))
+                        if (!CHECK(got == -INFINITY,
+                                   "%s: b=%zu h=%zu i=%zu sees no key: lse=%g, want -inf", what, b,
+                                   h, i, got))
                             stop = true;
                     } else {
                         const double tol = r->tol[row] * (1.0 + fabs(ref));
-                        if (!CHECK(fabs(got - ref) <= tol, "%s: b=%zu h=%zu i=%zu lse=%.9g, float64 %.9g, tol %.3g",
-                                   what, b, h, i, got, ref, tol))
+                        if (!CHECK(fabs(got - ref) <= tol,
+                                   "%s: b=%zu h=%zu i=%zu lse=%.9g, float64 %.9g, tol %.3g", what,
+                                   b, h, i, got, ref, tol))
                             stop = true;
                     }
                 }
@@ -489,12 +527,15 @@ static inline long attn_check(const char *what, const sdpa_params *p, const tvie
     for (size_t e = 0; e < o->n_elems; e++)
         if (!in_view[e] && !tl_is_sentinel(ob[e]))
             if (outside++ == 0) first = e;
-    CHECK(outside == 0, "%s: %zu elements of o outside the view were written (first at element %zd from [0][0][0][0])",
+    CHECK(outside == 0,
+          "%s: %zu elements of o outside the view were written (first at element %zd from "
+          "[0][0][0][0])",
           what, outside, (ptrdiff_t)first - o->origin);
     if (lse_buf) {
         size_t bad = 0;
         for (size_t e = 0; e < lse_elems; e++)
-            if ((e < lse_origin || e >= lse_origin + B * Hq * Tq) && !tl_is_sentinel(lse_buf[e])) bad++;
+            if ((e < lse_origin || e >= lse_origin + B * Hq * Tq) && !tl_is_sentinel(lse_buf[e]))
+                bad++;
         CHECK(bad == 0, "%s: %zu elements around lse were written", what, bad);
     }
     free(in_view);

@@ -1,4 +1,5 @@
-/* problem.h -- the ragged, paged and block-format problem the per-feature forward tests share: builder, run, check against the float64 oracle */
+/* problem.h -- the ragged, paged and block-format problem the per-feature forward tests share:
+ * builder, run, check against the float64 oracle */
 #ifndef SDPA_TEST_PROBLEM_H
 #define SDPA_TEST_PROBLEM_H
 
@@ -67,7 +68,9 @@ static inline uint16_t ref_f16(float x)
 static inline double ref_f16_value(uint16_t h)
 {
     const int ex = (h >> 10) & 31, man = h & 1023;
-    double v = ex == 31 ? (man ? NAN : INFINITY) : ex == 0 ? ldexp(man, -24) : ldexp(1024 + man, ex - 25);
+    double v = ex == 31  ? (man ? NAN : INFINITY)
+               : ex == 0 ? ldexp(man, -24)
+                         : ldexp(1024 + man, ex - 25);
     return h & 0x8000u ? -v : v;
 }
 
@@ -146,8 +149,10 @@ static inline void ref_qx_0(const float *x, unsigned char *y, int bits)
         n[i] = isinf(id) ? 0 : (int)fmin(trunc(s), top);
     }
     ref_put16(y, ref_f16(d));
-    if (bits == 4) ref_pack(n, y + 2, NULL);
-    else ref_pack(n, y + 6, y + 2);
+    if (bits == 4)
+        ref_pack(n, y + 2, NULL);
+    else
+        ref_pack(n, y + 6, y + 2);
 }
 static inline void ref_q4_0(const float *x, unsigned char *y) { ref_qx_0(x, y, 4); }
 static inline void ref_q5_0(const float *x, unsigned char *y) { ref_qx_0(x, y, 5); }
@@ -170,8 +175,10 @@ static inline void ref_qx_1(const float *x, unsigned char *y, int bits)
     }
     ref_put16(y, ref_f16(d));
     ref_put16(y + 2, ref_f16(lo));
-    if (bits == 4) ref_pack(n, y + 4, NULL);
-    else ref_pack(n, y + 8, y + 4);
+    if (bits == 4)
+        ref_pack(n, y + 4, NULL);
+    else
+        ref_pack(n, y + 8, y + 4);
 }
 static inline void ref_q4_1(const float *x, unsigned char *y) { ref_qx_1(x, y, 4); }
 static inline void ref_q5_1(const float *x, unsigned char *y) { ref_qx_1(x, y, 5); }
@@ -255,10 +262,10 @@ static inline void ref_dec_iq4_nl(const unsigned char *y, int *n, double *d, dou
 
 /* The block formats: one row each. A new block format is a row here (and its functions). */
 typedef struct ref_format {
-    sdpa_dtype  t;
+    sdpa_dtype t;
     const char *name;
-    size_t      bytes;
-    bool        has_min; /* elements d n + m */
+    size_t bytes;
+    bool has_min; /* elements d n + m */
     void (*quant)(const float *x, unsigned char *y);
     void (*decode)(const unsigned char *y, int *n, double *d, double *m);
 } ref_format;
@@ -317,31 +324,34 @@ static inline size_t ref_elem_bytes(sdpa_dtype t) { return t == F32 ? 4 : 2; }
 /* Bytes of element offset off (a multiple of the block for the block formats). */
 static inline ptrdiff_t ref_off_bytes(sdpa_dtype t, ptrdiff_t off)
 {
-    return quantized(t) ? off / QK * (ptrdiff_t)ref_block_bytes(t) : off * (ptrdiff_t)ref_elem_bytes(t);
+    return quantized(t) ? off / QK * (ptrdiff_t)ref_block_bytes(t)
+                        : off * (ptrdiff_t)ref_elem_bytes(t);
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* K and V storage: a view [n][h][t][dim] of any type, NaN wherever nothing is stored           */
 /* ------------------------------------------------------------------------------------------ */
 typedef struct kvbuf {
-    sdpa_dtype     t;
-    size_t         dim;
-    ptrdiff_t      bs, hs, ts; /* elements */
-    ptrdiff_t      origin;     /* element of [0][0][0][0] in the allocation */
-    size_t         nelem;
+    sdpa_dtype t;
+    size_t dim;
+    ptrdiff_t bs, hs, ts; /* elements */
+    ptrdiff_t origin;     /* element of [0][0][0][0] in the allocation */
+    size_t nelem;
     unsigned char *mem;
 } kvbuf;
 
-static inline void kvbuf_init(kvbuf *kb, sdpa_dtype t, size_t dim, size_t n, size_t h, size_t tok, ptrdiff_t bs,
-                       ptrdiff_t hs, ptrdiff_t ts)
+static inline void kvbuf_init(kvbuf *kb, sdpa_dtype t, size_t dim, size_t n, size_t h, size_t tok,
+                              ptrdiff_t bs, ptrdiff_t hs, ptrdiff_t ts)
 {
     kb->t = t, kb->dim = dim, kb->bs = bs, kb->hs = hs, kb->ts = ts;
     ptrdiff_t lo = 0, hi = (ptrdiff_t)dim; /* [lo, hi) */
     const ptrdiff_t st[3] = {bs, hs, ts}, cnt[3] = {(ptrdiff_t)n, (ptrdiff_t)h, (ptrdiff_t)tok};
     for (int i = 0; i < 3; i++) {
         const ptrdiff_t reach = (cnt[i] > 0 ? cnt[i] - 1 : 0) * st[i];
-        if (reach < 0) lo += reach;
-        else hi += reach;
+        if (reach < 0)
+            lo += reach;
+        else
+            hi += reach;
     }
     kb->origin = QK - lo; /* a spare block either side */
     kb->nelem = (size_t)(hi - lo) + 2 * QK;
@@ -395,36 +405,36 @@ enum { MAXB = 16, MARGIN = 16 };
 
 typedef struct qcase {
     const char *name;
-    size_t      B, qh, kvh, d, dv;
-    size_t      lq[MAXB], lk[MAXB]; /* per sequence; the _EACH and dense forms use the longest */
-    int         qf, kf;
-    size_t      page;
-    bool        inorder; /* KV_PAGED: pages in table order (runs of adjacent pages), else shuffled */
-    sdpa_dtype  kt, vt;
-    bool        causal;
-    size_t      window;
-    float       softcap;
-    bool        alibi, mask, sinks;
-    sdpa_dtype  mt;     /* the mask's type: f32 or f16 */
-    int         fast;   /* q8_scores */
-    float       krange; /* raw K and V uniform in [kshift - krange, kshift + krange); 0: 1 */
-    float       kshift; /* (a block minimum far from 0: q4_1 and q5_1's m carries the values) */
+    size_t B, qh, kvh, d, dv;
+    size_t lq[MAXB], lk[MAXB]; /* per sequence; the _EACH and dense forms use the longest */
+    int qf, kf;
+    size_t page;
+    bool inorder; /* KV_PAGED: pages in table order (runs of adjacent pages), else shuffled */
+    sdpa_dtype kt, vt;
+    bool causal;
+    size_t window;
+    float softcap;
+    bool alibi, mask, sinks;
+    sdpa_dtype mt; /* the mask's type: f32 or f16 */
+    int fast;      /* q8_scores */
+    float krange;  /* raw K and V uniform in [kshift - krange, kshift + krange); 0: 1 */
+    float kshift;  /* (a block minimum far from 0: q4_1 and q5_1's m carries the values) */
 } qcase;
 
 typedef struct qprob {
-    qcase       c;
-    size_t      Lq, Lk, on, lsen;
-    float      *q, *k, *v, *mk; /* logical: [B][Hq][Lq][D], [B][Hk][Lk][D], [B][Hk][Lk][Dv], mask */
-    double     *km;             /* q8_scores: K's d n + m unrounded, like k (attn_problem.kmodel) */
-    float      *qbuf, *obuf, *lse, *slopes, *sinks;
-    kvbuf       kb, vb;
-    size_t      q_lens[MAXB], kv_lens[MAXB], cu_q[MAXB + 1], cu_kv[MAXB + 1];
-    int32_t    *table;
-    size_t      n_pages, max_pages;
-    uint16_t   *mbuf; /* the mask as stored, when f16 */
+    qcase c;
+    size_t Lq, Lk, on, lsen;
+    float *q, *k, *v, *mk; /* logical: [B][Hq][Lq][D], [B][Hk][Lk][D], [B][Hk][Lk][Dv], mask */
+    double *km;            /* q8_scores: K's d n + m unrounded, like k (attn_problem.kmodel) */
+    float *qbuf, *obuf, *lse, *slopes, *sinks;
+    kvbuf kb, vb;
+    size_t q_lens[MAXB], kv_lens[MAXB], cu_q[MAXB + 1], cu_kv[MAXB + 1];
+    int32_t *table;
+    size_t n_pages, max_pages;
+    uint16_t *mbuf; /* the mask as stored, when f16 */
     sdpa_params p;
     sdpa_tensor tq, tk, tv, to, tm;
-    char        what[320];
+    char what[320];
 } qprob;
 
 static inline size_t row_off(const qprob *pr, size_t b, size_t h, size_t i, size_t dim)
@@ -480,7 +490,8 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
     for (size_t b = 0; b < B; b++)
         for (size_t h = 0; h < Hq; h++)
             for (size_t i = 0; i < c->lq[b]; i++)
-                memcpy(pr->qbuf + row_off(pr, b, h, i, D), pr->q + ((b * Hq + h) * Lq + i) * D, D * sizeof(float));
+                memcpy(pr->qbuf + row_off(pr, b, h, i, D), pr->q + ((b * Hq + h) * Lq + i) * D,
+                       D * sizeof(float));
     pr->on = qtok * Hq * Dv;
     pr->obuf = tl_xmalloc((pr->on + 2 * MARGIN) * sizeof(float));
     tl_fill_sentinel(pr->obuf, pr->on + 2 * MARGIN);
@@ -491,11 +502,14 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
     if (c->qf == Q_PACKED) {
         p->cu_q = pr->cu_q;
         pr->tq = (sdpa_tensor){pr->qbuf, F32, 987654321, (ptrdiff_t)D, (ptrdiff_t)(Hq * D)};
-        pr->to = (sdpa_tensor){pr->obuf + MARGIN, F32, 987654321, (ptrdiff_t)Dv, (ptrdiff_t)(Hq * Dv)};
+        pr->to =
+            (sdpa_tensor){pr->obuf + MARGIN, F32, 987654321, (ptrdiff_t)Dv, (ptrdiff_t)(Hq * Dv)};
     } else {
         if (c->qf == Q_PADDED) p->q_lens = pr->q_lens;
-        pr->tq = (sdpa_tensor){pr->qbuf, F32, (ptrdiff_t)(Hq * Lq * D), (ptrdiff_t)(Lq * D), (ptrdiff_t)D};
-        pr->to = (sdpa_tensor){pr->obuf + MARGIN, F32, (ptrdiff_t)(Hq * Lq * Dv), (ptrdiff_t)(Lq * Dv), (ptrdiff_t)Dv};
+        pr->tq = (sdpa_tensor){pr->qbuf, F32, (ptrdiff_t)(Hq * Lq * D), (ptrdiff_t)(Lq * D),
+                               (ptrdiff_t)D};
+        pr->to = (sdpa_tensor){pr->obuf + MARGIN, F32, (ptrdiff_t)(Hq * Lq * Dv),
+                               (ptrdiff_t)(Lq * Dv), (ptrdiff_t)Dv};
     }
 
     /* keys and values: the storage of each form; where[b][h][j] is the element offset of a row */
@@ -523,8 +537,10 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
         for (size_t b = 0; b < B; b++)
             for (size_t pg = 0; pg < max_pages; pg++)
                 pr->table[b * max_pages + pg] = pg * c->page < c->lk[b] ? (int32_t)perm[next++]
-                                                : pg % 2 ? -7 : (int32_t)(n_pages + 5); /* never used */
-        p->block_table = pr->table, p->page_size = c->page, p->max_pages = max_pages, p->n_pages = n_pages;
+                                                : pg % 2                ? -7
+                                                         : (int32_t)(n_pages + 5); /* never used */
+        p->block_table = pr->table, p->page_size = c->page, p->max_pages = max_pages,
+        p->n_pages = n_pages;
         pr->n_pages = n_pages, pr->max_pages = max_pages;
         p->kv_lens = pr->kv_lens;
     }
@@ -541,16 +557,18 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
         case KV_PACKED: {
             const ptrdiff_t tok = (ptrdiff_t)(pr->cu_kv[B] ? pr->cu_kv[B] : 1);
             kvbuf_init(kvs[s], types[s], dims[s], 1, Hk, (size_t)tok, 0, tok * dm, dm);
-            bs = -123456768; /* unused (a multiple of 32, as every stride of a block view must be) */
+            bs =
+                -123456768; /* unused (a multiple of 32, as every stride of a block view must be) */
             break;
         }
         case KV_STRIDED: /* token-major, every stride padded by a block */
-            kvbuf_init(kvs[s], types[s], dims[s], B, Hk, Lk, lk * (hk * (dm + 32) + 32) + 64, dm + 32,
-                       hk * (dm + 32) + 32);
+            kvbuf_init(kvs[s], types[s], dims[s], B, Hk, Lk, lk * (hk * (dm + 32) + 32) + 64,
+                       dm + 32, hk * (dm + 32) + 32);
             bs = kvs[s]->bs;
             break;
         case KV_REVERSED: /* tokens last to first */
-            kvbuf_init(kvs[s], types[s], dims[s], B, Hk, Lk, hk * lk * (dm + 32), lk * (dm + 32), -(dm + 32));
+            kvbuf_init(kvs[s], types[s], dims[s], B, Hk, Lk, hk * lk * (dm + 32), lk * (dm + 32),
+                       -(dm + 32));
             bs = kvs[s]->bs;
             break;
         default:
@@ -566,7 +584,8 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
                     ptrdiff_t off;
                     if (c->kf == KV_PAGED) {
                         const ptrdiff_t P = pr->table[b * max_pages + j / c->page];
-                        off = P * kb->bs + (ptrdiff_t)h * kb->hs + (ptrdiff_t)(j % c->page) * kb->ts;
+                        off =
+                            P * kb->bs + (ptrdiff_t)h * kb->hs + (ptrdiff_t)(j % c->page) * kb->ts;
                     } else if (c->kf == KV_PACKED) {
                         off = (ptrdiff_t)h * kb->hs + (ptrdiff_t)(pr->cu_kv[b] + j) * kb->ts;
                     } else {
@@ -578,8 +597,10 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
                     double *model = s == 0 && pr->km ? pr->km + at : NULL;
                     kvbuf_put(kvs[s], off, raw, logical + at, model);
                 }
-        if (s == 0) pr->tk = kvbuf_tensor(kvs[s], bs);
-        else pr->tv = kvbuf_tensor(kvs[s], bs);
+        if (s == 0)
+            pr->tk = kvbuf_tensor(kvs[s], bs);
+        else
+            pr->tv = kvbuf_tensor(kvs[s], bs);
     }
     if (c->kf == KV_PADDED) p->kv_lens = pr->kv_lens;
     if (c->kf == KV_PACKED) p->cu_kv = pr->cu_kv;
@@ -597,17 +618,21 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
             if (pr->mbuf) tl_put(pr->mbuf, F16, e, x);
             pr->mk[e] = tl_stored(c->mt, x);
         }
-        pr->tm = (sdpa_tensor){pr->mbuf ? (void *)pr->mbuf : (void *)pr->mk, c->mt, (ptrdiff_t)(Hq * Lq * Lk),
-                               (ptrdiff_t)(Lq * Lk), (ptrdiff_t)Lk};
+        pr->tm = (sdpa_tensor){pr->mbuf ? (void *)pr->mbuf : (void *)pr->mk, c->mt,
+                               (ptrdiff_t)(Hq * Lq * Lk), (ptrdiff_t)(Lq * Lk), (ptrdiff_t)Lk};
         p->mask = &pr->tm;
     }
     if (c->alibi) p->alibi_slopes = pr->slopes = tl_alibi_slopes(Hq);
     if (c->sinks) p->sinks = pr->sinks = tl_sinks(&r, Hq);
     static const char *const qn[] = {"q each", "q padded", "q packed"};
-    static const char *const kn[] = {"kv dense", "kv strided", "kv reversed", "kv padded", "kv packed", "kv paged"};
-    int w = snprintf(pr->what, sizeof pr->what, "%s [B=%zu hq=%zu hkv=%zu d=%zu dv=%zu lq=%zu lk=%zu %s %s", c->name,
-                     B, Hq, Hk, D, Dv, Lq, Lk, qn[c->qf], kn[c->kf]);
-#define MORE(...) (w += snprintf(pr->what + w, w < (int)sizeof pr->what ? sizeof pr->what - (size_t)w : 0, __VA_ARGS__))
+    static const char *const kn[] = {"kv dense",  "kv strided", "kv reversed",
+                                     "kv padded", "kv packed",  "kv paged"};
+    int w = snprintf(pr->what, sizeof pr->what,
+                     "%s [B=%zu hq=%zu hkv=%zu d=%zu dv=%zu lq=%zu lk=%zu %s %s", c->name, B, Hq,
+                     Hk, D, Dv, Lq, Lk, qn[c->qf], kn[c->kf]);
+#define MORE(...)                                                                                  \
+    (w += snprintf(pr->what + w, w < (int)sizeof pr->what ? sizeof pr->what - (size_t)w : 0,       \
+                   __VA_ARGS__))
     if (c->kf == KV_PAGED) MORE(" page=%zu", c->page);
     if (c->kf == KV_PAGED && c->inorder) MORE(" in order");
     MORE(" k %s v %s%s", dtn(c->kt), dtn(c->vt), c->causal ? " causal" : "");
@@ -623,9 +648,11 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
 
 static inline void qprob_free(qprob *pr)
 {
-    free(pr->q), free(pr->k), free(pr->v), free(pr->mk), free(pr->qbuf), free(pr->obuf), free(pr->lse);
+    free(pr->q), free(pr->k), free(pr->v), free(pr->mk), free(pr->qbuf), free(pr->obuf),
+        free(pr->lse);
     free(pr->km);
-    free(pr->slopes), free(pr->sinks), free(pr->kb.mem), free(pr->vb.mem), free(pr->table), free(pr->mbuf);
+    free(pr->slopes), free(pr->sinks), free(pr->kb.mem), free(pr->vb.mem), free(pr->table),
+        free(pr->mbuf);
 }
 
 static inline sdpa_status qprob_run(qprob *pr, const sdpa_impl *impl, bench_pool *pool)
@@ -639,20 +666,38 @@ static inline sdpa_status qprob_run(qprob *pr, const sdpa_impl *impl, bench_pool
 static inline void qprob_oracle(const qprob *pr, const sdpa_impl *impl, attn_ref *r)
 {
     const qcase *c = &pr->c;
-    const attn_problem P = {.B = c->B, .Hq = c->qh, .Hk = c->kvh, .Lq = pr->Lq, .Lk = pr->Lk, .D = c->d, .Dv = c->dv,
-                            .lq = c->lq, .lk = c->lk, .q = pr->q, .k = pr->k, .v = pr->v,
-                            .scale = 1.0 / sqrt((double)c->d), .causal = c->causal, .window = c->window,
-                            .softcap = c->softcap, .slopes = pr->slopes, .sinks = pr->sinks, .mask = pr->mk,
-                            .mbs = c->qh * pr->Lq * pr->Lk, .mhs = pr->Lq * pr->Lk, .mis = pr->Lk,
-                            .tanh_ulp = sdpa_impl_tanh_max_ulp(impl), .q8_model = c->fast != 0,
+    const attn_problem P = {.B = c->B,
+                            .Hq = c->qh,
+                            .Hk = c->kvh,
+                            .Lq = pr->Lq,
+                            .Lk = pr->Lk,
+                            .D = c->d,
+                            .Dv = c->dv,
+                            .lq = c->lq,
+                            .lk = c->lk,
+                            .q = pr->q,
+                            .k = pr->k,
+                            .v = pr->v,
+                            .scale = 1.0 / sqrt((double)c->d),
+                            .causal = c->causal,
+                            .window = c->window,
+                            .softcap = c->softcap,
+                            .slopes = pr->slopes,
+                            .sinks = pr->sinks,
+                            .mask = pr->mk,
+                            .mbs = c->qh * pr->Lq * pr->Lk,
+                            .mhs = pr->Lq * pr->Lk,
+                            .mis = pr->Lk,
+                            .tanh_ulp = sdpa_impl_tanh_max_ulp(impl),
+                            .q8_model = c->fast != 0,
                             .kmodel = pr->km,
                             .k_min = quantized(c->kt) && ref_format_of(c->kt)->has_min};
     attn_oracle64(&P, r);
 }
 
-static double g_worst;      /* exact mode: the largest |error| / tolerance, printed per implementation */
-static double g_worst_fast; /* fast mode: the largest |o_fast - o| / its bound */
-static double g_fast_err;   /* fast mode: the largest |o_fast - o| met */
+static double g_worst; /* exact mode: the largest |error| / tolerance, printed per implementation */
+static double g_worst_fast;  /* fast mode: the largest |o_fast - o| / its bound */
+static double g_fast_err;    /* fast mode: the largest |o_fast - o| met */
 static double g_worst_model; /* fast mode: the largest |o_fast - o_model| / its tolerance */
 
 /* o and lse against the oracle (fast: within sdpa.h's bound for q8 scores), and every
@@ -677,12 +722,14 @@ static inline void qprob_check(const qprob *pr, const attn_ref *r, bool fast)
                     const float got = o[at + e];
                     const double ref = r->o[row * Dv + e];
                     if (r->seen[row] == 0) {
-                        stop = !CHECK(got == 0.0f, "%s: b=%zu h=%zu i=%zu sees no key: o[%zu] = %g, want 0", pr->what,
-                                      b, h, i, e, got);
+                        stop = !CHECK(got == 0.0f,
+                                      "%s: b=%zu h=%zu i=%zu sees no key: o[%zu] = %g, want 0",
+                                      pr->what, b, h, i, e, got);
                         continue;
                     }
                     const double tol0 = r->tol[row] * r->wabs[row * Dv + e] +
-                                        2 * r->ds[row] * (r->wabs[row * Dv + e] + fabs(ref)) + FLT_TRUE_MIN;
+                                        2 * r->ds[row] * (r->wabs[row * Dv + e] + fabs(ref)) +
+                                        FLT_TRUE_MIN;
                     const double tol = tol0 + fast_o, err = fabs(got - ref);
                     if (fast) {
                         if (err / tol > g_worst_fast) g_worst_fast = err / tol;
@@ -691,37 +738,46 @@ static inline void qprob_check(const qprob *pr, const attn_ref *r, bool fast)
                         g_worst = err / tol;
                     }
                     stop = !CHECK(err <= tol,
-                                  "%s: b=%zu h=%zu i=%zu (sees %zu keys) o[%zu] = %.9g, float64 %.9g, |err| %.3g > %.3g%s",
+                                  "%s: b=%zu h=%zu i=%zu (sees %zu keys) o[%zu] = %.9g, float64 "
+                                  "%.9g, |err| %.3g > %.3g%s",
                                   pr->what, b, h, i, r->seen[row], e, got, ref, err, tol,
                                   fast ? " (fast-score bound)" : "");
                     if (!fast || stop) continue;
                     const double refm = r->om[row * Dv + e], errm = fabs(got - refm);
-                    const double tolm = tol0 + 2 * r->ds[row] * fabs(refm) + expm1(2 * r->tm[row]) * r->vmax[row];
+                    const double tolm =
+                        tol0 + 2 * r->ds[row] * fabs(refm) + expm1(2 * r->tm[row]) * r->vmax[row];
                     if (errm / tolm > g_worst_model) g_worst_model = errm / tolm;
                     stop = !CHECK(errm <= tolm,
-                                  "%s: b=%zu h=%zu i=%zu o[%zu] = %.9g, the float64 model of the q8 scores %.9g (exact "
+                                  "%s: b=%zu h=%zu i=%zu o[%zu] = %.9g, the float64 model of the "
+                                  "q8 scores %.9g (exact "
                                   "%.9g), |err| %.3g > %.3g",
                                   pr->what, b, h, i, e, got, refm, ref, errm, tolm);
                 }
                 const float gl = lse[row];
                 const double rl = r->lse[row];
                 if (!stop && r->seen[row] == 0)
-                    stop = !CHECK(gl == (float)rl, "%s: b=%zu h=%zu i=%zu sees no key: lse %g, want %g", pr->what, b, h,
-                                  i, gl, rl);
+                    stop = !CHECK(gl == (float)rl,
+                                  "%s: b=%zu h=%zu i=%zu sees no key: lse %g, want %g", pr->what, b,
+                                  h, i, gl, rl);
                 else if (!stop)
-                    stop = !CHECK(fabs(gl - rl) <= r->tol[row] * (1 + fabs(rl)) + 2 * r->ds[row] + (fast ? r->dq[row] : 0),
-                                  "%s: b=%zu h=%zu i=%zu lse %.9g, float64 %.9g", pr->what, b, h, i, gl, rl);
+                    stop = !CHECK(fabs(gl - rl) <= r->tol[row] * (1 + fabs(rl)) + 2 * r->ds[row] +
+                                                       (fast ? r->dq[row] : 0),
+                                  "%s: b=%zu h=%zu i=%zu lse %.9g, float64 %.9g", pr->what, b, h, i,
+                                  gl, rl);
                 if (!stop && fast && r->seen[row] > 0)
-                    stop = !CHECK(fabs(gl - r->lsem[row]) <= r->tol[row] * (1 + fabs(rl)) + 2 * r->ds[row] + r->tm[row],
-                                  "%s: b=%zu h=%zu i=%zu lse %.9g, the float64 model of the q8 scores %.9g", pr->what,
-                                  b, h, i, gl, r->lsem[row]);
+                    stop = !CHECK(
+                        fabs(gl - r->lsem[row]) <=
+                            r->tol[row] * (1 + fabs(rl)) + 2 * r->ds[row] + r->tm[row],
+                        "%s: b=%zu h=%zu i=%zu lse %.9g, the float64 model of the q8 scores %.9g",
+                        pr->what, b, h, i, gl, r->lsem[row]);
             }
     size_t bad = 0;
     for (size_t e = 0; e < pr->on + 2 * MARGIN; e++) {
         const bool in = e >= MARGIN && e < MARGIN + pr->on && own[e - MARGIN];
         if (!in && !tl_is_sentinel(pr->obuf[e])) bad++;
     }
-    CHECK(bad == 0, "%s: %zu elements of o that no sequence's row owns were written", pr->what, bad);
+    CHECK(bad == 0, "%s: %zu elements of o that no sequence's row owns were written", pr->what,
+          bad);
     bad = 0;
     for (size_t e = 0; e < pr->lsen + 2 * MARGIN; e++) {
         bool in = e >= MARGIN && e - MARGIN < pr->lsen;
@@ -740,25 +796,30 @@ static inline void qprob_case(const sdpa_impl *impl, const qcase *c, uint64_t se
     qprob_init(&pr, c, seed);
     attn_ref r;
     qprob_oracle(&pr, impl, &r);
-    const size_t ob = (pr.on + 2 * MARGIN) * sizeof(float), lb = (pr.lsen + 2 * MARGIN) * sizeof(float);
+    const size_t ob = (pr.on + 2 * MARGIN) * sizeof(float),
+                 lb = (pr.lsen + 2 * MARGIN) * sizeof(float);
     float *o1 = tl_xmalloc(ob), *l1 = tl_xmalloc(lb);
     for (int fast = c->fast; fast >= 0; fast--) {
         pr.p.q8_scores = fast;
         sdpa_status st = qprob_run(&pr, impl, NULL);
         char msg[256] = "";
         if (st != SDPA_OK) sdpa_validate(&pr.p, &pr.tq, &pr.tk, &pr.tv, &pr.to, msg, sizeof msg);
-        if (!CHECK(st == SDPA_OK, "%s%s: status %s (%s)", pr.what, fast ? "" : " exact", sdpa_status_str(st), msg))
+        if (!CHECK(st == SDPA_OK, "%s%s: status %s (%s)", pr.what, fast ? "" : " exact",
+                   sdpa_status_str(st), msg))
             break;
         qprob_check(&pr, &r, fast);
         if (!fast && c->fast) { /* o1 holds the fast output */
-            CHECK(memcmp(o1, pr.obuf, ob) != 0, "%s: q8_scores 1 gives the very bits of exact mode (q8_scores 0): ignored?", pr.what);
+            CHECK(memcmp(o1, pr.obuf, ob) != 0,
+                  "%s: q8_scores 1 gives the very bits of exact mode (q8_scores 0): ignored?",
+                  pr.what);
             continue;
         }
         memcpy(o1, pr.obuf, ob), memcpy(l1, pr.lse, lb);
         for (size_t t = 0; t < 2 && !tl_sampled_out(t + 1); t++) {
             st = qprob_run(&pr, impl, g_pool[t]);
             CHECK(st == SDPA_OK && memcmp(o1, pr.obuf, ob) == 0 && memcmp(l1, pr.lse, lb) == 0,
-                  "%s: %zu threads give other bits than one", pr.what, bench_pool_threads(g_pool[t]));
+                  "%s: %zu threads give other bits than one", pr.what,
+                  bench_pool_threads(g_pool[t]));
         }
     }
     free(o1), free(l1);

@@ -1,4 +1,5 @@
-/* test_active_threads.c -- 16 threads asking for the active implementation at the same instant all get the same one */
+/* test_active_threads.c -- 16 threads asking for the active implementation at the same instant all
+ * get the same one */
 #include "testlib.h"
 
 #include <pthread.h>
@@ -40,7 +41,8 @@ int main(void)
     for (size_t i = 0; i < N; i++)
         CHECK(seen[i] != NULL && seen[i] == seen[0], "task %zu saw %s, task 0 saw %s", i,
               sdpa_impl_name(seen[i]), sdpa_impl_name(seen[0]));
-    CHECK(seen[0] == sdpa_active() && sdpa_impl_supported(seen[0]), "the answer is not the active, supported one");
+    CHECK(seen[0] == sdpa_active() && sdpa_impl_supported(seen[0]),
+          "the answer is not the active, supported one");
     tl_end();
     return tl_finish();
 }

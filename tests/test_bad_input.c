@@ -7,9 +7,9 @@
 enum { B = 2, HQ = 4, HK = 2, LQ = 3, LK = 5, D = 8, DV = 8 };
 
 typedef struct call {
-    sdpa_params  p;
-    sdpa_tensor  q, k, v, o;
-    bool         no_params, no_q, no_k, no_v, no_o;
+    sdpa_params p;
+    sdpa_tensor q, k, v, o;
+    bool no_params, no_q, no_k, no_v, no_o;
 } call;
 
 static float qbuf[B * HQ * LQ * D], kbuf[B * HK * LK * D], vbuf[B * HK * LK * DV];
@@ -26,7 +26,8 @@ static call baseline(void)
 {
     call c;
     memset(&c, 0, sizeof c);
-    c.p.batch = B, c.p.q_heads = HQ, c.p.kv_heads = HK, c.p.q_len = LQ, c.p.kv_len = LK, c.p.head_dim = D;
+    c.p.batch = B, c.p.q_heads = HQ, c.p.kv_heads = HK, c.p.q_len = LQ, c.p.kv_len = LK,
+    c.p.head_dim = D;
     c.p.lse = lsebuf;
     c.q = dense(qbuf, HQ, LQ, D);
     c.k = dense(kbuf, HK, LK, D);
@@ -39,11 +40,11 @@ typedef void (*breaker)(call *c);
 
 typedef struct bad_case {
     const char *name;
-    breaker     make;
-    bool        may_be_ok;   /* valid requests the build may not serve: OK or SDPA_ERR_UNSUPPORTED */
+    breaker make;
+    bool may_be_ok; /* valid requests the build may not serve: OK or SDPA_ERR_UNSUPPORTED */
 } bad_case;
 
-#define BREAK(fn, body) \
+#define BREAK(fn, body)                                                                            \
     static void fn(call *c) { body; }
 
 BREAK(null_params, c->no_params = true)
@@ -88,9 +89,11 @@ BREAK(o_token_stride_overlaps, c->o.token_stride = DV - 1)
 BREAK(o_token_stride_negative_overlaps, (c->o.data = obuf + 32, c->o.token_stride = -(DV - 2)))
 BREAK(o_head_stride_0, c->o.head_stride = 0)
 BREAK(o_batch_stride_0, c->o.batch_stride = 0)
-BREAK(o_heads_alias_tokens, (c->o.head_stride = DV, c->o.token_stride = DV, c->o.batch_stride = HQ * LQ * DV))
+BREAK(o_heads_alias_tokens,
+      (c->o.head_stride = DV, c->o.token_stride = DV, c->o.batch_stride = HQ * LQ * DV))
 BREAK(o_batch_aliases_heads, c->o.batch_stride = DV * LQ)
-BREAK(o_negative_head_alias, (c->o.data = obuf + 64, c->o.head_stride = -DV, c->o.token_stride = DV))
+BREAK(o_negative_head_alias,
+      (c->o.data = obuf + 64, c->o.head_stride = -DV, c->o.token_stride = DV))
 BREAK(o_overlaps_q, c->o.data = qbuf)
 
 static const bad_case cases[] = {
@@ -155,8 +158,8 @@ static bool untouched(void)
 static sdpa_status call_forward(const sdpa_impl *impl, call *c)
 {
     const sdpa_params *p = c->no_params ? NULL : &c->p;
-    const sdpa_tensor *q = c->no_q ? NULL : &c->q, *k = c->no_k ? NULL : &c->k, *v = c->no_v ? NULL : &c->v,
-                      *o = c->no_o ? NULL : &c->o;
+    const sdpa_tensor *q = c->no_q ? NULL : &c->q, *k = c->no_k ? NULL : &c->k,
+                      *v = c->no_v ? NULL : &c->v, *o = c->no_o ? NULL : &c->o;
     return impl ? sdpa_impl_forward(impl, p, q, k, v, o) : sdpa_forward(p, q, k, v, o);
 }
 
@@ -172,8 +175,8 @@ static void check_cases(const sdpa_impl *impl)
         sdpa_status st = call_forward(impl, &c);
         if (cases[i].may_be_ok && st == SDPA_OK) continue; /* served: fine, nothing more to check */
         if (cases[i].may_be_ok)
-            CHECK(st == SDPA_ERR_UNSUPPORTED, "%s: status %d (%s), want OK or SDPA_ERR_UNSUPPORTED", cases[i].name,
-                  (int)st, sdpa_status_str(st));
+            CHECK(st == SDPA_ERR_UNSUPPORTED, "%s: status %d (%s), want OK or SDPA_ERR_UNSUPPORTED",
+                  cases[i].name, (int)st, sdpa_status_str(st));
         else
             CHECK(st != SDPA_OK, "%s: accepted (SDPA_OK)", cases[i].name);
         CHECK(untouched(), "%s: status %s but the output or lse buffer was written", cases[i].name,
@@ -181,11 +184,12 @@ static void check_cases(const sdpa_impl *impl)
         char msg[256];
         memset(msg, 0, sizeof msg);
         const sdpa_params *p = c.no_params ? NULL : &c.p;
-        sdpa_status sv = sdpa_validate(p, c.no_q ? NULL : &c.q, c.no_k ? NULL : &c.k, c.no_v ? NULL : &c.v,
-                                       c.no_o ? NULL : &c.o, msg, sizeof msg);
-        CHECK(sv == st, "%s: sdpa_validate says %d (%s), the call said %d (%s)", cases[i].name, (int)sv,
-              sdpa_status_str(sv), (int)st, sdpa_status_str(st));
-        CHECK(msg[0] != '\0' && strcmp(msg, "ok") != 0, "%s: sdpa_validate message is \"%s\"", cases[i].name, msg);
+        sdpa_status sv = sdpa_validate(p, c.no_q ? NULL : &c.q, c.no_k ? NULL : &c.k,
+                                       c.no_v ? NULL : &c.v, c.no_o ? NULL : &c.o, msg, sizeof msg);
+        CHECK(sv == st, "%s: sdpa_validate says %d (%s), the call said %d (%s)", cases[i].name,
+              (int)sv, sdpa_status_str(sv), (int)st, sdpa_status_str(st));
+        CHECK(msg[0] != '\0' && strcmp(msg, "ok") != 0, "%s: sdpa_validate message is \"%s\"",
+              cases[i].name, msg);
         CHECK(untouched(), "%s: sdpa_validate wrote the output", cases[i].name);
         /* validate with no message buffer must not crash and says the same */
         CHECK(sdpa_validate(p, c.no_q ? NULL : &c.q, c.no_k ? NULL : &c.k, c.no_v ? NULL : &c.v,
@@ -204,7 +208,8 @@ static void check_cases(const sdpa_impl *impl)
     msg[0] = 'x';
     c.p.batch = 0;
     sdpa_validate(&c.p, &c.q, &c.k, &c.v, &c.o, msg, 1);
-    CHECK(msg[0] == '\0', "sdpa_validate with msg_len 1 wrote '%c', want the terminator only", msg[0]);
+    CHECK(msg[0] == '\0', "sdpa_validate with msg_len 1 wrote '%c', want the terminator only",
+          msg[0]);
 }
 
 static void test_impl_forward(const sdpa_impl *impl) { check_cases(impl); }
@@ -222,8 +227,9 @@ static void test_bad_impl(void)
         const sdpa_impl *impl = sdpa_impl_at(i);
         if (sdpa_impl_supported(impl)) continue;
         st = sdpa_impl_forward(impl, &c.p, &c.q, &c.k, &c.v, &c.o);
-        CHECK(st == SDPA_ERR_UNSUPPORTED && untouched(), "unsupported %s: status %s, want SDPA_ERR_UNSUPPORTED",
-              sdpa_impl_name(impl), sdpa_status_str(st));
+        CHECK(st == SDPA_ERR_UNSUPPORTED && untouched(),
+              "unsupported %s: status %s, want SDPA_ERR_UNSUPPORTED", sdpa_impl_name(impl),
+              sdpa_status_str(st));
     }
     /* the primitives on NULL do nothing (and the softmax returns 1) */
     float s[4];
@@ -245,7 +251,8 @@ static void test_status_strings(void)
         const char *str = sdpa_status_str((sdpa_status)s);
         CHECK(str && str[0], "sdpa_status_str(%d) is empty", s);
     }
-    CHECK(sdpa_status_str((sdpa_status)-1) && sdpa_status_str((sdpa_status)-1)[0], "sdpa_status_str(-1) is empty");
+    CHECK(sdpa_status_str((sdpa_status)-1) && sdpa_status_str((sdpa_status)-1)[0],
+          "sdpa_status_str(-1) is empty");
     for (int r = SDPA_SELECTED_AUTO; r <= SDPA_SELECTED_FORCED + 2; r++) {
         const char *str = sdpa_selection_str((sdpa_selection)r);
         CHECK(str && str[0], "sdpa_selection_str(%d) is empty", r);

@@ -1,4 +1,5 @@
-/* test_determinism.c -- the same bits on every run and for every thread count, through a caller's pthread pool */
+/* test_determinism.c -- the same bits on every run and for every thread count, through a caller's
+ * pthread pool */
 #include "attn.h"
 
 #include "pool.h"
@@ -10,9 +11,9 @@
    the hook's contract as it runs: each task exactly once per call, thread indices below the
    pool's n_threads, never two tasks at once under one index. */
 typedef struct pool_case {
-    const char        *how;
-    bench_pool_options opts;         /* check is set for every one */
-    size_t             hook_threads; /* sdpa_params.n_threads */
+    const char *how;
+    bench_pool_options opts; /* check is set for every one */
+    size_t hook_threads;     /* sdpa_params.n_threads */
 } pool_case;
 
 static const pool_case pool_cases[] = {
@@ -48,10 +49,10 @@ static const pool_case pool_cases[] = {
 
 /* What one call did: the k-th task to start, the thread index it ran under, runs per task. */
 typedef struct record {
-    size_t        n;
+    size_t n;
     atomic_size_t started;
-    size_t       *task_at, *thread_at;
-    atomic_uint  *runs;
+    size_t *task_at, *thread_at;
+    atomic_uint *runs;
 } record;
 
 static void record_alloc(record *r, size_t max_n)
@@ -92,7 +93,7 @@ static bool same_order(const record *a, const record *b)
 /* n tasks that each wait until all n have started (up to 10 s in all, so that a broken pool
    fails rather than hangs): on n threads each must get its own. */
 typedef struct gang {
-    size_t        n;
+    size_t n;
     atomic_size_t arrived, timed_out;
 } gang;
 
@@ -191,8 +192,8 @@ static void test_pools(void)
         CHECK(st.tasks == tasks, "%s: the pool counted %llu tasks, not %llu", pc->how,
               (unsigned long long)st.tasks, (unsigned long long)tasks);
         CHECK(st.bad_thread == 0 && st.overlaps == 0 && st.miscounts == 0,
-              "%s: the pool's own checks: %llu bad indices, %llu overlaps, %llu miscounts",
-              pc->how, (unsigned long long)st.bad_thread, (unsigned long long)st.overlaps,
+              "%s: the pool's own checks: %llu bad indices, %llu overlaps, %llu miscounts", pc->how,
+              (unsigned long long)st.bad_thread, (unsigned long long)st.overlaps,
               (unsigned long long)st.miscounts);
         bench_pool_destroy(twin);
         bench_pool_destroy(pl);
@@ -204,9 +205,9 @@ static void test_pools(void)
 
 typedef struct dcase {
     const char *name;
-    size_t      batch, qh, kvh, ql, kvl, d;
-    bool        causal;
-    sdpa_dtype  kt;
+    size_t batch, qh, kvh, ql, kvl, d;
+    bool causal;
+    sdpa_dtype kt;
 } dcase;
 
 static const dcase dcases[] = {
@@ -261,9 +262,10 @@ static bool run(const sdpa_impl *impl, const dcase *c, sdpa_parallel_for_fn hook
     p.head_dim = c->d, p.causal = c->causal, p.lse = out->lse;
     p.parallel_for = hook, p.pool = pool_ptr, p.n_threads = n_threads;
     sdpa_tensor tq = tview_tensor(&in_q), tk = tview_tensor(&in_k), tv = tview_tensor(&in_v);
-    sdpa_tensor to = {out->o, SDPA_F32, (ptrdiff_t)(c->qh * c->ql * c->d), (ptrdiff_t)(c->ql * c->d),
-                      (ptrdiff_t)c->d};
-    sdpa_status st = impl ? sdpa_impl_forward(impl, &p, &tq, &tk, &tv, &to) : sdpa_forward(&p, &tq, &tk, &tv, &to);
+    sdpa_tensor to = {out->o, SDPA_F32, (ptrdiff_t)(c->qh * c->ql * c->d),
+                      (ptrdiff_t)(c->ql * c->d), (ptrdiff_t)c->d};
+    sdpa_status st = impl ? sdpa_impl_forward(impl, &p, &tq, &tk, &tv, &to)
+                          : sdpa_forward(&p, &tq, &tk, &tv, &to);
     if (st != SDPA_OK) {
         free(out->o);
         free(out->lse);
@@ -277,13 +279,17 @@ static void same_bits(const dcase *c, const run_out *a, const run_out *b, const 
     size_t diff = 0, first = 0;
     for (size_t i = 0; i < n; i++)
         if (tl_bits(a->o[i]) != tl_bits(b->o[i]) && diff++ == 0) first = i;
-    CHECK(diff == 0, "%s, %s: %zu of %zu output elements differ from the serial run (first at %zu: %.9g vs %.9g)",
+    CHECK(diff == 0,
+          "%s, %s: %zu of %zu output elements differ from the serial run (first at %zu: %.9g vs "
+          "%.9g)",
           c->name, how, diff, n, first, diff ? b->o[first] : 0.0, diff ? a->o[first] : 0.0);
     diff = 0;
     for (size_t i = 0; i < rows; i++) diff += tl_bits(a->lse[i]) != tl_bits(b->lse[i]);
     CHECK(diff == 0, "%s, %s: %zu lse values differ from the serial run", c->name, how, diff);
     for (size_t i = 0; i < n; i++)
-        if (!CHECK(!tl_is_sentinel(b->o[i]), "%s, %s: output element %zu never written", c->name, how, i)) break;
+        if (!CHECK(!tl_is_sentinel(b->o[i]), "%s, %s: output element %zu never written", c->name,
+                   how, i))
+            break;
 }
 
 static void free_out(run_out *o)
@@ -297,8 +303,10 @@ static void test_determinism(const sdpa_impl *impl)
     for (size_t ci = 0; ci < sizeof dcases / sizeof dcases[0] && !tl_give_up(); ci++) {
         dcase sampled = dcases[ci];
         /* emulated runs: shorter KV, still long enough (> 2048 keys) to be split into chunks */
-        if (tl_sample() > 1 && sampled.kvl / tl_sample() > 2100) sampled.kvl /= tl_sample();
-        else if (tl_sample() > 1 && sampled.kvl > 2100) sampled.kvl = 2100;
+        if (tl_sample() > 1 && sampled.kvl / tl_sample() > 2100)
+            sampled.kvl /= tl_sample();
+        else if (tl_sample() > 1 && sampled.kvl > 2100)
+            sampled.kvl = 2100;
         const dcase *c = &sampled;
         run_out ref, again;
         make_inputs(c);
@@ -338,7 +346,8 @@ static void test_determinism(const sdpa_impl *impl)
     }
 }
 
-/* sdpa_forward runs the active implementation: the same bits as sdpa_impl_forward(sdpa_active()). */
+/* sdpa_forward runs the active implementation: the same bits as sdpa_impl_forward(sdpa_active()).
+ */
 static void test_active_forward(void)
 {
     tl_start("sdpa_forward is sdpa_impl_forward(active)", sdpa_impl_name(sdpa_active()));

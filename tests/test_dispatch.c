@@ -1,4 +1,5 @@
-/* test_dispatch.c -- the registry, sdpa_select and the active implementation under concurrent use */
+/* test_dispatch.c -- the registry, sdpa_select and the active implementation under concurrent use
+ */
 #include "testlib.h"
 
 #include <pthread.h>
@@ -30,15 +31,18 @@ static void test_registry(void)
         const char *name = sdpa_impl_name(impl);
         CHECK(impl != NULL && name && name[0], "entry %zu has no name", i);
         CHECK(sdpa_impl_requires(impl) != NULL, "%s: sdpa_impl_requires is NULL", name);
-        CHECK(sdpa_impl_find(name) == impl, "%s: sdpa_impl_find does not return entry %zu", name, i);
+        CHECK(sdpa_impl_find(name) == impl, "%s: sdpa_impl_find does not return entry %zu", name,
+              i);
         for (size_t j = 0; j < i; j++)
-            CHECK(strcmp(name, sdpa_impl_name(sdpa_impl_at(j))) != 0, "%s: listed twice (%zu and %zu)", name, j, i);
+            CHECK(strcmp(name, sdpa_impl_name(sdpa_impl_at(j))) != 0,
+                  "%s: listed twice (%zu and %zu)", name, j, i);
         double e = sdpa_impl_exp_max_ulp(impl);
         CHECK(e >= 0.5 && e < 1e9, "%s: stated exp bound %g ULP is not a plausible bound", name, e);
         if (strcmp(name, "scalar") == 0) {
             have_scalar = true;
             CHECK(sdpa_impl_supported(impl), "scalar is not supported: it must run anywhere");
-            CHECK(i == n - 1, "scalar is entry %zu, not the last (the registry lists best first)", i);
+            CHECK(i == n - 1, "scalar is entry %zu, not the last (the registry lists best first)",
+                  i);
         }
         /* the requirement is feature keys of the feature table, and support is exactly their
            presence */
@@ -58,15 +62,18 @@ static void test_registry(void)
                sdpa_impl_supported(impl) ? "supported" : "NOT supported here");
     }
     CHECK(have_scalar, "no \"scalar\" implementation in the registry");
-    CHECK(sdpa_impl_find("no-such-isa") == NULL && sdpa_impl_find(NULL) == NULL && sdpa_impl_find("") == NULL,
+    CHECK(sdpa_impl_find("no-such-isa") == NULL && sdpa_impl_find(NULL) == NULL &&
+              sdpa_impl_find("") == NULL,
           "sdpa_impl_find of an unknown name is not NULL");
     CHECK(strcmp(sdpa_impl_name(NULL), "") == 0, "sdpa_impl_name(NULL) is not \"\"");
     CHECK(!sdpa_impl_supported(NULL), "sdpa_impl_supported(NULL) is true");
     CHECK(sdpa_impl_requires_key(NULL, 0) == NULL, "sdpa_impl_requires_key(NULL, 0) is not NULL");
-    CHECK(sdpa_feature_key(sdpa_feature_count()) == NULL && !sdpa_feature_present(sdpa_feature_count()),
+    CHECK(sdpa_feature_key(sdpa_feature_count()) == NULL &&
+              !sdpa_feature_present(sdpa_feature_count()),
           "a feature past the table's end");
     const sdpa_impl *a = sdpa_active();
-    CHECK(a && in_registry(a) && sdpa_impl_supported(a), "sdpa_active() is not a supported registry entry");
+    CHECK(a && in_registry(a) && sdpa_impl_supported(a),
+          "sdpa_active() is not a supported registry entry");
     printf("# active: %s (%s)\n", sdpa_impl_name(a), sdpa_selection_str(sdpa_selection_reason()));
     tl_end();
 }
@@ -77,11 +84,13 @@ static void test_select(void)
     const sdpa_impl *before = sdpa_active();
     const sdpa_selection why = sdpa_selection_reason();
     sdpa_status st = sdpa_select("no-such-isa");
-    CHECK(st == SDPA_ERR_UNKNOWN_IMPL, "select(unknown): %s, want SDPA_ERR_UNKNOWN_IMPL", sdpa_status_str(st));
+    CHECK(st == SDPA_ERR_UNKNOWN_IMPL, "select(unknown): %s, want SDPA_ERR_UNKNOWN_IMPL",
+          sdpa_status_str(st));
     CHECK(sdpa_active() == before && sdpa_selection_reason() == why,
           "select(unknown) changed the active implementation to %s", sdpa_impl_name(sdpa_active()));
     st = sdpa_select("");
-    CHECK(st == SDPA_ERR_UNKNOWN_IMPL && sdpa_active() == before, "select(\"\"): %s", sdpa_status_str(st));
+    CHECK(st == SDPA_ERR_UNKNOWN_IMPL && sdpa_active() == before, "select(\"\"): %s",
+          sdpa_status_str(st));
 
     for (size_t i = 0; i < sdpa_impl_count(); i++) {
         const sdpa_impl *impl = sdpa_impl_at(i);
@@ -90,13 +99,17 @@ static void test_select(void)
         st = sdpa_select(name);
         if (sdpa_impl_supported(impl)) {
             CHECK(st == SDPA_OK, "select(%s): %s, want OK", name, sdpa_status_str(st));
-            CHECK(sdpa_active() == impl, "select(%s): active is %s", name, sdpa_impl_name(sdpa_active()));
-            CHECK(sdpa_selection_reason() == SDPA_SELECTED_FORCED, "select(%s): reason %s, want forced", name,
+            CHECK(sdpa_active() == impl, "select(%s): active is %s", name,
+                  sdpa_impl_name(sdpa_active()));
+            CHECK(sdpa_selection_reason() == SDPA_SELECTED_FORCED,
+                  "select(%s): reason %s, want forced", name,
                   sdpa_selection_str(sdpa_selection_reason()));
         } else {
-            CHECK(st == SDPA_ERR_UNSUPPORTED, "select(unsupported %s): %s, want SDPA_ERR_UNSUPPORTED", name,
+            CHECK(st == SDPA_ERR_UNSUPPORTED,
+                  "select(unsupported %s): %s, want SDPA_ERR_UNSUPPORTED", name,
                   sdpa_status_str(st));
-            CHECK(sdpa_active() == was, "select(unsupported %s) changed the active implementation", name);
+            CHECK(sdpa_active() == was, "select(unsupported %s) changed the active implementation",
+                  name);
             printf("# select(%s): refused, unsupported here\n", name);
         }
     }
@@ -108,7 +121,8 @@ static void test_select(void)
           sdpa_selection_str(sdpa_selection_reason()));
     sdpa_select(sdpa_impl_name(sdpa_impl_at(sdpa_impl_count() - 1)));
     st = sdpa_select("auto");
-    CHECK(st == SDPA_OK && sdpa_active() == first_supported() && sdpa_selection_reason() == SDPA_SELECTED_AUTO,
+    CHECK(st == SDPA_OK && sdpa_active() == first_supported() &&
+              sdpa_selection_reason() == SDPA_SELECTED_AUTO,
           "select(\"auto\"): %s, active %s", sdpa_status_str(st), sdpa_impl_name(sdpa_active()));
     tl_end();
 }
@@ -129,20 +143,22 @@ static void test_plain_follow_active(void)
         sdpa_select(sdpa_impl_name(impl));
         sdpa_score_f32(q, k, 37, 5, 37, 0.25f, s1);
         sdpa_impl_score_f32(impl, q, k, 37, 5, 37, 0.25f, s2);
-        CHECK(memcmp(s1, s2, sizeof s1) == 0, "%s: sdpa_score_f32 differs from the implementation's",
-              sdpa_impl_name(impl));
+        CHECK(memcmp(s1, s2, sizeof s1) == 0,
+              "%s: sdpa_score_f32 differs from the implementation's", sdpa_impl_name(impl));
         tl_fill(&r, p1, 29, -9, 3);
         memcpy(p2, p1, sizeof p1);
         float m1 = -INFINITY, l1 = 0, m2 = -INFINITY, l2 = 0;
-        float a1 = sdpa_softmax_online_f32(p1, 29, &m1, &l1), a2 = sdpa_impl_softmax_online_f32(impl, p2, 29, &m2, &l2);
+        float a1 = sdpa_softmax_online_f32(p1, 29, &m1, &l1),
+              a2 = sdpa_impl_softmax_online_f32(impl, p2, 29, &m2, &l2);
         CHECK(memcmp(p1, p2, sizeof p1) == 0 && a1 == a2 && m1 == m2 && l1 == l2,
-              "%s: sdpa_softmax_online_f32 differs from the implementation's", sdpa_impl_name(impl));
+              "%s: sdpa_softmax_online_f32 differs from the implementation's",
+              sdpa_impl_name(impl));
         memset(o1, 0, sizeof o1);
         memset(o2, 0, sizeof o2);
         sdpa_accumulate_f32(o1, 0.5f, p1, v, 19, 29, 19);
         sdpa_impl_accumulate_f32(impl, o2, 0.5f, p1, v, 19, 29, 19);
-        CHECK(memcmp(o1, o2, sizeof o1) == 0, "%s: sdpa_accumulate_f32 differs from the implementation's",
-              sdpa_impl_name(impl));
+        CHECK(memcmp(o1, o2, sizeof o1) == 0,
+              "%s: sdpa_accumulate_f32 differs from the implementation's", sdpa_impl_name(impl));
     }
     sdpa_select(NULL);
     tl_end();
@@ -172,7 +188,8 @@ static void *writer(void *arg)
     for (int i = 0; i < ROUNDS / 10; i++) {
         const sdpa_impl *impl = sdpa_impl_at((w + (size_t)i) % sdpa_impl_count());
         sdpa_status st = sdpa_select(i % 7 == 0 ? NULL : sdpa_impl_name(impl));
-        if (st != SDPA_OK && (i % 7 == 0 || sdpa_impl_supported(impl))) atomic_fetch_add(&failed_selects, 1);
+        if (st != SDPA_OK && (i % 7 == 0 || sdpa_impl_supported(impl)))
+            atomic_fetch_add(&failed_selects, 1);
     }
     return NULL;
 }
@@ -183,15 +200,17 @@ static void test_concurrent_select(void)
     pthread_t th[READERS + WRITERS];
     pthread_barrier_init(&go, NULL, READERS + WRITERS);
     for (size_t i = 0; i < READERS; i++) pthread_create(&th[i], NULL, reader, NULL);
-    for (size_t i = 0; i < WRITERS; i++) pthread_create(&th[READERS + i], NULL, writer, (void *)(uintptr_t)i);
+    for (size_t i = 0; i < WRITERS; i++)
+        pthread_create(&th[READERS + i], NULL, writer, (void *)(uintptr_t)i);
     for (size_t i = 0; i < READERS + WRITERS; i++) pthread_join(th[i], NULL);
     pthread_barrier_destroy(&go);
-    CHECK(atomic_load(&bad_reads) == 0, "%d reads of sdpa_active() saw something not a supported entry",
-          atomic_load(&bad_reads));
+    CHECK(atomic_load(&bad_reads) == 0,
+          "%d reads of sdpa_active() saw something not a supported entry", atomic_load(&bad_reads));
     CHECK(atomic_load(&failed_selects) == 0, "%d selects of a supported implementation failed",
           atomic_load(&failed_selects));
     sdpa_select(NULL);
-    CHECK(sdpa_active() == first_supported(), "after select(NULL): %s", sdpa_impl_name(sdpa_active()));
+    CHECK(sdpa_active() == first_supported(), "after select(NULL): %s",
+          sdpa_impl_name(sdpa_active()));
     tl_end();
 }
 

@@ -1,4 +1,5 @@
-/* test_env_isa.c -- SDPA_ISA in the environment forces an implementation at load time, or is refused */
+/* test_env_isa.c -- SDPA_ISA in the environment forces an implementation at load time, or is
+ * refused */
 #include "testlib.h"
 
 /* Exit status (meson's exitcode protocol): 0 pass, 1 fail, 77 skip. Registered once per
@@ -18,7 +19,8 @@ int main(void)
 
     if (!name || !*name || strcmp(name, "auto") == 0) {
         if (active != best || why != SDPA_SELECTED_AUTO) {
-            printf("FAIL: without a forced name the active one must be the best supported (%s), automatically\n",
+            printf("FAIL: without a forced name the active one must be the best supported (%s), "
+                   "automatically\n",
                    sdpa_impl_name(best));
             return 1;
         }
@@ -34,8 +36,9 @@ int main(void)
         return 0;
     }
     if (active != best || why != SDPA_SELECTED_ENV_REFUSED) {
-        printf("FAIL: SDPA_ISA=%s (%s): want it refused (SDPA_SELECTED_ENV_REFUSED) and %s active\n", name,
-               want ? "unsupported here" : "unknown", sdpa_impl_name(best));
+        printf(
+            "FAIL: SDPA_ISA=%s (%s): want it refused (SDPA_SELECTED_ENV_REFUSED) and %s active\n",
+            name, want ? "unsupported here" : "unknown", sdpa_impl_name(best));
         return 1;
     }
     if (want) {

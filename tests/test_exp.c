@@ -1,4 +1,5 @@
-/* test_exp.c -- every implementation's exp over every float in [-104, 0] against the double exp() */
+/* test_exp.c -- every implementation's exp over every float in [-104, 0] against the double exp()
+ */
 #include "testlib.h"
 
 #include "ulp_sweep.h"
@@ -29,7 +30,8 @@ static us_sweep sweep = {
     .bound = sdpa_impl_exp_max_ulp,
 };
 
-/* exp(0) = 1, exp(-0) = 1, exp(-inf) = 0, NaN -> NaN, exactly, alone and in every lane of a vector */
+/* exp(0) = 1, exp(-0) = 1, exp(-inf) = 0, NaN -> NaN, exactly, alone and in every lane of a vector
+ */
 static void test_special(const sdpa_impl *impl)
 {
     const float specials[] = {0.0f, -0.0f, -INFINITY, NAN};
@@ -42,8 +44,8 @@ static void test_special(const sdpa_impl *impl)
                 x[pos] = specials[si];
                 sdpa_impl_exp_f32(impl, x, y, n);
                 bool ok = isnan(want[si]) ? isnan(y[pos]) : y[pos] == want[si];
-                if (!CHECK(ok, "exp(%g) = %.9g at lane %zu of %zu, want %g", specials[si], y[pos], pos, n,
-                           want[si]))
+                if (!CHECK(ok, "exp(%g) = %.9g at lane %zu of %zu, want %g", specials[si], y[pos],
+                           pos, n, want[si]))
                     break;
             }
         }

@@ -1,4 +1,5 @@
-/* test_layouts.c -- ragged (padded, packed) and paged K/V, and sdpa_merge, on every implementation against a float64 oracle */
+/* test_layouts.c -- ragged (padded, packed) and paged K/V, and sdpa_merge, on every implementation
+ * against a float64 oracle */
 #include "problem.h"
 
 /*
@@ -33,8 +34,8 @@
 static size_t sz(size_t native, size_t sampled) { return tl_sample() > 1 ? sampled : native; }
 
 /* A case of B sequences, K and V of type t, an f16 mask when one is set. */
-static qcase lcase(const char *name, size_t B, size_t qh, size_t kvh, int qf, int kf, size_t page, sdpa_dtype t,
-                   bool causal)
+static qcase lcase(const char *name, size_t B, size_t qh, size_t kvh, int qf, int kf, size_t page,
+                   sdpa_dtype t, bool causal)
 {
     qcase c;
     memset(&c, 0, sizeof c);
@@ -91,7 +92,8 @@ static void t_packed(const sdpa_impl *impl)
 /* vLLM's chunked prefill: one sequence prefilling 512 queries beside 15 decodes. */
 static void t_chunked_prefill(const sdpa_impl *impl)
 {
-    qcase c = lcase("chunked prefill beside 15 decodes", 16, 4, 1, Q_PACKED, KV_PADDED, 0, F16, true);
+    qcase c =
+        lcase("chunked prefill beside 15 decodes", 16, 4, 1, Q_PACKED, KV_PADDED, 0, F16, true);
     c.lq[0] = sz(512, 96);
     c.lk[0] = c.lq[0] + sz(88, 40);
     for (size_t s = 1; s < 16; s++) c.lq[s] = 1, c.lk[s] = 1 + (s * 397) % sz(4200, 1200);
@@ -112,7 +114,8 @@ static void t_paged(const sdpa_impl *impl)
         qprob_case(impl, &b, 45 + i);
     }
     /* more query rows than a decode unit takes, so the prefill paths page too */
-    qcase c = lcase("paged prefill, 8 heads per KV head", 2, 16, 2, Q_PADDED, KV_PAGED, 16, F16, true);
+    qcase c =
+        lcase("paged prefill, 8 heads per KV head", 2, 16, 2, Q_PADDED, KV_PAGED, 16, F16, true);
     c.lq[0] = 40, c.lq[1] = 17, c.lk[0] = 300, c.lk[1] = 17;
     qprob_case(impl, &c, 49);
     c.page = 128;
@@ -138,13 +141,21 @@ static void t_paged_variants(const sdpa_impl *impl)
 enum { MQ = 3, MH = 4, MD = 64, MK = 1000 };
 
 /* The call of one head group over keys [j0, j1) of k and v ([MK][MD] f32), o and lse out. */
-static sdpa_status part_call(const sdpa_impl *impl, const float *q, const float *k, const float *v, size_t j0,
-                             size_t j1, float *o, float *lse, const float *sinks)
+static sdpa_status part_call(const sdpa_impl *impl, const float *q, const float *k, const float *v,
+                             size_t j0, size_t j1, float *o, float *lse, const float *sinks)
 {
-    sdpa_params p = {.batch = 1, .q_heads = MH, .kv_heads = 1, .q_len = MQ, .kv_len = j1 - j0, .head_dim = MD,
-                     .lse = lse, .sinks = sinks};
-    sdpa_tensor tq = {(void *)q, F32, MH * MQ * MD, MQ * MD, MD}, to = {o, F32, MH * MQ * MD, MQ * MD, MD};
-    sdpa_tensor tk = {(void *)(k + j0 * MD), F32, MK * MD, MK * MD, MD}, tv = {(void *)(v + j0 * MD), F32, MK * MD, MK * MD, MD};
+    sdpa_params p = {.batch = 1,
+                     .q_heads = MH,
+                     .kv_heads = 1,
+                     .q_len = MQ,
+                     .kv_len = j1 - j0,
+                     .head_dim = MD,
+                     .lse = lse,
+                     .sinks = sinks};
+    sdpa_tensor tq = {(void *)q, F32, MH * MQ * MD, MQ * MD, MD},
+                to = {o, F32, MH * MQ * MD, MQ * MD, MD};
+    sdpa_tensor tk = {(void *)(k + j0 * MD), F32, MK * MD, MK * MD, MD},
+                tv = {(void *)(v + j0 * MD), F32, MK * MD, MK * MD, MD};
     return sdpa_impl_forward(impl, &p, &tq, &tk, &tv, &to);
 }
 
@@ -154,14 +165,16 @@ static void t_merge(const sdpa_impl *impl)
     tl_rng r = {61};
     float *q = tl_xmalloc(ROWS * MD * sizeof(float)), *k = tl_xmalloc(MK * MD * sizeof(float)),
           *v = tl_xmalloc(MK * MD * sizeof(float));
-    tl_fill(&r, q, ROWS * MD, -1, 1), tl_fill(&r, k, MK * MD, -1, 1), tl_fill(&r, v, MK * MD, -1, 1);
+    tl_fill(&r, q, ROWS * MD, -1, 1), tl_fill(&r, k, MK * MD, -1, 1),
+        tl_fill(&r, v, MK * MD, -1, 1);
     float ow[ROWS * MD], lw[ROWS], po[4][ROWS * MD], pl[4][ROWS], om[ROWS * MD], lm[ROWS];
     float sinks[MH] = {0.5f, -INFINITY, 2.0f, -1.0f};
     CHECK(part_call(impl, q, k, v, 0, MK, ow, lw, NULL) == SDPA_OK, "the whole call failed");
     /* parts: one key, 399 keys, 600 keys, and an empty part (nothing seen: zeros and -inf) */
     const size_t cut[4][2] = {{0, 1}, {1, 400}, {400, MK}, {0, 0}};
     for (size_t i = 0; i < 3; i++)
-        CHECK(part_call(impl, q, k, v, cut[i][0], cut[i][1], po[i], pl[i], NULL) == SDPA_OK, "part %zu failed", i);
+        CHECK(part_call(impl, q, k, v, cut[i][0], cut[i][1], po[i], pl[i], NULL) == SDPA_OK,
+              "part %zu failed", i);
     memset(po[3], 0, sizeof po[3]);
     for (size_t e = 0; e < ROWS; e++) pl[3][e] = -INFINITY;
     const float *ops[4] = {po[3], po[0], po[1], po[2]}, *lps[4] = {pl[3], pl[0], pl[1], pl[2]};
@@ -172,17 +185,21 @@ static void t_merge(const sdpa_impl *impl)
     for (size_t e = 0; e < ROWS * MD; e++) {
         const double d = fabs((double)om[e] - ow[e]);
         if (d > worst) worst = d;
-        if (!CHECK(d <= 2e-6, "merged o[%zu] = %.9g, the unsplit call %.9g", e, om[e], ow[e])) break;
+        if (!CHECK(d <= 2e-6, "merged o[%zu] = %.9g, the unsplit call %.9g", e, om[e], ow[e]))
+            break;
     }
     for (size_t e = 0; e < ROWS; e++)
-        if (!CHECK(fabs(lm[e] - lw[e]) <= 2e-6 * (1 + fabs(lw[e])), "merged lse[%zu] = %.9g, unsplit %.9g", e, lm[e],
-                   lw[e]))
+        if (!CHECK(fabs(lm[e] - lw[e]) <= 2e-6 * (1 + fabs(lw[e])),
+                   "merged lse[%zu] = %.9g, unsplit %.9g", e, lm[e], lw[e]))
             break;
     /* against float64: the whole attention of each row, from the merged result */
-    sdpa_params p = {.batch = 1, .q_heads = MH, .kv_heads = 1, .q_len = MQ, .kv_len = MK, .head_dim = MD};
+    sdpa_params p = {
+        .batch = 1, .q_heads = MH, .kv_heads = 1, .q_len = MQ, .kv_len = MK, .head_dim = MD};
     tview tq, tk, tv, to;
-    tview_layout(&tq, 1, MH, MQ, MD, F32, L_DENSE, 0), tview_layout(&tk, 1, 1, MK, MD, F32, L_DENSE, 0);
-    tview_layout(&tv, 1, 1, MK, MD, F32, L_DENSE, 0), tview_layout(&to, 1, MH, MQ, MD, F32, L_DENSE, 0);
+    tview_layout(&tq, 1, MH, MQ, MD, F32, L_DENSE, 0),
+        tview_layout(&tk, 1, 1, MK, MD, F32, L_DENSE, 0);
+    tview_layout(&tv, 1, 1, MK, MD, F32, L_DENSE, 0),
+        tview_layout(&to, 1, MH, MQ, MD, F32, L_DENSE, 0);
     tview_alloc(&tq), tview_alloc(&tk), tview_alloc(&tv), tview_alloc(&to);
     memcpy(tq.vals, q, sizeof(float) * ROWS * MD), memcpy(tk.vals, k, sizeof(float) * MK * MD);
     memcpy(tv.vals, v, sizeof(float) * MK * MD), memcpy(to.buf, om, sizeof om);
@@ -200,7 +217,9 @@ static void t_merge(const sdpa_impl *impl)
     const float *ops2[3] = {ip, po[0], po[2]}, *lps2[3] = {il, pl[0], pl[2]};
     CHECK(sdpa_merge(3, ROWS, MD, ops2, MD, lps2, ip, MD, il) == SDPA_OK, "in-place merge failed");
     for (size_t e = 0; e < ROWS * MD; e++)
-        if (!CHECK(fabs(ip[e] - om[e]) <= 2e-6, "in place: o[%zu] = %.9g, out of place %.9g", e, ip[e], om[e])) break;
+        if (!CHECK(fabs(ip[e] - om[e]) <= 2e-6, "in place: o[%zu] = %.9g, out of place %.9g", e,
+                   ip[e], om[e]))
+            break;
 
     /* sinks: parts without them, then the sink as a part of o = 0 and lse = sink */
     float os[ROWS * MD], ls[ROWS], zo[ROWS * MD], zl[ROWS];
@@ -208,26 +227,32 @@ static void t_merge(const sdpa_impl *impl)
     memset(zo, 0, sizeof zo);
     for (size_t e = 0; e < ROWS; e++) zl[e] = sinks[e / MQ];
     const float *ops3[4] = {po[0], po[1], po[2], zo}, *lps3[4] = {pl[0], pl[1], pl[2], zl};
-    CHECK(sdpa_merge(4, ROWS, MD, ops3, MD, lps3, om, MD, lm) == SDPA_OK, "merge with a sink part failed");
+    CHECK(sdpa_merge(4, ROWS, MD, ops3, MD, lps3, om, MD, lm) == SDPA_OK,
+          "merge with a sink part failed");
     for (size_t e = 0; e < ROWS * MD; e++)
-        if (!CHECK(fabs(om[e] - os[e]) <= 2e-6, "sink merged o[%zu] = %.9g, the call with sinks %.9g", e, om[e], os[e]))
+        if (!CHECK(fabs(om[e] - os[e]) <= 2e-6,
+                   "sink merged o[%zu] = %.9g, the call with sinks %.9g", e, om[e], os[e]))
             break;
     for (size_t e = 0; e < ROWS; e++)
-        CHECK(fabs(lm[e] - ls[e]) <= 2e-6 * (1 + fabs(ls[e])), "sink merged lse[%zu] %.9g, the call %.9g", e, lm[e], ls[e]);
+        CHECK(fabs(lm[e] - ls[e]) <= 2e-6 * (1 + fabs(ls[e])),
+              "sink merged lse[%zu] %.9g, the call %.9g", e, lm[e], ls[e]);
 
     /* every part empty: zeros and -inf; a NaN lse: the row NaN, the others untouched by it */
     const float *ope[2] = {po[3], po[3]}, *lpe[2] = {pl[3], pl[3]};
     CHECK(sdpa_merge(2, ROWS, MD, ope, MD, lpe, om, MD, lm) == SDPA_OK, "empty merge failed");
     for (size_t e = 0; e < ROWS * MD; e++)
         if (!CHECK(om[e] == 0.0f, "empty parts: o[%zu] = %g, want 0", e, om[e])) break;
-    for (size_t e = 0; e < ROWS; e++) CHECK(lm[e] == -INFINITY, "empty parts: lse[%zu] = %g, want -inf", e, lm[e]);
+    for (size_t e = 0; e < ROWS; e++)
+        CHECK(lm[e] == -INFINITY, "empty parts: lse[%zu] = %g, want -inf", e, lm[e]);
     float nl[ROWS];
     memcpy(nl, pl[1], sizeof nl);
     nl[5] = NAN;
     const float *opn[2] = {po[0], po[1]}, *lpn[2] = {pl[0], nl};
     CHECK(sdpa_merge(2, ROWS, MD, opn, MD, lpn, om, MD, lm) == SDPA_OK, "NaN merge failed");
-    CHECK(isnan(lm[5]) && isnan(om[5 * MD]) && isnan(om[5 * MD + MD - 1]), "a NaN lse must make its row NaN");
-    CHECK(!isnan(lm[4]) && !isnan(om[4 * MD]) && !isnan(lm[6]), "a NaN lse must leave the other rows alone");
+    CHECK(isnan(lm[5]) && isnan(om[5 * MD]) && isnan(om[5 * MD + MD - 1]),
+          "a NaN lse must make its row NaN");
+    CHECK(!isnan(lm[4]) && !isnan(om[4 * MD]) && !isnan(lm[6]),
+          "a NaN lse must leave the other rows alone");
     free(q), free(k), free(v);
 }
 
@@ -235,25 +260,37 @@ static void t_merge_bad(void)
 {
     tl_start("layouts: sdpa_merge refuses bad input", "api");
     float a[64], b[64], la[4], lb[4], o[64], l[4];
-    memset(a, 0, sizeof a), memset(b, 0, sizeof b), memset(la, 0, sizeof la), memset(lb, 0, sizeof lb);
+    memset(a, 0, sizeof a), memset(b, 0, sizeof b), memset(la, 0, sizeof la),
+        memset(lb, 0, sizeof lb);
     const float *op[2] = {a, b}, *lp[2] = {la, lb}, *opn[2] = {a, NULL};
     tl_fill_sentinel(o, 64), tl_fill_sentinel(l, 4);
-    CHECK(sdpa_merge(0, 4, 16, op, 16, lp, o, 16, l) == SDPA_ERR_INVALID_ARGUMENT, "0 parts accepted");
-    CHECK(sdpa_merge(2, 0, 16, op, 16, lp, o, 16, l) == SDPA_ERR_INVALID_ARGUMENT, "0 rows accepted");
+    CHECK(sdpa_merge(0, 4, 16, op, 16, lp, o, 16, l) == SDPA_ERR_INVALID_ARGUMENT,
+          "0 parts accepted");
+    CHECK(sdpa_merge(2, 0, 16, op, 16, lp, o, 16, l) == SDPA_ERR_INVALID_ARGUMENT,
+          "0 rows accepted");
     CHECK(sdpa_merge(2, 4, 0, op, 16, lp, o, 16, l) == SDPA_ERR_INVALID_ARGUMENT, "dv 0 accepted");
-    CHECK(sdpa_merge(2, 4, 16, NULL, 16, lp, o, 16, l) == SDPA_ERR_INVALID_ARGUMENT, "NULL parts accepted");
-    CHECK(sdpa_merge(2, 4, 16, opn, 16, lp, o, 16, l) == SDPA_ERR_INVALID_ARGUMENT, "a NULL part accepted");
-    CHECK(sdpa_merge(2, 4, 16, op, 16, lp, NULL, 16, l) == SDPA_ERR_INVALID_ARGUMENT, "NULL o accepted");
-    CHECK(sdpa_merge(2, 4, 16, op, 8, lp, o, 16, l) == SDPA_ERR_INVALID_ARGUMENT, "part stride < dv accepted");
-    CHECK(sdpa_merge(2, 4, 16, op, 16, lp, o, 8, l) == SDPA_ERR_INVALID_ARGUMENT, "out stride < dv accepted");
-    CHECK(sdpa_merge(2, 1, 16, op, 4, lp, o, 16, l) == SDPA_ERR_INVALID_ARGUMENT, "one row, part stride < dv accepted");
-    CHECK(sdpa_merge(2, 1, 16, op, 16, lp, o, 0, l) == SDPA_ERR_INVALID_ARGUMENT, "one row, out stride 0 accepted");
-    CHECK(sdpa_merge(2, 4, 16, op, 16, lp, b + 8, 16, l) == SDPA_ERR_INVALID_ARGUMENT, "o overlapping a part accepted");
+    CHECK(sdpa_merge(2, 4, 16, NULL, 16, lp, o, 16, l) == SDPA_ERR_INVALID_ARGUMENT,
+          "NULL parts accepted");
+    CHECK(sdpa_merge(2, 4, 16, opn, 16, lp, o, 16, l) == SDPA_ERR_INVALID_ARGUMENT,
+          "a NULL part accepted");
+    CHECK(sdpa_merge(2, 4, 16, op, 16, lp, NULL, 16, l) == SDPA_ERR_INVALID_ARGUMENT,
+          "NULL o accepted");
+    CHECK(sdpa_merge(2, 4, 16, op, 8, lp, o, 16, l) == SDPA_ERR_INVALID_ARGUMENT,
+          "part stride < dv accepted");
+    CHECK(sdpa_merge(2, 4, 16, op, 16, lp, o, 8, l) == SDPA_ERR_INVALID_ARGUMENT,
+          "out stride < dv accepted");
+    CHECK(sdpa_merge(2, 1, 16, op, 4, lp, o, 16, l) == SDPA_ERR_INVALID_ARGUMENT,
+          "one row, part stride < dv accepted");
+    CHECK(sdpa_merge(2, 1, 16, op, 16, lp, o, 0, l) == SDPA_ERR_INVALID_ARGUMENT,
+          "one row, out stride 0 accepted");
+    CHECK(sdpa_merge(2, 4, 16, op, 16, lp, b + 8, 16, l) == SDPA_ERR_INVALID_ARGUMENT,
+          "o overlapping a part accepted");
     CHECK(sdpa_merge(2, 4, 16, op, 16, lp, o, 16, (float *)(o + 3)) == SDPA_ERR_INVALID_ARGUMENT,
           "lse overlapping o accepted");
     CHECK(sdpa_merge(2, 4, 16, op, 16, lp, o, 16, lb + 1) == SDPA_ERR_INVALID_ARGUMENT,
           "lse overlapping an lse part accepted");
-    CHECK(sdpa_merge(2, 4, 16, op, SIZE_MAX / 2, lp, o, 16, l) == SDPA_ERR_OVERFLOW, "an overflowing stride accepted");
+    CHECK(sdpa_merge(2, 4, 16, op, SIZE_MAX / 2, lp, o, 16, l) == SDPA_ERR_OVERFLOW,
+          "an overflowing stride accepted");
     size_t bad = 0;
     for (size_t e = 0; e < 64; e++) bad += !tl_is_sentinel(o[e]);
     for (size_t e = 0; e < 4; e++) bad += !tl_is_sentinel(l[e]);
@@ -277,7 +314,8 @@ static void t_bad(const sdpa_impl *impl)
     qprob_init(&pr, &c, 71);
     const sdpa_params good = pr.p;
     size_t big_lens[4] = {7, 0, 33, 65};
-    size_t cu_bad0[5] = {1, 8, 8, 41, 105}, cu_dec[5] = {0, 8, 7, 40, 104}, cu_long[5] = {0, 7, 7, 40, 105};
+    size_t cu_bad0[5] = {1, 8, 8, 41, 105}, cu_dec[5] = {0, 8, 7, 40, 104},
+           cu_long[5] = {0, 7, 7, 40, 105};
     size_t cu_ok[5] = {0, 7, 7, 40, 104};
     int32_t *tab = pr.table;
     const size_t mp = pr.max_pages;
@@ -285,26 +323,32 @@ static void t_bad(const sdpa_impl *impl)
     const char *why[16];
     sdpa_status want[16];
     size_t n = 0;
-#define BAD(w, st, stmt)                                                                       \
-    do {                                                                                       \
-        bad[n] = good;                                                                         \
-        sdpa_params *p = &bad[n];                                                              \
-        stmt;                                                                                  \
-        why[n] = w, want[n++] = st;                                                            \
+#define BAD(w, st, stmt)                                                                           \
+    do {                                                                                           \
+        bad[n] = good;                                                                             \
+        sdpa_params *p = &bad[n];                                                                  \
+        stmt;                                                                                      \
+        why[n] = w, want[n++] = st;                                                                \
     } while (0)
     BAD("q_lens beyond q_len", SDPA_ERR_INVALID_ARGUMENT, p->q_lens = big_lens);
-    BAD("kv_lens beyond kv_len", SDPA_ERR_INVALID_ARGUMENT, (p->kv_lens = big_lens, p->kv_len = 64));
+    BAD("kv_lens beyond kv_len", SDPA_ERR_INVALID_ARGUMENT,
+        (p->kv_lens = big_lens, p->kv_len = 64));
     BAD("q_lens and cu_q both", SDPA_ERR_INVALID_ARGUMENT, p->cu_q = cu_ok);
     BAD("cu_q not from 0", SDPA_ERR_INVALID_ARGUMENT, (p->q_lens = NULL, p->cu_q = cu_bad0));
     BAD("cu_q decreasing", SDPA_ERR_INVALID_ARGUMENT, (p->q_lens = NULL, p->cu_q = cu_dec));
-    BAD("cu_q sequence longer than q_len", SDPA_ERR_INVALID_ARGUMENT, (p->q_lens = NULL, p->cu_q = cu_long));
-    BAD("kv_lens and cu_kv both", SDPA_ERR_INVALID_ARGUMENT, (p->block_table = NULL, p->cu_kv = cu_ok));
-    BAD("cu_kv with a block table", SDPA_ERR_INVALID_ARGUMENT, (p->kv_lens = NULL, p->cu_kv = cu_ok));
+    BAD("cu_q sequence longer than q_len", SDPA_ERR_INVALID_ARGUMENT,
+        (p->q_lens = NULL, p->cu_q = cu_long));
+    BAD("kv_lens and cu_kv both", SDPA_ERR_INVALID_ARGUMENT,
+        (p->block_table = NULL, p->cu_kv = cu_ok));
+    BAD("cu_kv with a block table", SDPA_ERR_INVALID_ARGUMENT,
+        (p->kv_lens = NULL, p->cu_kv = cu_ok));
     BAD("page_size 0", SDPA_ERR_INVALID_ARGUMENT, p->page_size = 0);
     BAD("max_pages 0", SDPA_ERR_INVALID_ARGUMENT, p->max_pages = 0);
     BAD("n_pages 0", SDPA_ERR_INVALID_ARGUMENT, p->n_pages = 0);
-    BAD("max_pages x page_size shorter than a sequence", SDPA_ERR_INVALID_ARGUMENT, p->page_size = 4);
-    BAD("max_pages x page_size overflows", SDPA_ERR_OVERFLOW, (p->max_pages = SIZE_MAX / 8, p->page_size = 16));
+    BAD("max_pages x page_size shorter than a sequence", SDPA_ERR_INVALID_ARGUMENT,
+        p->page_size = 4);
+    BAD("max_pages x page_size overflows", SDPA_ERR_OVERFLOW,
+        (p->max_pages = SIZE_MAX / 8, p->page_size = 16));
 #undef BAD
     float *o_before = tl_xmalloc((pr.on + 2 * MARGIN) * sizeof(float));
     memcpy(o_before, pr.obuf, (pr.on + 2 * MARGIN) * sizeof(float));
@@ -312,10 +356,11 @@ static void t_bad(const sdpa_impl *impl)
         char msg[256] = "";
         pr.p = bad[i];
         const sdpa_status st = run_as_is(&pr, impl);
-        const sdpa_status sv = sdpa_validate(&pr.p, &pr.tq, &pr.tk, &pr.tv, &pr.to, msg, sizeof msg);
+        const sdpa_status sv =
+            sdpa_validate(&pr.p, &pr.tq, &pr.tk, &pr.tv, &pr.to, msg, sizeof msg);
         CHECK(st == want[i] && sv == want[i] && msg[0] && strcmp(msg, "ok") != 0,
-              "%s: status %s (validate %s, \"%s\"), want %s", why[i], sdpa_status_str(st), sdpa_status_str(sv), msg,
-              sdpa_status_str(want[i]));
+              "%s: status %s (validate %s, \"%s\"), want %s", why[i], sdpa_status_str(st),
+              sdpa_status_str(sv), msg, sdpa_status_str(want[i]));
     }
     /* block-table entries out of range, in a page a sequence uses */
     const size_t used = 3 * mp + 1; /* sequence 3 (130 keys), its second page */
@@ -327,23 +372,28 @@ static void t_bad(const sdpa_impl *impl)
         tab[used] = vals[i];
         const sdpa_status st = run_as_is(&pr, impl);
         sdpa_validate(&pr.p, &pr.tq, &pr.tk, &pr.tv, &pr.to, msg, sizeof msg);
-        CHECK(st == SDPA_ERR_INVALID_ARGUMENT && strstr(msg, "block_table"), "entry %d: status %s (\"%s\")", (int)vals[i],
-              sdpa_status_str(st), msg);
+        CHECK(st == SDPA_ERR_INVALID_ARGUMENT && strstr(msg, "block_table"),
+              "entry %d: status %s (\"%s\")", (int)vals[i], sdpa_status_str(st), msg);
     }
     tab[used] = keep;
-    CHECK(memcmp(o_before, pr.obuf, (pr.on + 2 * MARGIN) * sizeof(float)) == 0, "a refused call wrote o");
+    CHECK(memcmp(o_before, pr.obuf, (pr.on + 2 * MARGIN) * sizeof(float)) == 0,
+          "a refused call wrote o");
     size_t bad_l = 0;
     for (size_t e = 0; e < pr.lsen + 2 * MARGIN; e++) bad_l += !tl_is_sentinel(pr.lse[e]);
     CHECK(bad_l == 0, "a refused call wrote %zu lse entries", bad_l);
     /* the good call still runs: out-of-range entries in unused pages are never checked */
     pr.p = good;
-    CHECK(run_as_is(&pr, impl) == SDPA_OK, "the valid paged call (garbage in unused table entries) refused");
+    CHECK(run_as_is(&pr, impl) == SDPA_OK,
+          "the valid paged call (garbage in unused table entries) refused");
     free(o_before);
     qprob_free(&pr);
 }
 
 /* ------------------------------------------------------------------------------------------ */
-static void run_test(const char *name, tl_impl_fn fn) { tl_for_each_impl_worst(name, fn, &g_worst); }
+static void run_test(const char *name, tl_impl_fn fn)
+{
+    tl_for_each_impl_worst(name, fn, &g_worst);
+}
 
 int main(void)
 {

@@ -1,4 +1,5 @@
-/* test_nonfinite.c -- the NaN/inf contract of sdpa.h on every implementation, split or not, serial or pooled */
+/* test_nonfinite.c -- the NaN/inf contract of sdpa.h on every implementation, split or not, serial
+ * or pooled */
 #include "testlib.h"
 
 #include "convert.h"
@@ -17,17 +18,18 @@
 
 typedef struct prob {
     const char *name;
-    size_t      hq, hkv, ql, kvl, d;
-    float       scale; /* 0: 1/sqrt(d) */
-    bool        causal;
-    sdpa_dtype  kt, vt;
-    float      *q, *k, *v; /* [h][t][d] values; k and v are stored as kt/vt (rounded) */
+    size_t hq, hkv, ql, kvl, d;
+    float scale; /* 0: 1/sqrt(d) */
+    bool causal;
+    sdpa_dtype kt, vt;
+    float *q, *k, *v; /* [h][t][d] values; k and v are stored as kt/vt (rounded) */
 } prob;
 
 static bench_pool *g_pool;
 
-static void prob_init(prob *p, const char *name, size_t hq, size_t hkv, size_t ql, size_t kvl, size_t d,
-                      float scale, bool causal, sdpa_dtype kt, sdpa_dtype vt, uint64_t seed)
+static void prob_init(prob *p, const char *name, size_t hq, size_t hkv, size_t ql, size_t kvl,
+                      size_t d, float scale, bool causal, sdpa_dtype kt, sdpa_dtype vt,
+                      uint64_t seed)
 {
     *p = (prob){name, hq, hkv, ql, kvl, d, scale, causal, kt, vt, NULL, NULL, NULL};
     p->q = tl_xmalloc(hq * ql * d * sizeof(float));
@@ -46,9 +48,18 @@ static void prob_free(prob *p)
     free(p->v);
 }
 
-static float *qe(prob *p, size_t h, size_t i, size_t c) { return p->q + (h * p->ql + i) * p->d + c; }
-static float *ke(prob *p, size_t h, size_t j, size_t c) { return p->k + (h * p->kvl + j) * p->d + c; }
-static float *ve(prob *p, size_t h, size_t j, size_t c) { return p->v + (h * p->kvl + j) * p->d + c; }
+static float *qe(prob *p, size_t h, size_t i, size_t c)
+{
+    return p->q + (h * p->ql + i) * p->d + c;
+}
+static float *ke(prob *p, size_t h, size_t j, size_t c)
+{
+    return p->k + (h * p->kvl + j) * p->d + c;
+}
+static float *ve(prob *p, size_t h, size_t j, size_t c)
+{
+    return p->v + (h * p->kvl + j) * p->d + c;
+}
 
 /* A K/V array in its storage type, and the values the library will read, as doubles. */
 static void *store(const float *x, size_t n, sdpa_dtype t, double *back)
@@ -69,9 +80,15 @@ static void *store(const float *x, size_t n, sdpa_dtype t, double *back)
     return buf;
 }
 
-static bool same_bits(float a, float b) { return (isnan(a) && isnan(b)) || tl_bits(a) == tl_bits(b); }
+static bool same_bits(float a, float b)
+{
+    return (isnan(a) && isnan(b)) || tl_bits(a) == tl_bits(b);
+}
 
-static const char *dt_name(sdpa_dtype t) { return t == SDPA_F16 ? "f16" : t == SDPA_BF16 ? "bf16" : "f32"; }
+static const char *dt_name(sdpa_dtype t)
+{
+    return t == SDPA_F16 ? "f16" : t == SDPA_BF16 ? "bf16" : "f32";
+}
 
 /* Runs p on impl serially and pooled, checks both against the oracle row by row. */
 static void run_prob(const sdpa_impl *impl, prob *p)
@@ -87,14 +104,21 @@ static void run_prob(const sdpa_impl *impl, prob *p)
         tl_fill_sentinel(lse[m], nq);
     }
     char what[200];
-    snprintf(what, sizeof what, "%s [hq=%zu hkv=%zu q_len=%zu kv_len=%zu d=%zu%s K %s V %s]", p->name, p->hq,
-             p->hkv, p->ql, p->kvl, d, p->causal ? " causal" : "", dt_name(p->kt), dt_name(p->vt));
+    snprintf(what, sizeof what, "%s [hq=%zu hkv=%zu q_len=%zu kv_len=%zu d=%zu%s K %s V %s]",
+             p->name, p->hq, p->hkv, p->ql, p->kvl, d, p->causal ? " causal" : "", dt_name(p->kt),
+             dt_name(p->vt));
     sdpa_tensor tq = {p->q, SDPA_F32, 0, (ptrdiff_t)(p->ql * d), (ptrdiff_t)d};
     sdpa_tensor tk = {kb, p->kt, 0, (ptrdiff_t)(p->kvl * d), (ptrdiff_t)d};
     sdpa_tensor tv = {vb, p->vt, 0, (ptrdiff_t)(p->kvl * d), (ptrdiff_t)d};
     for (int m = 0; m < 2; m++) {
-        sdpa_params pr = {.batch = 1, .q_heads = p->hq, .kv_heads = p->hkv, .q_len = p->ql,
-                          .kv_len = p->kvl, .head_dim = d, .scale = p->scale, .causal = p->causal,
+        sdpa_params pr = {.batch = 1,
+                          .q_heads = p->hq,
+                          .kv_heads = p->hkv,
+                          .q_len = p->ql,
+                          .kv_len = p->kvl,
+                          .head_dim = d,
+                          .scale = p->scale,
+                          .causal = p->causal,
                           .lse = lse[m]};
         if (m == 1) {
             pr.parallel_for = bench_pool_parallel_for;
@@ -106,10 +130,12 @@ static void run_prob(const sdpa_impl *impl, prob *p)
         CHECK(st == SDPA_OK, "%s: status %s", what, sdpa_status_str(st));
     }
     for (size_t e = 0; e < nq * d; e++)
-        if (!CHECK(same_bits(o[0][e], o[1][e]), "%s: element %zu serial %a pooled %a", what, e, o[0][e], o[1][e]))
+        if (!CHECK(same_bits(o[0][e], o[1][e]), "%s: element %zu serial %a pooled %a", what, e,
+                   o[0][e], o[1][e]))
             break;
     for (size_t e = 0; e < nq; e++)
-        if (!CHECK(same_bits(lse[0][e], lse[1][e]), "%s: lse %zu serial %a pooled %a", what, e, lse[0][e], lse[1][e]))
+        if (!CHECK(same_bits(lse[0][e], lse[1][e]), "%s: lse %zu serial %a pooled %a", what, e,
+                   lse[0][e], lse[1][e]))
             break;
 
     const double scale = p->scale != 0.0f ? p->scale : 1.0f / sqrtf((float)d);
@@ -119,7 +145,8 @@ static void run_prob(const sdpa_impl *impl, prob *p)
         for (size_t i = 0; i < p->ql; i++) {
             const size_t row = h * p->ql + i;
             size_t lim = p->kvl;
-            if (p->causal) lim = i + 1 + p->kvl <= p->ql ? 0 : i + 1 + p->kvl - p->ql; /* <= kv_len */
+            if (p->causal)
+                lim = i + 1 + p->kvl <= p->ql ? 0 : i + 1 + p->kvl - p->ql; /* <= kv_len */
             bool nan = false, any = false;
             double mx = -INFINITY, A = 0.0;
             for (size_t j = 0; j < lim; j++) {
@@ -139,7 +166,8 @@ static void run_prob(const sdpa_impl *impl, prob *p)
             const float ls = lse[0][row];
             if (nan) {
                 for (size_t c = 0; c < d; c++)
-                    if (!CHECK(isnan(orow[c]), "%s: row %zu (head %zu, query %zu) must be NaN: o[%zu] = %g", what,
+                    if (!CHECK(isnan(orow[c]),
+                               "%s: row %zu (head %zu, query %zu) must be NaN: o[%zu] = %g", what,
                                row, h, i, c, orow[c]))
                         break;
                 CHECK(isnan(ls), "%s: row %zu: lse must be NaN, is %g", what, row, ls);
@@ -147,14 +175,16 @@ static void run_prob(const sdpa_impl *impl, prob *p)
             }
             if (!any) {
                 for (size_t c = 0; c < d; c++)
-                    if (!CHECK(tl_bits(orow[c]) == 0, "%s: row %zu sees nothing: o[%zu] = %g", what, row, c, orow[c]))
+                    if (!CHECK(tl_bits(orow[c]) == 0, "%s: row %zu sees nothing: o[%zu] = %g", what,
+                               row, c, orow[c]))
                         break;
                 CHECK(ls == -INFINITY, "%s: row %zu sees nothing: lse %g", what, row, ls);
                 continue;
             }
             double l = 0.0;
             for (size_t j = 0; j < lim; j++) l += exp(s[j] - mx);
-            const double E = 1e-5 * sqrt(1.0 + (double)lim / 256.0) + 8.0 * TL_U * sqrt((double)d) * A;
+            const double E =
+                1e-5 * sqrt(1.0 + (double)lim / 256.0) + 8.0 * TL_U * sqrt((double)d) * A;
             for (size_t c = 0; c < d; c++) {
                 double num = 0.0, wabs = 0.0, vmax = 0.0;
                 for (size_t j = 0; j < lim; j++) {
@@ -165,15 +195,18 @@ static void run_prob(const sdpa_impl *impl, prob *p)
                 }
                 const double ref = num / l;
                 if (!isfinite(ref)) {
-                    CHECK(!isfinite(orow[c]), "%s: row %zu o[%zu]: an attended V element is not finite, "
-                          "the output must not be either: %g", what, row, c, orow[c]);
+                    CHECK(!isfinite(orow[c]),
+                          "%s: row %zu o[%zu]: an attended V element is not finite, "
+                          "the output must not be either: %g",
+                          what, row, c, orow[c]);
                     continue;
                 }
                 /* E relative to the weighted |v|, plus the weights SIMD kernels flush below e^-87
                    of the row maximum (sdpa.h: at most n e^-87 max|v| / l) */
                 const double tol = E * wabs / l + (double)lim * 0x1p-125 * vmax / l;
-                CHECK(isfinite(orow[c]) && fabs(orow[c] - ref) <= tol, "%s: row %zu o[%zu] = %.9g, float64 %.9g (tol %.3g)",
-                      what, row, c, orow[c], ref, tol);
+                CHECK(isfinite(orow[c]) && fabs(orow[c] - ref) <= tol,
+                      "%s: row %zu o[%zu] = %.9g, float64 %.9g (tol %.3g)", what, row, c, orow[c],
+                      ref, tol);
             }
             const double lref = mx + log(l);
             CHECK(fabs(ls - lref) <= 1e-5 * (1.0 + fabs(lref)) + 8.0 * TL_U * sqrt((double)d) * A,
@@ -198,7 +231,8 @@ static void t_nan_query(const sdpa_impl *impl)
     for (size_t li = 0; li < sizeof lens / sizeof *lens; li++)
         for (size_t hq = 1; hq <= 4; hq *= 4) {
             prob p;
-            prob_init(&p, "NaN in q", hq, 1, 1, lens[li], 64, 0, false, SDPA_F16, SDPA_F16, 11 + li);
+            prob_init(&p, "NaN in q", hq, 1, 1, lens[li], 64, 0, false, SDPA_F16, SDPA_F16,
+                      11 + li);
             *qe(&p, 0, 0, 0) = NAN;
             run_prob(impl, &p);
             prob_free(&p);
@@ -213,13 +247,17 @@ static void t_nan_scores(const sdpa_impl *impl)
         for (int variant = 0; variant < 4; variant++) {
             prob p;
             const size_t kvl = variant == 3 ? 700 : 2048;
-            prob_init(&p, variant == 0 ? "a NaN score per chunk" : variant == 1 ? "first chunk all NaN"
-                          : variant == 2 ? "last chunk all NaN" : "all NaN, unsplit",
+            prob_init(&p,
+                      variant == 0   ? "a NaN score per chunk"
+                      : variant == 1 ? "first chunk all NaN"
+                      : variant == 2 ? "last chunk all NaN"
+                                     : "all NaN, unsplit",
                       2, 1, 1, kvl, 32, 0, false, dts[ti], dts[ti], 21 + (uint64_t)variant);
             for (size_t j = 0; j < kvl; j++) {
-                const bool nan = variant == 0 ? j == 5 || j == 1029
+                const bool nan = variant == 0   ? j == 5 || j == 1029
                                  : variant == 1 ? j < 1024
-                                 : variant == 2 ? j >= 1024 : true;
+                                 : variant == 2 ? j >= 1024
+                                                : true;
                 if (nan) *ke(&p, 0, j, 3) = NAN;
             }
             run_prob(impl, &p);
@@ -239,8 +277,10 @@ static void t_masked_keys(const sdpa_impl *impl)
                 const size_t n = lens[li];
                 const sdpa_dtype t = dts[(li + (size_t)what) % 3];
                 prob p;
-                prob_init(&p, what == 0 ? "V past the limit +inf" : what == 1 ? "V past the limit NaN"
-                                                                    : "K past the limit NaN",
+                prob_init(&p,
+                          what == 0   ? "V past the limit +inf"
+                          : what == 1 ? "V past the limit NaN"
+                                      : "K past the limit NaN",
                           g, 1, n, n, 24, 0, true, t, t, 31 + li);
                 for (size_t c = 0; c < p.d; c++) {
                     if (what == 2)
@@ -265,14 +305,17 @@ static void t_scale_range(const sdpa_impl *impl)
             const size_t kvl = kvl_i ? 2048 : 3;
             prob p;
             /* scale * q = 1e40: the scores are s_j / d * d, about 1 */
-            prob_init(&p, "scale*q overflows", 1, 1, 1, kvl, d, 1e35f, false, SDPA_F32, SDPA_F32, 41 + di);
+            prob_init(&p, "scale*q overflows", 1, 1, 1, kvl, d, 1e35f, false, SDPA_F32, SDPA_F32,
+                      41 + di);
             for (size_t c = 0; c < d; c++) *qe(&p, 0, 0, c) = 1e5f;
             for (size_t j = 0; j < kvl; j++)
-                for (size_t c = 0; c < d; c++) *ke(&p, 0, j, c) = (float)((double)((j * 7) % 5) * 0.6e-40 / (double)d);
+                for (size_t c = 0; c < d; c++)
+                    *ke(&p, 0, j, c) = (float)((double)((j * 7) % 5) * 0.6e-40 / (double)d);
             run_prob(impl, &p);
             prob_free(&p);
             /* the example, d elements: q = 1e10, k = {1e-20, 2e-20}, scale 1e30 */
-            prob_init(&p, "scores 1e20 and 2e20", 1, 1, 1, 2, d, 1e30f, false, SDPA_F32, SDPA_F32, 43);
+            prob_init(&p, "scores 1e20 and 2e20", 1, 1, 1, 2, d, 1e30f, false, SDPA_F32, SDPA_F32,
+                      43);
             for (size_t c = 0; c < d; c++) {
                 *qe(&p, 0, 0, c) = c == 0 ? 1e10f : 0.0f;
                 *ke(&p, 0, 0, c) = 1e-20f, *ke(&p, 0, 1, c) = 2e-20f;
@@ -281,17 +324,20 @@ static void t_scale_range(const sdpa_impl *impl)
             run_prob(impl, &p);
             prob_free(&p);
             /* scale * q = 1e-60 underflows against keys of -inf: the row sees only -inf */
-            prob_init(&p, "tiny scale*q against -inf keys", 2, 1, 1, kvl, d, 1e-30f, false, SDPA_F32, SDPA_F32, 47);
+            prob_init(&p, "tiny scale*q against -inf keys", 2, 1, 1, kvl, d, 1e-30f, false,
+                      SDPA_F32, SDPA_F32, 47);
             for (size_t c = 0; c < d; c++) *qe(&p, 0, 0, c) = *qe(&p, 1, 0, c) = 1e-30f;
             for (size_t j = 0; j < kvl; j++)
                 for (size_t c = 0; c < d; c++) *ke(&p, 0, j, c) = -INFINITY;
             run_prob(impl, &p);
             prob_free(&p);
             /* scale * q = 4e-45 (subnormal as a product) against large keys: scores about 1 */
-            prob_init(&p, "scale*q underflows", 1, 1, 1, kvl, d, 2e-25f, false, SDPA_F32, SDPA_F32, 53);
+            prob_init(&p, "scale*q underflows", 1, 1, 1, kvl, d, 2e-25f, false, SDPA_F32, SDPA_F32,
+                      53);
             for (size_t c = 0; c < d; c++) *qe(&p, 0, 0, c) = 2e-20f;
             for (size_t j = 0; j < kvl; j++)
-                for (size_t c = 0; c < d; c++) *ke(&p, 0, j, c) = (float)((double)((j * 3) % 4) * 1e38 / (double)d);
+                for (size_t c = 0; c < d; c++)
+                    *ke(&p, 0, j, c) = (float)((double)((j * 3) % 4) * 1e38 / (double)d);
             run_prob(impl, &p);
             prob_free(&p);
         }
@@ -304,22 +350,31 @@ static void t_tiny_weights(const sdpa_impl *impl)
 {
     for (int above = 0; above < 2; above++) {
         prob p;
-        prob_init(&p, above ? "weight e^-86" : "weight e^-88", 1, 1, 1, 2, 1, 1.0f, false, SDPA_F32, SDPA_F32, 61);
+        prob_init(&p, above ? "weight e^-86" : "weight e^-88", 1, 1, 1, 2, 1, 1.0f, false, SDPA_F32,
+                  SDPA_F32, 61);
         *qe(&p, 0, 0, 0) = 1.0f;
         *ke(&p, 0, 0, 0) = 0.0f, *ke(&p, 0, 1, 0) = above ? -86.0f : -88.0f;
         *ve(&p, 0, 0, 0) = 0.0f, *ve(&p, 0, 1, 0) = 1e38f;
         run_prob(impl, &p);
         const double want = exp(above ? -86.0 : -88.0) * 1e38;
         float o, lse;
-        sdpa_params pr = {.batch = 1, .q_heads = 1, .kv_heads = 1, .q_len = 1, .kv_len = 2, .head_dim = 1,
-                          .scale = 1.0f, .lse = &lse};
-        sdpa_tensor tq = {p.q, SDPA_F32, 1, 1, 1}, tk = {p.k, SDPA_F32, 2, 2, 1}, tv = {p.v, SDPA_F32, 2, 2, 1};
+        sdpa_params pr = {.batch = 1,
+                          .q_heads = 1,
+                          .kv_heads = 1,
+                          .q_len = 1,
+                          .kv_len = 2,
+                          .head_dim = 1,
+                          .scale = 1.0f,
+                          .lse = &lse};
+        sdpa_tensor tq = {p.q, SDPA_F32, 1, 1, 1}, tk = {p.k, SDPA_F32, 2, 2, 1},
+                    tv = {p.v, SDPA_F32, 2, 2, 1};
         sdpa_tensor to = {&o, SDPA_F32, 1, 1, 1};
         CHECK(sdpa_impl_forward(impl, &pr, &tq, &tk, &tv, &to) == SDPA_OK, "%s", p.name);
         if (above || strcmp(sdpa_impl_name(impl), "scalar") == 0)
             CHECK(fabs(o - want) <= 1e-5 * want, "%s: o = %.9g, float64 %.9g", p.name, o, want);
         else /* the documented flush: exactly 0 */
-            CHECK(o == 0.0f || fabs(o - want) <= 1e-5 * want, "%s: o = %.9g, neither 0 nor %.9g", p.name, o, want);
+            CHECK(o == 0.0f || fabs(o - want) <= 1e-5 * want, "%s: o = %.9g, neither 0 nor %.9g",
+                  p.name, o, want);
         prob_free(&p);
     }
 }
@@ -332,17 +387,21 @@ static void t_empty_rows(const sdpa_impl *impl)
     run_prob(impl, &p);
     prob_free(&p);
     for (int split = 0; split < 2; split++) {
-        prob_init(&p, "keys all -inf, V NaN", 1, 1, 1, split ? 3000 : 30, 8, 0, false, SDPA_F32, SDPA_F32, 73);
+        prob_init(&p, "keys all -inf, V NaN", 1, 1, 1, split ? 3000 : 30, 8, 0, false, SDPA_F32,
+                  SDPA_F32, 73);
         for (size_t j = 0; j < p.kvl; j++) {
-            for (size_t c = 0; c < p.d; c++) *ke(&p, 0, j, c) = *qe(&p, 0, 0, c) > 0 ? -INFINITY : INFINITY;
+            for (size_t c = 0; c < p.d; c++)
+                *ke(&p, 0, j, c) = *qe(&p, 0, 0, c) > 0 ? -INFINITY : INFINITY;
             *ve(&p, 0, j, 0) = NAN;
         }
         run_prob(impl, &p);
         prob_free(&p);
         /* one chunk all -inf, the other ordinary: the -inf chunk must not count */
-        prob_init(&p, "one chunk all -inf", 1, 1, 1, split ? 3000 : 30, 8, 0, false, SDPA_F32, SDPA_F32, 79);
+        prob_init(&p, "one chunk all -inf", 1, 1, 1, split ? 3000 : 30, 8, 0, false, SDPA_F32,
+                  SDPA_F32, 79);
         for (size_t j = 0; j < p.kvl / 2; j++)
-            for (size_t c = 0; c < p.d; c++) *ke(&p, 0, j, c) = *qe(&p, 0, 0, c) > 0 ? -INFINITY : INFINITY;
+            for (size_t c = 0; c < p.d; c++)
+                *ke(&p, 0, j, c) = *qe(&p, 0, 0, c) > 0 ? -INFINITY : INFINITY;
         run_prob(impl, &p);
         prob_free(&p);
     }
@@ -351,7 +410,8 @@ static void t_empty_rows(const sdpa_impl *impl)
 int main(void)
 {
     tl_header("the NaN/inf contract (sdpa.h) on every implementation, serial and pooled");
-    g_pool = bench_pool_create_opts(&(bench_pool_options){.n_threads = 2, .order = BENCH_POOL_SHUFFLE, .seed = 7});
+    g_pool = bench_pool_create_opts(
+        &(bench_pool_options){.n_threads = 2, .order = BENCH_POOL_SHUFFLE, .seed = 7});
     if (!g_pool) {
         printf("Bail out! no thread pool\n");
         return 1;

@@ -12,8 +12,10 @@
 static inline bool tl_pools_create(bench_pool **pools, size_t n, size_t first, uint64_t seed)
 {
     for (size_t t = 0; t < n; t++) {
-        pools[t] = bench_pool_create_opts(&(bench_pool_options){
-            .n_threads = first + t, .order = t + 1 == n ? BENCH_POOL_SHUFFLE : BENCH_POOL_FORWARD, .seed = seed});
+        pools[t] = bench_pool_create_opts(
+            &(bench_pool_options){.n_threads = first + t,
+                                  .order = t + 1 == n ? BENCH_POOL_SHUFFLE : BENCH_POOL_FORWARD,
+                                  .seed = seed});
         if (!pools[t]) {
             printf("Bail out! no thread pool\n");
             return false;
@@ -23,8 +25,9 @@ static inline bool tl_pools_create(bench_pool **pools, size_t n, size_t first, u
 }
 
 /* sdpa_impl_forward of p on impl: serially when pool is NULL, else through that pool. */
-static inline sdpa_status tl_forward_on(const sdpa_impl *impl, const sdpa_params *p, bench_pool *pool,
-                                        const sdpa_tensor *q, const sdpa_tensor *k, const sdpa_tensor *v,
+static inline sdpa_status tl_forward_on(const sdpa_impl *impl, const sdpa_params *p,
+                                        bench_pool *pool, const sdpa_tensor *q,
+                                        const sdpa_tensor *k, const sdpa_tensor *v,
                                         const sdpa_tensor *o)
 {
     sdpa_params c = *p;

@@ -1,4 +1,5 @@
-/* test_prefetch.c -- the K/V row-stream prefetch cursor (kernels/generic/prefetch.h): every line of every row, in address order, none outside the rows */
+/* test_prefetch.c -- the K/V row-stream prefetch cursor (kernels/generic/prefetch.h): every line of
+ * every row, in address order, none outside the rows */
 #include "testlib.h"
 
 #include "prefetch.h"
@@ -7,23 +8,23 @@
    byte offset off of a buffer. The cursor is a hint: a wrong address never faults, so only a
    test can tell that it names the right lines. */
 typedef struct pcase {
-    size_t    row_bytes;
+    size_t row_bytes;
     ptrdiff_t stride;
-    size_t    n, off;
+    size_t n, off;
 } pcase;
 
 static const pcase pcases[] = {
-    {256, 256, 40, 0},   /* f16 rows of 128 elements end to end: the decode case */
-    {256, 1024, 40, 0},  /* heads interleaved: gaps between rows */
-    {512, 512, 9, 0},    /* f32 rows */
-    {80, 80, 50, 0},     /* rows that straddle lines */
-    {80, 96, 50, 16},    /* a stride that is not a multiple of 64, rows not aligned */
-    {256, -256, 40, 0},  /* negative stride */
-    {200, -512, 20, 8},  /* negative stride, gaps, unaligned */
-    {64, 128, 10, 32},   /* each row straddles two lines only through its alignment */
-    {128, 128, 10, 48},  /* rows end to end, each across three lines */
-    {64, 64, 1, 0},      /* one line */
-    {256, 256, 0, 0},    /* no rows: nothing requested */
+    {256, 256, 40, 0},  /* f16 rows of 128 elements end to end: the decode case */
+    {256, 1024, 40, 0}, /* heads interleaved: gaps between rows */
+    {512, 512, 9, 0},   /* f32 rows */
+    {80, 80, 50, 0},    /* rows that straddle lines */
+    {80, 96, 50, 16},   /* a stride that is not a multiple of 64, rows not aligned */
+    {256, -256, 40, 0}, /* negative stride */
+    {200, -512, 20, 8}, /* negative stride, gaps, unaligned */
+    {64, 128, 10, 32},  /* each row straddles two lines only through its alignment */
+    {128, 128, 10, 48}, /* rows end to end, each across three lines */
+    {64, 64, 1, 0},     /* one line */
+    {256, 256, 0, 0},   /* no rows: nothing requested */
 };
 
 static bool in_row_lines(uintptr_t line, uintptr_t base, const pcase *c)
@@ -40,7 +41,8 @@ static void test_rows(void)
     tl_start("prefetch row stream", "generic");
     for (size_t ci = 0; ci < sizeof pcases / sizeof pcases[0]; ci++) {
         const pcase *c = &pcases[ci];
-        const size_t span = c->n ? (c->n - 1) * (size_t)(c->stride < 0 ? -c->stride : c->stride) : 0;
+        const size_t span =
+            c->n ? (c->n - 1) * (size_t)(c->stride < 0 ? -c->stride : c->stride) : 0;
         unsigned char *buf = tl_xmalloc(span + c->row_bytes + c->off + 128);
         const uintptr_t b0 = ((uintptr_t)buf + 63) & ~(uintptr_t)63; /* 64-aligned origin */
         /* row 0 sits at the top of the span for a negative stride */
@@ -60,7 +62,8 @@ static void test_rows(void)
             const size_t row = count / L;
             const uintptr_t r = base + (uintptr_t)((ptrdiff_t)row * c->stride);
             const uintptr_t first = r & ~(uintptr_t)63;
-            if (line >= first && (line - first) / 64 <= L) seen[row * (L + 1) + (line - first) / 64] = true;
+            if (line >= first && (line - first) / 64 <= L)
+                seen[row * (L + 1) + (line - first) / 64] = true;
         }
         CHECK(count == c->n * L, "case %zu: %zu lines named, want %zu rows x %zu lines", ci, count,
               c->n, L);

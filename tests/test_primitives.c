@@ -1,12 +1,14 @@
-/* test_primitives.c -- score, online softmax and accumulate of every implementation against float64 oracles */
+/* test_primitives.c -- score, online softmax and accumulate of every implementation against float64
+ * oracles */
 #include "testlib.h"
 
 /* Lengths: every tail of up to three 16-wide vectors plus one, then a few larger ones. */
-static const size_t lengths[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11, 12, 13,  14,  15,  16,  17,
-                                 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30,  31,  32,  33,  34,
-                                 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47,  48,  49,  127, 1000};
+static const size_t lengths[] = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,  12,  13,
+                                 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,  25,  26,
+                                 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37,  38,  39,
+                                 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 127, 1000};
 #define N_LENGTHS (sizeof lengths / sizeof lengths[0])
-#define MAX_LEN 1000
+#define MAX_LEN   1000
 
 /* Head dims: every one of 1 ... 256, and 576 (MLA-style). */
 static size_t dims[260];
@@ -59,7 +61,8 @@ static void test_score(const sdpa_impl *impl)
                 mag *= fabs(scale);
                 double tol = (double)(d + 4) * TL_U * mag + FLT_TRUE_MIN;
                 if (!CHECK(fabs(s[j] - ref) <= tol,
-                           "n=%zu d=%zu k_stride=%zu offset=%zu scale=%g: s[%zu]=%.9g, float64 %.9g, tol %.3g",
+                           "n=%zu d=%zu k_stride=%zu offset=%zu scale=%g: s[%zu]=%.9g, float64 "
+                           "%.9g, tol %.3g",
                            n, d, ks, off, scale, j, s[j], ref, tol))
                     break;
             }
@@ -96,8 +99,8 @@ static double p_abs_tol(double exp_ulp) { return (exp_ulp + 1.0) * 0x1p-149; }
 
 /* Runs one softmax block on a copy of s with state (m0, l0) and checks every output against the
    float64 oracle. Returns false on failure. */
-static bool check_softmax_block(const sdpa_impl *impl, const float *s_in, size_t n, float m0, float l0,
-                                size_t off, const char *what)
+static bool check_softmax_block(const sdpa_impl *impl, const float *s_in, size_t n, float m0,
+                                float l0, size_t off, const char *what)
 {
     static float buf[MAX_LEN + 2];
     const double E = sdpa_impl_exp_max_ulp(impl);
@@ -110,10 +113,12 @@ static bool check_softmax_block(const sdpa_impl *impl, const float *s_in, size_t
     for (size_t j = 0; j < n; j++)
         if (s_in[j] > m_new) m_new = s_in[j];
     bool ok = true;
-    if (m_new == -INFINITY) { /* nothing but -inf so far: the state must not move and nothing is NaN */
-        ok &= CHECK(m == -INFINITY && l == l0 && alpha == 1.0f,
-                    "%s n=%zu all -inf, state (%g, %g): got m=%g l=%g alpha=%g, want (-inf, %g), alpha 1",
-                    what, n, m0, l0, m, l, alpha, l0);
+    if (m_new ==
+        -INFINITY) { /* nothing but -inf so far: the state must not move and nothing is NaN */
+        ok &= CHECK(
+            m == -INFINITY && l == l0 && alpha == 1.0f,
+            "%s n=%zu all -inf, state (%g, %g): got m=%g l=%g alpha=%g, want (-inf, %g), alpha 1",
+            what, n, m0, l0, m, l, alpha, l0);
         for (size_t j = 0; j < n && ok; j++)
             ok &= CHECK(s[j] == 0.0f, "%s n=%zu all -inf: p[%zu]=%g, want 0", what, n, j, s[j]);
         return ok;
@@ -125,36 +130,40 @@ static bool check_softmax_block(const sdpa_impl *impl, const float *s_in, size_t
         double ref = s_in[j] == -INFINITY ? 0.0 : p_ref(s_in[j], m_new);
         sum_ref += ref;
         if (s_in[j] == -INFINITY) {
-            ok &= CHECK(s[j] == 0.0f, "%s n=%zu: p[%zu]=%g for a -inf score, want exactly 0", what, n, j, s[j]);
+            ok &= CHECK(s[j] == 0.0f, "%s n=%zu: p[%zu]=%g for a -inf score, want exactly 0", what,
+                        n, j, s[j]);
             continue;
         }
         double rel = p_rel_tol(s_in[j], m_new, E);
         if (rel > rel_max) rel_max = rel;
         double tol = rel * ref + p_abs_tol(E);
         ok &= CHECK(fabs(s[j] - ref) <= tol,
-                    "%s n=%zu: p[%zu]=%.9g, float64 exp(%.9g - %.9g)=%.9g, tol %.3g", what, n, j, s[j],
-                    s_in[j], m_new, ref, tol);
+                    "%s n=%zu: p[%zu]=%.9g, float64 exp(%.9g - %.9g)=%.9g, tol %.3g", what, n, j,
+                    s[j], s_in[j], m_new, ref, tol);
         if (!ok) return ok;
     }
     double alpha_ref;
     if (m0 == -INFINITY) {
         /* alpha = exp(-inf - m_new) = 0; the accumulator it scales is empty anyway */
         alpha_ref = 0.0;
-        ok &= CHECK(alpha == 0.0f, "%s n=%zu fresh state: alpha=%g, want exp(-inf)=0", what, n, alpha);
+        ok &= CHECK(alpha == 0.0f, "%s n=%zu fresh state: alpha=%g, want exp(-inf)=0", what, n,
+                    alpha);
     } else {
         alpha_ref = p_ref(m0, m_new);
         double rel = p_rel_tol(m0, m_new, E);
         if (rel > rel_max) rel_max = rel;
         double tol = rel * alpha_ref + p_abs_tol(E);
-        ok &= CHECK(fabs(alpha - alpha_ref) <= tol, "%s n=%zu: alpha=%.9g, float64 %.9g, tol %.3g", what, n,
-                    alpha, alpha_ref, tol);
-        if (m_new == m0) ok &= CHECK(alpha == 1.0f, "%s n=%zu: max unchanged but alpha=%.9g", what, n, alpha);
+        ok &= CHECK(fabs(alpha - alpha_ref) <= tol, "%s n=%zu: alpha=%.9g, float64 %.9g, tol %.3g",
+                    what, n, alpha, alpha_ref, tol);
+        if (m_new == m0)
+            ok &= CHECK(alpha == 1.0f, "%s n=%zu: max unchanged but alpha=%.9g", what, n, alpha);
     }
-    /* l = alpha l0 + sum p: the p and alpha errors (rel_max) plus a sum of n + 1 terms, any order */
+    /* l = alpha l0 + sum p: the p and alpha errors (rel_max) plus a sum of n + 1 terms, any order
+     */
     double l_ref = alpha_ref * l0 + sum_ref;
     double tol = (rel_max + (double)(n + 2) * TL_U) * l_ref + (double)(n + 1) * p_abs_tol(E);
-    ok &= CHECK(fabs(l - l_ref) <= tol, "%s n=%zu state (%g, %g): l=%.9g, float64 %.9g, tol %.3g", what, n,
-                m0, l0, l, l_ref, tol);
+    ok &= CHECK(fabs(l - l_ref) <= tol, "%s n=%zu state (%g, %g): l=%.9g, float64 %.9g, tol %.3g",
+                what, n, m0, l0, l, l_ref, tol);
     return ok;
 }
 
@@ -180,13 +189,15 @@ static void test_softmax_block(const sdpa_impl *impl)
                     l0 = tl_uniform(&r, 0.5f, 40.0f);
                 }
                 char what[64];
-                snprintf(what, sizeof what, "block |s|<=%g variant %d offset %zu", mag, variant, off);
+                snprintf(what, sizeof what, "block |s|<=%g variant %d offset %zu", mag, variant,
+                         off);
                 check_softmax_block(impl, s, n, m0, l0, off, what);
             }
             /* wholly -inf block, fresh and running */
             for (size_t j = 0; j < n; j++) s[j] = -INFINITY;
             check_softmax_block(impl, s, n, -INFINITY, 0.0f, n % 2, "wholly -inf, fresh");
-            check_softmax_block(impl, s, n, tl_uniform(&r, -mag, mag), 3.25f, n % 2, "wholly -inf, running");
+            check_softmax_block(impl, s, n, tl_uniform(&r, -mag, mag), 3.25f, n % 2,
+                                "wholly -inf, running");
         }
         /* the exact extremes of the stated score range */
         for (size_t j = 0; j < n; j++) s[j] = (j % 2) ? 80.0f : -80.0f;
@@ -232,11 +243,12 @@ static void test_softmax_chain(const sdpa_impl *impl)
             float m_before = m;
             float alpha = sdpa_impl_softmax_online_f32(impl, b, n, &m, &l);
             ok &= CHECK(!isnan(alpha) && !isnan(m) && !isnan(l),
-                        "trial %d block %zu (n=%zu): NaN state m=%g l=%g alpha=%g", trial, nblocks, n, m, l,
-                        alpha);
+                        "trial %d block %zu (n=%zu): NaN state m=%g l=%g alpha=%g", trial, nblocks,
+                        n, m, l, alpha);
             if (m_before == -INFINITY && m == -INFINITY)
                 ok &= CHECK(l == 0.0f && alpha == 1.0f,
-                            "trial %d block %zu all -inf: l=%g alpha=%g, want 0 and 1", trial, nblocks, l, alpha);
+                            "trial %d block %zu all -inf: l=%g alpha=%g, want 0 and 1", trial,
+                            nblocks, l, alpha);
             tol_rel += 2.0 * p_rel_tol(big, -big, E) + (double)(n + 2) * TL_U;
             used += n;
             nblocks++;
@@ -248,10 +260,12 @@ static void test_softmax_chain(const sdpa_impl *impl)
         double l_ref = 0;
         for (size_t j = 0; j < used; j++)
             if (all[j] != -INFINITY) l_ref += exp((double)all[j] - m_ref);
-        CHECK(m == m_ref, "trial %d (%zu blocks, %zu scores): m=%.9g, want %.9g", trial, nblocks, used, m, m_ref);
+        CHECK(m == m_ref, "trial %d (%zu blocks, %zu scores): m=%.9g, want %.9g", trial, nblocks,
+              used, m, m_ref);
         double tol = tol_rel * l_ref;
-        CHECK(fabs(l - l_ref) <= tol, "trial %d (%zu blocks, %zu scores, |s|<=%g): l=%.9g, float64 %.9g, tol %.3g",
-              trial, nblocks, used, mag, l, l_ref, tol);
+        CHECK(fabs(l - l_ref) <= tol,
+              "trial %d (%zu blocks, %zu scores, |s|<=%g): l=%.9g, float64 %.9g, tol %.3g", trial,
+              nblocks, used, mag, l, l_ref, tol);
     }
 }
 
@@ -272,7 +286,8 @@ static void test_softmax_nan(const sdpa_impl *impl)
                       running ? "running" : "fresh", l);
                 tl_fill(&r, b, 17, -5.0f, 5.0f);
                 (void)sdpa_impl_softmax_online_f32(impl, b, 17, &m, &l);
-                CHECK(isnan(l), "n=%zu NaN at %zu: l=%g after one more block, want NaN still", n, pos, l);
+                CHECK(isnan(l), "n=%zu NaN at %zu: l=%g after one more block, want NaN still", n,
+                      pos, l);
             }
         }
     }
@@ -306,9 +321,14 @@ static void test_accumulate(const sdpa_impl *impl)
             const size_t off = (n + dv + 1) % 2;
             float alpha;
             switch ((n + 5 * dv) % 4) {
-            case 0: alpha = 1.0f; break;
-            case 1: alpha = 0.0f; break;
-            default: alpha = tl_uniform(&r, 0.0f, 1.0f);
+            case 0:
+                alpha = 1.0f;
+                break;
+            case 1:
+                alpha = 0.0f;
+                break;
+            default:
+                alpha = tl_uniform(&r, 0.0f, 1.0f);
             }
             float *o = ob + off, *p = pb + off, *v = vb + off;
             tl_fill(&r, o0, dv, -2.0f, 2.0f);
@@ -326,8 +346,9 @@ static void test_accumulate(const sdpa_impl *impl)
                 }
                 double tol = (double)(n + 3) * TL_U * mag + FLT_TRUE_MIN;
                 if (!CHECK(fabs(o[c] - ref) <= tol,
-                           "n=%zu dv=%zu v_stride=%zu offset=%zu alpha=%g: o[%zu]=%.9g, float64 %.9g, tol %.3g", n,
-                           dv, vs, off, alpha, c, o[c], ref, tol))
+                           "n=%zu dv=%zu v_stride=%zu offset=%zu alpha=%g: o[%zu]=%.9g, float64 "
+                           "%.9g, tol %.3g",
+                           n, dv, vs, off, alpha, c, o[c], ref, tol))
                     break;
             }
             CHECK(tl_is_sentinel(ob[off + dv]) && (off == 0 || tl_is_sentinel(ob[0])),
@@ -397,7 +418,8 @@ static void test_pipeline(const sdpa_impl *impl)
             }
         }
         if (seen == 0) {
-            CHECK(l == 0.0f && m == -INFINITY, "trial %d: everything masked but m=%g l=%g", trial, m, l);
+            CHECK(l == 0.0f && m == -INFINITY, "trial %d: everything masked but m=%g l=%g", trial,
+                  m, l);
             for (size_t c = 0; c < DV; c++)
                 CHECK(o[c] == 0.0f, "trial %d: everything masked but o[%zu]=%g", trial, c, o[c]);
             continue;
@@ -414,8 +436,9 @@ static void test_pipeline(const sdpa_impl *impl)
                 mag += w * fabs(v[j * DV + c]);
             }
             double got = (double)o[c] / l, tol = E * mag;
-            if (!CHECK(fabs(got - ref) <= tol, "trial %d n=%zu scale=%g: o[%zu]/l=%.9g, float64 %.9g, tol %.3g",
-                       trial, n, scale, c, got, ref, tol))
+            if (!CHECK(fabs(got - ref) <= tol,
+                       "trial %d n=%zu scale=%g: o[%zu]/l=%.9g, float64 %.9g, tol %.3g", trial, n,
+                       scale, c, got, ref, tol))
                 break;
         }
     }

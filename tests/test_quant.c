@@ -50,8 +50,8 @@
 /* ------------------------------------------------------------------------------------------ */
 /* The forward cases                                                                            */
 /* ------------------------------------------------------------------------------------------ */
-static qcase mk(const char *name, size_t B, size_t qh, size_t kvh, size_t d, size_t dv, size_t lq, size_t lk,
-                sdpa_dtype kt, sdpa_dtype vt)
+static qcase mk(const char *name, size_t B, size_t qh, size_t kvh, size_t d, size_t dv, size_t lq,
+                size_t lk, sdpa_dtype kt, sdpa_dtype vt)
 {
     qcase c;
     memset(&c, 0, sizeof c);
@@ -68,7 +68,7 @@ static sdpa_dtype blk(size_t i) { return ref_formats[i % N_FORMATS].t; }
    (SDPA_TEST_SAMPLE 2 or 4: prefills of some pairs, decodes of others) still meet each one. */
 static const struct {
     sdpa_dtype k, v;
-} g_types[] = {{Q41, Q50}, {IQ4, F16}, {F32, Q51}, {F32, Q8},  {Q51, Q41}, {Q50, IQ4}, {F16, Q4},
+} g_types[] = {{Q41, Q50}, {IQ4, F16}, {F32, Q51}, {F32, Q8},   {Q51, Q41}, {Q50, IQ4}, {F16, Q4},
                {IQ4, Q8},  {Q4, Q51},  {BF16, Q8}, {Q41, BF16}, {Q50, F32}, {F16, IQ4}, {Q8, Q41}};
 enum { N_TYPES = sizeof g_types / sizeof g_types[0] };
 
@@ -86,8 +86,8 @@ static void t_types(const sdpa_impl *impl)
         const size_t *dm = g_dims[i % N_DIMS];
         const bool big = dm[0] + dm[1] > 256; /* fewer rows for the large head dims */
         const size_t lq = big ? 24 : i % 3 == 2 ? 70 : 40;
-        qcase a = mk("prefill", 1, big ? 4 : 8, 2, dm[0], dm[1], lq, 70, g_types[i].k,
-                     g_types[i].v);
+        qcase a =
+            mk("prefill", 1, big ? 4 : 8, 2, dm[0], dm[1], lq, 70, g_types[i].k, g_types[i].v);
         a.causal = i % 2 == 0;
         a.kf = (int)(i % 3); /* dense, strided, reversed */
         if (!tl_sampled_out(i)) qprob_case(impl, &a, 100 + i);
@@ -242,8 +242,8 @@ static void t_fast(const sdpa_impl *impl)
     qprob_case(impl, &c, 606);
     qcase d = mk("fast paged prefill, variants", 2, 4, 2, 64, 64, 0, 0, IQ4, Q8);
     d.lq[0] = 40, d.lq[1] = 7, d.lk[0] = 70, d.lk[1] = 7;
-    d.fast = 1, d.qf = Q_PADDED, d.kf = KV_PAGED, d.page = 16, d.causal = true, d.mask = true, d.sinks = true,
-    d.softcap = 10.0f, d.alibi = true;
+    d.fast = 1, d.qf = Q_PADDED, d.kf = KV_PAGED, d.page = 16, d.causal = true, d.mask = true,
+    d.sinks = true, d.softcap = 10.0f, d.alibi = true;
     qprob_case(impl, &d, 607);
     d.kf = KV_PACKED, d.qf = Q_PACKED, d.kt = Q50, d.window = 9;
     qprob_case(impl, &d, 608);
@@ -252,7 +252,8 @@ static void t_fast(const sdpa_impl *impl)
     qprob_case(impl, &e, 609);
     e.kt = Q41, e.vt = Q51, e.kshift = 3.0f, e.d = e.dv = 64, e.lq[0] = 1;
     qprob_case(impl, &e, 619);
-    printf("# %s: fast mode: worst |o_fast - o| / bound %.3f (worst |o_fast - o| %.3g), worst |o_fast - model| / "
+    printf("# %s: fast mode: worst |o_fast - o| / bound %.3f (worst |o_fast - o| %.3g), worst "
+           "|o_fast - model| / "
            "tolerance %.3f\n",
            tl_label, g_worst_fast, g_fast_err, g_worst_model);
 }
@@ -269,7 +270,12 @@ static void t_bad(const sdpa_impl *impl)
     for (size_t e = 0; e < BIG; e++) qb[e] = 0.5f;
     float *ob = tl_xmalloc(OUT * sizeof(float)), *lb = tl_xmalloc(OUT * sizeof(float));
     tl_fill_sentinel(ob, OUT), tl_fill_sentinel(lb, OUT);
-    const sdpa_params base = {.batch = 2, .q_heads = 2, .kv_heads = 1, .q_len = 3, .kv_len = LK, .head_dim = 32,
+    const sdpa_params base = {.batch = 2,
+                              .q_heads = 2,
+                              .kv_heads = 1,
+                              .q_len = 3,
+                              .kv_len = LK,
+                              .head_dim = 32,
                               .lse = lb + 64};
     typedef struct bad {
         const char *why;
@@ -280,29 +286,36 @@ static void t_bad(const sdpa_impl *impl)
     bad cases[96];
     char whys[96][64];
     size_t n = 0;
-#define BAD(w, st, stmt)                                                                                     \
-    do {                                                                                                     \
-        bad *x = &cases[n++];                                                                                \
-        x->why = w, x->want = st, x->p = base;                                                               \
-        x->q = (sdpa_tensor){qb, F32, 6 * 128, 3 * 128, 128};                                                \
-        x->o = (sdpa_tensor){ob + 64, F32, 6 * 128, 3 * 128, 128};                                           \
-        x->k = (sdpa_tensor){kb, Q8, LK * 128, LK * 128, 32};                                                \
-        x->v = (sdpa_tensor){vb, Q4, LK * 128, LK * 128, 32};                                                \
-        sdpa_params *p = &x->p;                                                                              \
-        sdpa_tensor *k = &x->k, *v = &x->v, *q = &x->q, *o = &x->o;                                          \
-        (void)p, (void)k, (void)v, (void)q, (void)o;                                                         \
-        stmt;                                                                                                \
+#define BAD(w, st, stmt)                                                                           \
+    do {                                                                                           \
+        bad *x = &cases[n++];                                                                      \
+        x->why = w, x->want = st, x->p = base;                                                     \
+        x->q = (sdpa_tensor){qb, F32, 6 * 128, 3 * 128, 128};                                      \
+        x->o = (sdpa_tensor){ob + 64, F32, 6 * 128, 3 * 128, 128};                                 \
+        x->k = (sdpa_tensor){kb, Q8, LK * 128, LK * 128, 32};                                      \
+        x->v = (sdpa_tensor){vb, Q4, LK * 128, LK * 128, 32};                                      \
+        sdpa_params *p = &x->p;                                                                    \
+        sdpa_tensor *k = &x->k, *v = &x->v, *q = &x->q, *o = &x->o;                                \
+        (void)p, (void)k, (void)v, (void)q, (void)o;                                               \
+        stmt;                                                                                      \
     } while (0)
-    BAD("head_dim 48, k q8_0", SDPA_ERR_INVALID_ARGUMENT, (p->head_dim = 48, k->token_stride = 64, v->token_stride = 64));
-    BAD("head_dim 48, v q4_0 (k f32)", SDPA_ERR_INVALID_ARGUMENT, (p->head_dim = 48, k->dtype = F32, k->token_stride = 48));
+    BAD("head_dim 48, k q8_0", SDPA_ERR_INVALID_ARGUMENT,
+        (p->head_dim = 48, k->token_stride = 64, v->token_stride = 64));
+    BAD("head_dim 48, v q4_0 (k f32)", SDPA_ERR_INVALID_ARGUMENT,
+        (p->head_dim = 48, k->dtype = F32, k->token_stride = 48));
     BAD("v_dim 48, v q4_0", SDPA_ERR_INVALID_ARGUMENT, (p->v_dim = 48, v->token_stride = 64));
     BAD("v_dim 16, v q8_0", SDPA_ERR_INVALID_ARGUMENT, (p->v_dim = 16, v->dtype = Q8));
     BAD("k token_stride 40, head_dim 32", SDPA_ERR_INVALID_ARGUMENT, k->token_stride = 40);
-    BAD("v token_stride -40", SDPA_ERR_INVALID_ARGUMENT, (v->token_stride = -40, v->data = vb + 4096));
-    BAD("k head_stride not a multiple of 32", SDPA_ERR_INVALID_ARGUMENT, k->head_stride = LK * 32 + 16);
-    BAD("v head_stride not a multiple of 32", SDPA_ERR_INVALID_ARGUMENT, v->head_stride = LK * 32 + 48);
-    BAD("k batch_stride not a multiple of 32", SDPA_ERR_INVALID_ARGUMENT, k->batch_stride = LK * 32 + 8);
-    BAD("v batch_stride not a multiple of 32", SDPA_ERR_INVALID_ARGUMENT, (p->kv_len = 33, v->batch_stride = 33 * 32 + 1));
+    BAD("v token_stride -40", SDPA_ERR_INVALID_ARGUMENT,
+        (v->token_stride = -40, v->data = vb + 4096));
+    BAD("k head_stride not a multiple of 32", SDPA_ERR_INVALID_ARGUMENT,
+        k->head_stride = LK * 32 + 16);
+    BAD("v head_stride not a multiple of 32", SDPA_ERR_INVALID_ARGUMENT,
+        v->head_stride = LK * 32 + 48);
+    BAD("k batch_stride not a multiple of 32", SDPA_ERR_INVALID_ARGUMENT,
+        k->batch_stride = LK * 32 + 8);
+    BAD("v batch_stride not a multiple of 32", SDPA_ERR_INVALID_ARGUMENT,
+        (p->kv_len = 33, v->batch_stride = 33 * 32 + 1));
     BAD("q8_scores on f16 k", SDPA_ERR_UNSUPPORTED, (p->q8_scores = 1, k->dtype = F16));
     BAD("q8_scores on f32 k (v q4_0)", SDPA_ERR_UNSUPPORTED, (p->q8_scores = 1, k->dtype = F32));
     BAD("q8_scores on bf16 k", SDPA_ERR_UNSUPPORTED, (p->q8_scores = 1, k->dtype = BF16));
@@ -349,10 +362,12 @@ static void t_bad(const sdpa_impl *impl)
         size_t ws = 12345;
         const sdpa_status st = sdpa_impl_forward(impl, &x->p, &x->q, &x->k, &x->v, &x->o);
         const sdpa_status sv = sdpa_validate(&x->p, &x->q, &x->k, &x->v, &x->o, msg, sizeof msg);
-        const sdpa_status sw = sdpa_impl_workspace_size(impl, &x->p, &x->q, &x->k, &x->v, &x->o, &ws);
+        const sdpa_status sw =
+            sdpa_impl_workspace_size(impl, &x->p, &x->q, &x->k, &x->v, &x->o, &ws);
         CHECK(st == x->want && sv == x->want && sw == x->want && msg[0] && strcmp(msg, "ok") != 0,
-              "%s: status %s (validate %s \"%s\", workspace_size %s), want %s", x->why, sdpa_status_str(st),
-              sdpa_status_str(sv), msg, sdpa_status_str(sw), sdpa_status_str(x->want));
+              "%s: status %s (validate %s \"%s\", workspace_size %s), want %s", x->why,
+              sdpa_status_str(st), sdpa_status_str(sv), msg, sdpa_status_str(sw),
+              sdpa_status_str(x->want));
         size_t wrote = 0;
         for (size_t e = 0; e < OUT; e++) wrote += !tl_is_sentinel(ob[e]) + !tl_is_sentinel(lb[e]);
         CHECK(wrote == 0, "%s: the refused call wrote %zu elements of o and lse", x->why, wrote);
@@ -389,9 +404,9 @@ typedef sdpa_status (*quant_fn)(const float *, size_t, void *);
 typedef sdpa_status (*deq_fn)(const void *, size_t, float *);
 static const struct {
     sdpa_dtype t;
-    quant_fn   quant;
-    deq_fn     deq;
-    float      top, over;
+    quant_fn quant;
+    deq_fn deq;
+    float top, over;
 } g_api[] = {
     /* top and over: 65519 and 65520 times 127, -8 and -16; 65519 and 65521 times 15 and 31 */
     {Q8, sdpa_quantize_q8_0, sdpa_dequantize_q8_0, 8320913.0f, 8321040.0f},
@@ -419,11 +434,13 @@ static void conv_block(tl_rng *r, size_t k, sdpa_dtype t, float top, float *x)
         break;
     }
     case 2: /* q8_0 ties: d = 1, x * id = n + 0.5 exactly (half away from zero) */
-        for (int i = 0; i < QK; i++) x[i] = (float)((int)tl_below(r, 253) - 126) + (i % 2 ? 0.5f : -0.5f);
+        for (int i = 0; i < QK; i++)
+            x[i] = (float)((int)tl_below(r, 253) - 126) + (i % 2 ? 0.5f : -0.5f);
         x[tl_below(r, QK)] = other ? -127.0f : 127.0f;
         break;
     case 3: /* q4_0 ties: m = -8 first, d = 1: x + 8.5 an integer or n + 0.5 */
-        for (int i = 0; i < QK; i++) x[i] = (float)((int)tl_below(r, 15) - 7) + (i % 3 ? 0.5f : -0.5f);
+        for (int i = 0; i < QK; i++)
+            x[i] = (float)((int)tl_below(r, 15) - 7) + (i % 3 ? 0.5f : -0.5f);
         x[3] = -8.0f, x[20] = 8.0f; /* +8 later: the first of largest magnitude is -8 */
         break;
     case 4: /* zeros, then negative zeros */
@@ -455,7 +472,8 @@ static void conv_block(tl_rng *r, size_t k, sdpa_dtype t, float top, float *x)
         for (int i = 0; i < QK; i++)
             x[i] = (has_min ? 6.0e4f : 4.0e5f) * tl_uniform(r, -1.0f, 1.0f);
         break;
-    case 12: /* q4_0 scale exactly between two f16 values: ties to even (1 + 2^-11 -> 1, 1 + 3 2^-11 -> 1 + 2^-9) */
+    case 12: /* q4_0 scale exactly between two f16 values: ties to even (1 + 2^-11 -> 1, 1 + 3 2^-11
+                -> 1 + 2^-9) */
         for (int i = 0; i < QK; i++) x[i] = tl_uniform(r, -7.0f, 7.0f);
         x[0] = -8.0f * (other ? 1.0f + 3 * 0x1p-11f : 1.0f + 0x1p-11f);
         break;
@@ -522,18 +540,31 @@ static void t_convert(void)
           "an unknown dtype must have block and size 0 and the name \"unknown\"");
     const struct {
         sdpa_dtype t;
-        size_t     n, want;
-    } nb[] = {{Q8, 32, 34},    {Q8, 64, 68},    {Q4, 32000, 18000}, {Q8, 33, 0},   {Q4, 16, 0},
-              {Q8, 0, 0},      {F32, 5, 20},    {F16, 7, 14},       {BF16, 3, 6},  {Q41, 64, 40},
-              {Q50, 96, 66},   {Q51, 32, 24},   {IQ4, 320, 180},    {Q51, 48, 0},
-              {(sdpa_dtype)9, 32, 0},           {F32, SIZE_MAX / 2, 0},
-              {Q8, SIZE_MAX / 32 * 32, 0}, /* 34 bytes a block: overflows */
+        size_t n, want;
+    } nb[] = {{Q8, 32, 34},
+              {Q8, 64, 68},
+              {Q4, 32000, 18000},
+              {Q8, 33, 0},
+              {Q4, 16, 0},
+              {Q8, 0, 0},
+              {F32, 5, 20},
+              {F16, 7, 14},
+              {BF16, 3, 6},
+              {Q41, 64, 40},
+              {Q50, 96, 66},
+              {Q51, 32, 24},
+              {IQ4, 320, 180},
+              {Q51, 48, 0},
+              {(sdpa_dtype)9, 32, 0},
+              {F32, SIZE_MAX / 2, 0},
+              {Q8, SIZE_MAX / 32 * 32, 0},                  /* 34 bytes a block: overflows */
               {Q4, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 18}, /* the largest n fits */
               {IQ4, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 18},
               {Q51, SIZE_MAX / 32 * 32, SIZE_MAX / 32 * 24}};
     for (size_t i = 0; i < sizeof nb / sizeof nb[0]; i++)
-        CHECK(sdpa_dtype_bytes(nb[i].t, nb[i].n) == nb[i].want, "sdpa_dtype_bytes(%s, %zu) = %zu, want %zu",
-              dtn(nb[i].t), nb[i].n, sdpa_dtype_bytes(nb[i].t, nb[i].n), nb[i].want);
+        CHECK(sdpa_dtype_bytes(nb[i].t, nb[i].n) == nb[i].want,
+              "sdpa_dtype_bytes(%s, %zu) = %zu, want %zu", dtn(nb[i].t), nb[i].n,
+              sdpa_dtype_bytes(nb[i].t, nb[i].n), nb[i].want);
 
     /* quantizers: byte for byte, every kind of block, each at several positions in a row; the
        per-type functions and sdpa_quantize in turn */
@@ -560,7 +591,8 @@ static void t_convert(void)
             }
             size_t past = 0;
             for (size_t e = NBLK * bb; e < GOT; e++) past += got[e] != 0xa5;
-            CHECK(past == 0, "%s quantize wrote %zu bytes past the %zu blocks", dtn(t), past, (size_t)NBLK);
+            CHECK(past == 0, "%s quantize wrote %zu bytes past the %zu blocks", dtn(t), past,
+                  (size_t)NBLK);
             for (size_t b = 0; b < NBLK; b++) {
                 ref_format_of(t)->quant(x + b * QK, want + b * bb);
                 if (memcmp(got + b * bb, want + b * bb, bb) != 0) {
@@ -595,16 +627,19 @@ static void t_convert(void)
             if ((want[b * bb + 1] & 0x7c) == 0x7c) want[b * bb + 1] ^= 0x04; /* finite */
             if (has_min && (want[b * bb + 3] & 0x7c) == 0x7c) want[b * bb + 3] ^= 0x04;
         }
-        want[5 * bb + 1] = 0x7c, want[5 * bb] = 0;        /* +inf */
-        want[6 * bb + 1] = 0xfe, want[6 * bb] = 0x01;     /* NaN */
+        want[5 * bb + 1] = 0x7c, want[5 * bb] = 0;                  /* +inf */
+        want[6 * bb + 1] = 0xfe, want[6 * bb] = 0x01;               /* NaN */
         if (has_min) want[7 * bb + 3] = 0xfc, want[7 * bb + 2] = 0; /* a minimum of -inf */
         for (size_t b = 0; b < NBLK; b++) ref_deq(t, want + b * bb, yr + b * QK, NULL);
         const sdpa_status sd = g_api[f].deq(want, NBLK * QK, y);
-        CHECK(sd == SDPA_OK, "%s dequantize of random bytes: status %s", dtn(t), sdpa_status_str(sd));
+        CHECK(sd == SDPA_OK, "%s dequantize of random bytes: status %s", dtn(t),
+              sdpa_status_str(sd));
         for (size_t e = 0; e < NBLK * QK; e++) {
             const bool nonfinite = e / QK == 5 || e / QK == 6 || (has_min && e / QK == 7);
             if (nonfinite) {
-                if (!CHECK(!isfinite(y[e]), "%s dequantize with a non-finite scale: y[%zu] = %g", dtn(t), e, y[e])) break;
+                if (!CHECK(!isfinite(y[e]), "%s dequantize with a non-finite scale: y[%zu] = %g",
+                           dtn(t), e, y[e]))
+                    break;
             } else if (!CHECK(tl_bits(y[e]) == tl_bits(yr[e]),
                               "%s dequantize of random bytes: y[%zu] = %.9g, d n (+ m) = %.9g",
                               dtn(t), e, y[e], yr[e])) {
@@ -621,9 +656,9 @@ static void t_convert(void)
         enum { N4 = 4 * QK, W = 4 * QMAX_BYTES };
         const struct {
             const char *why;
-            size_t      at;
-            float       val;
-            size_t      n;
+            size_t at;
+            float val;
+            size_t n;
         } rq[] = {{"NaN in the second block", QK + 3, NAN, N4},
                   {"+inf in the last block", N4 - 1, INFINITY, N4},
                   {"-inf in the first block", 0, -INFINITY, N4},
@@ -684,7 +719,7 @@ static void t_convert(void)
         CHECK(wrote == 0, "%s: refused or empty conversions wrote %zu elements", dtn(t), wrote);
     }
     /* sdpa_quantize and sdpa_dequantize refuse a type that is not a block format */
-    static const sdpa_dtype not_blocks[] = {F32, F16, BF16, (sdpa_dtype)9, (sdpa_dtype)-1,
+    static const sdpa_dtype not_blocks[] = {F32,           F16, BF16, (sdpa_dtype)9, (sdpa_dtype)-1,
                                             (sdpa_dtype)99};
     for (size_t i = 0; i < sizeof not_blocks / sizeof not_blocks[0]; i++) {
         for (size_t e = 0; e < QK; e++) x[e] = 0.25f;
@@ -709,15 +744,15 @@ static void t_convert(void)
 /* ------------------------------------------------------------------------------------------ */
 typedef struct qb_input {
     const char *name;
-    sdpa_dtype  only; /* the one block format it is for; F32: every one */
-    float       x[QK];
+    sdpa_dtype only; /* the one block format it is for; F32: every one */
+    float x[QK];
 } qb_input;
 typedef struct qb_case {
-    sdpa_dtype    t;
-    size_t        input; /* into qb_inputs */
-    size_t        nbytes;
+    sdpa_dtype t;
+    size_t input; /* into qb_inputs */
+    size_t nbytes;
     unsigned char bytes[QMAX_BYTES];
-    float         y[QK]; /* the values sdpa.h states, exactly */
+    float y[QK]; /* the values sdpa.h states, exactly */
 } qb_case;
 #include "quant_bytes.h"
 
@@ -798,7 +833,10 @@ static void t_fixed_bytes(void)
 }
 
 /* ------------------------------------------------------------------------------------------ */
-static void run_test(const char *name, tl_impl_fn fn) { tl_for_each_impl_worst(name, fn, &g_worst); }
+static void run_test(const char *name, tl_impl_fn fn)
+{
+    tl_for_each_impl_worst(name, fn, &g_worst);
+}
 
 int main(void)
 {

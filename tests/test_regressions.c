@@ -1,4 +1,5 @@
-/* test_regressions.c -- one test per defect found from outside the suite, each failing on the code before its fix */
+/* test_regressions.c -- one test per defect found from outside the suite, each failing on the code
+ * before its fix */
 /*
  * - q8-scores-slot: q8_scores = 1 with R*D/32 odd (head dims 32, 96, 160 and an odd number of
  *   query rows per item) once wrote the query's block scales past their scratch slot: a crash,
@@ -54,14 +55,20 @@ static void run_q8case(const sdpa_impl *impl, const q8case *c, tl_rng *rng)
                 blk[2 + i] = (unsigned char)x;
             }
         }
-    sdpa_params p = {.batch = 1, .q_heads = Hq, .kv_heads = Hkv, .q_len = Lq, .kv_len = Lk,
-                     .head_dim = D, .q8_scores = 1};
+    sdpa_params p = {.batch = 1,
+                     .q_heads = Hq,
+                     .kv_heads = Hkv,
+                     .q_len = Lq,
+                     .kv_len = Lk,
+                     .head_dim = D,
+                     .q8_scores = 1};
     sdpa_tensor tq = {q, SDPA_F32, 0, (ptrdiff_t)(Lq * D), (ptrdiff_t)D};
     sdpa_tensor tk = {k, SDPA_Q8_0, 0, (ptrdiff_t)(Lk * D), (ptrdiff_t)D};
     sdpa_tensor tv = {v, SDPA_F32, 0, (ptrdiff_t)(Lk * D), (ptrdiff_t)D};
     for (int t = 0; t < 3; t++) {
         sdpa_tensor to = {o[t], SDPA_F32, 0, (ptrdiff_t)(Lq * D), (ptrdiff_t)D};
-        const sdpa_status st = tl_forward_on(impl, &p, t ? g_pool[t - 1] : NULL, &tq, &tk, &tv, &to);
+        const sdpa_status st =
+            tl_forward_on(impl, &p, t ? g_pool[t - 1] : NULL, &tq, &tk, &tv, &to);
         CHECK(st == SDPA_OK, "D %zu heads %zu/%zu, %zu x %zu: status %s", D, Hq, Hkv, Lq, Lk,
               sdpa_status_str(st));
     }
@@ -98,7 +105,8 @@ static void run_q8case(const sdpa_impl *impl, const q8case *c, tl_rng *rng)
             for (size_t j = 0; j < Lk; j++) l += (s[j] = exp(s[j] - mx));
             for (size_t j = 0; j < Lk; j++)
                 for (size_t cc = 0; cc < D; cc++)
-                    if (fabs(v[(hk * Lk + j) * D + cc]) > vmax) vmax = fabs(v[(hk * Lk + j) * D + cc]);
+                    if (fabs(v[(hk * Lk + j) * D + cc]) > vmax)
+                        vmax = fabs(v[(hk * Lk + j) * D + cc]);
             const double tol = (exp(2 * E) - 1) * vmax * 1.01 + 1e-4 * vmax;
             for (size_t cc = 0; cc < D && !tl_give_up(); cc++) {
                 double ref = 0;
@@ -107,7 +115,8 @@ static void run_q8case(const sdpa_impl *impl, const q8case *c, tl_rng *rng)
                 const float got = o[0][(h * Lq + i) * D + cc];
                 CHECK(fabs(got - ref) <= tol,
                       "D %zu heads %zu/%zu, %zu x %zu: o[h %zu][i %zu][%zu] = %.7g, float64 %.7g, "
-                      "bound %.3g", D, Hq, Hkv, Lq, Lk, h, i, cc, got, ref, tol);
+                      "bound %.3g",
+                      D, Hq, Hkv, Lq, Lk, h, i, cc, got, ref, tol);
             }
         }
     free(s);
@@ -122,8 +131,7 @@ static void test_q8_scores_slot(const sdpa_impl *impl)
         {32, 3, 1, 1, 4096}, /* 3 rows per KV head: 3 scale blocks */
         {32, 3, 1, 5, 700},  /* a few query rows */
         {160, 1, 1, 1, 300}, /* 5 scale blocks */
-        {96, 6, 2, 2, 513},
-        {224, 7, 1, 1, 129},
+        {96, 6, 2, 2, 513},  {224, 7, 1, 1, 129},
     };
     tl_rng rng = {42};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -144,7 +152,8 @@ static void test_window_wide(const sdpa_impl *impl)
     float *q = tl_xmalloc(B * H * Lq * D * sizeof(float));
     float *k = tl_xmalloc(B * H * Lk * D * sizeof(float));
     float *v = tl_xmalloc(B * H * Lk * D * sizeof(float));
-    float *o0 = tl_xmalloc(B * H * Lq * D * sizeof(float)), *o1 = tl_xmalloc(B * H * Lq * D * sizeof(float));
+    float *o0 = tl_xmalloc(B * H * Lq * D * sizeof(float)),
+          *o1 = tl_xmalloc(B * H * Lq * D * sizeof(float));
     float lse0[B * H * Lq], lse1[B * H * Lq];
     tl_fill(&rng, q, B * H * Lq * D, -1, 1);
     tl_fill(&rng, k, B * H * Lk * D, -1, 1);
@@ -155,13 +164,24 @@ static void test_window_wide(const sdpa_impl *impl)
     sdpa_tensor to0 = {o0, SDPA_F32, (ptrdiff_t)(H * Lq * D), (ptrdiff_t)(Lq * D), (ptrdiff_t)D};
     sdpa_tensor to1 = to0;
     to1.data = o1;
-    static const size_t wides[] = {SIZE_MAX, SIZE_MAX - 1, (size_t)PTRDIFF_MAX,
-                                   (size_t)PTRDIFF_MAX + 1, (size_t)PTRDIFF_MAX - 3, 1u << 31,
-                                   Lq + Lk, Lk + 1};
+    static const size_t wides[] = {SIZE_MAX,
+                                   SIZE_MAX - 1,
+                                   (size_t)PTRDIFF_MAX,
+                                   (size_t)PTRDIFF_MAX + 1,
+                                   (size_t)PTRDIFF_MAX - 3,
+                                   1u << 31,
+                                   Lq + Lk,
+                                   Lk + 1};
     for (int ragged = 0; ragged < 2; ragged++)
         for (int causal = 0; causal < 2; causal++) {
-            sdpa_params p = {.batch = B, .q_heads = H, .kv_heads = H, .q_len = Lq, .kv_len = Lk,
-                             .head_dim = D, .causal = causal, .lse = lse0};
+            sdpa_params p = {.batch = B,
+                             .q_heads = H,
+                             .kv_heads = H,
+                             .q_len = Lq,
+                             .kv_len = Lk,
+                             .head_dim = D,
+                             .causal = causal,
+                             .lse = lse0};
             if (ragged) p.q_lens = ql, p.kv_lens = kvl;
             memset(o0, 0, B * H * Lq * D * sizeof(float));
             sdpa_status st = sdpa_impl_forward(impl, &p, &tq, &tk, &tv, &to0);
@@ -179,8 +199,8 @@ static void test_window_wide(const sdpa_impl *impl)
                 CHECK(st == SDPA_OK && memcmp(o0, o1, B * H * Lq * D * sizeof(float)) == 0 &&
                           memcmp(lse0, lse1, sizeof lse0) == 0,
                       "window %zu (causal %d, ragged %d): not the bits of no window (status %s, "
-                      "o[0] %g against %g)", wides[w], causal, ragged, sdpa_status_str(st), o1[0],
-                      o0[0]);
+                      "o[0] %g against %g)",
+                      wides[w], causal, ragged, sdpa_status_str(st), o1[0], o0[0]);
             }
         }
     free(q), free(k), free(v), free(o0), free(o1);
@@ -193,8 +213,8 @@ static void test_window_wide(const sdpa_impl *impl)
 /* A paged, ragged call with sinks, slopes and a mask, all its small arrays in one arena, so
    that o or lse can be placed over any of them. */
 enum { AR_TABLE, AR_QLENS, AR_KVLENS, AR_CUQ, AR_SINKS, AR_SLOPES, AR_MASK, AR_WS, AR_N };
-static const char *const ar_names[AR_N] = {"block_table", "q_lens", "kv_lens", "cu_q", "sinks",
-                                           "alibi_slopes", "mask", "workspace"};
+static const char *const ar_names[AR_N] = {"block_table", "q_lens",       "kv_lens", "cu_q",
+                                           "sinks",       "alibi_slopes", "mask",    "workspace"};
 
 static void test_outputs_over_reads(const sdpa_impl *impl)
 {
@@ -227,13 +247,26 @@ static void test_outputs_over_reads(const sdpa_impl *impl)
                 sinks[0] = 0.5f, sinks[1] = -1.0f, slopes[0] = 0.25f, slopes[1] = 0.125f;
                 for (size_t e = 0; e < B * H * LQ * LK; e++) mask[e] = (float)(e % 3) - 1.0f;
                 sdpa_tensor tm = {mask, SDPA_F32, H * LQ * LK, LQ * LK, LK};
-                sdpa_params p = {.batch = B, .q_heads = H, .kv_heads = H, .q_len = LQ,
-                                 .kv_len = LK, .head_dim = D, .sinks = sinks,
-                                 .alibi_slopes = slopes, .mask = &tm, .kv_lens = kvlens,
-                                 .block_table = tab, .page_size = PS, .max_pages = MP,
-                                 .n_pages = NP, .workspace = ws, .workspace_bytes = ws_bytes};
-                if (variant == 0) p.q_lens = qlens;
-                else p.cu_q = cuq;
+                sdpa_params p = {.batch = B,
+                                 .q_heads = H,
+                                 .kv_heads = H,
+                                 .q_len = LQ,
+                                 .kv_len = LK,
+                                 .head_dim = D,
+                                 .sinks = sinks,
+                                 .alibi_slopes = slopes,
+                                 .mask = &tm,
+                                 .kv_lens = kvlens,
+                                 .block_table = tab,
+                                 .page_size = PS,
+                                 .max_pages = MP,
+                                 .n_pages = NP,
+                                 .workspace = ws,
+                                 .workspace_bytes = ws_bytes};
+                if (variant == 0)
+                    p.q_lens = qlens;
+                else
+                    p.cu_q = cuq;
                 float *lse_own = tl_xmalloc(B * H * LQ * sizeof(float));
                 p.lse = lse_own;
                 sdpa_tensor tq = {q, SDPA_F32, H * LQ * D, LQ * D, D};
@@ -247,8 +280,10 @@ static void test_outputs_over_reads(const sdpa_impl *impl)
                 CHECK(st == SDPA_OK, "the base call (variant %d) is refused: %s", variant, msg);
                 /* the output lands at the start of array a (a one-element lse or o row) */
                 unsigned char *target = arena + slot * a;
-                if (which == 0) to.data = target;
-                else p.lse = (float *)(void *)target;
+                if (which == 0)
+                    to.data = target;
+                else
+                    p.lse = (float *)(void *)target;
                 unsigned char *before = tl_xmalloc(slot * AR_N + ws_bytes);
                 memcpy(before, arena, slot * AR_N + ws_bytes);
                 st = sdpa_validate(&p, &tq, &tk, &tv, &to, msg, sizeof msg);
@@ -304,10 +339,12 @@ static void test_quant_subnormal(void)
             CHECK(d == 0.0f || isinf(1.0f / d), "q4_0 top %a: 1 / d is finite", (double)tops[t]);
             const unsigned nib = d == 0.0f ? 8 : 0;
             CHECK(b4[0] == 0 && b4[1] == (signbit(d) ? 0x80 : 0),
-                  "q4_0 top %a sign %d: scale bytes %02x %02x", (double)tops[t], sign, b4[0], b4[1]);
+                  "q4_0 top %a sign %d: scale bytes %02x %02x", (double)tops[t], sign, b4[0],
+                  b4[1]);
             for (int i = 2; i < 18; i++)
-                CHECK(b4[i] == (nib | nib << 4), "q4_0 top %a sign %d: byte %d is 0x%02x, ggml writes 0x%02x",
-                      (double)tops[t], sign, i, b4[i], nib | nib << 4);
+                CHECK(b4[i] == (nib | nib << 4),
+                      "q4_0 top %a sign %d: byte %d is 0x%02x, ggml writes 0x%02x", (double)tops[t],
+                      sign, i, b4[i], nib | nib << 4);
         }
     /* a tiny normal top whose d is an f16 0 but whose 1 / d is finite: the ordinary formula,
        d = 2^-120 / -8 = -2^-123 (stored as f16 -0), x / d + 8.5 truncated */
@@ -316,8 +353,8 @@ static void test_quant_subnormal(void)
     unsigned char b4[18];
     CHECK(sdpa_quantize_q4_0(x, 32, b4) == SDPA_OK, "q4_0 top 2^-120 refused");
     /* x0 / d = -8 -> nibble 0; x1 / d = 4 -> 12; zeros -> 8 */
-    CHECK(b4[0] == 0 && b4[1] == 0x80, "q4_0 top 2^-120: scale bytes %02x %02x, want f16 -0",
-          b4[0], b4[1]);
+    CHECK(b4[0] == 0 && b4[1] == 0x80, "q4_0 top 2^-120: scale bytes %02x %02x, want f16 -0", b4[0],
+          b4[1]);
     CHECK(b4[2] == (0 | 8 << 4) && b4[3] == (12 | 8 << 4) && b4[4] == (8 | 8 << 4),
           "q4_0 top 2^-120: quant bytes %02x %02x %02x, want 80 8c 88", b4[2], b4[3], b4[4]);
     tl_end();
@@ -328,14 +365,20 @@ static void test_quant_empty(void)
     tl_start("quant-empty", "api");
     float x = 1.0f, y = 2.0f;
     unsigned char b = 0xab;
-    CHECK(sdpa_quantize_q8_0(&x, 0, &b) == SDPA_OK && b == 0xab, "q8_0 n = 0: not an empty success");
-    CHECK(sdpa_quantize_q4_0(&x, 0, &b) == SDPA_OK && b == 0xab, "q4_0 n = 0: not an empty success");
+    CHECK(sdpa_quantize_q8_0(&x, 0, &b) == SDPA_OK && b == 0xab,
+          "q8_0 n = 0: not an empty success");
+    CHECK(sdpa_quantize_q4_0(&x, 0, &b) == SDPA_OK && b == 0xab,
+          "q4_0 n = 0: not an empty success");
     CHECK(sdpa_dequantize_q8_0(&b, 0, &y) == SDPA_OK && y == 2.0f, "q8_0 dequantize n = 0");
     CHECK(sdpa_dequantize_q4_0(&b, 0, &y) == SDPA_OK && y == 2.0f, "q4_0 dequantize n = 0");
-    CHECK(sdpa_quantize_q8_0(NULL, 0, &b) == SDPA_ERR_INVALID_ARGUMENT, "q8_0 NULL x, n = 0 accepted");
-    CHECK(sdpa_quantize_q4_0(&x, 0, NULL) == SDPA_ERR_INVALID_ARGUMENT, "q4_0 NULL dst, n = 0 accepted");
-    CHECK(sdpa_dequantize_q8_0(NULL, 0, &y) == SDPA_ERR_INVALID_ARGUMENT, "dequantize NULL src accepted");
-    CHECK(sdpa_dequantize_q4_0(&b, 0, NULL) == SDPA_ERR_INVALID_ARGUMENT, "dequantize NULL y accepted");
+    CHECK(sdpa_quantize_q8_0(NULL, 0, &b) == SDPA_ERR_INVALID_ARGUMENT,
+          "q8_0 NULL x, n = 0 accepted");
+    CHECK(sdpa_quantize_q4_0(&x, 0, NULL) == SDPA_ERR_INVALID_ARGUMENT,
+          "q4_0 NULL dst, n = 0 accepted");
+    CHECK(sdpa_dequantize_q8_0(NULL, 0, &y) == SDPA_ERR_INVALID_ARGUMENT,
+          "dequantize NULL src accepted");
+    CHECK(sdpa_dequantize_q4_0(&b, 0, NULL) == SDPA_ERR_INVALID_ARGUMENT,
+          "dequantize NULL y accepted");
     tl_end();
 }
 

@@ -54,15 +54,28 @@ static void test_parse_size(void)
     tl_start("sysfs cache size strings", "all");
     static const struct {
         const char *s;
-        size_t      want;
+        size_t want;
     } cases[] = {
-        {"48K", 48u << 10},       {"1024K", 1u << 20},       {"1M", 1u << 20},
-        {"32M", 32u << 20},       {"32768K\n", 32u << 20},   {"512", 512},
-        {"2G", (size_t)2 << 30},  {"0K", 0},                 {"", 0},
-        {"K", 0},                 {"garbage", 0},            {"48KB", 0},
-        {"4 8K", 0},              {" 48K", 0},               {"-4K", 0},
-        {"48k", 0},               {"48K\nx", 0},             {"99999999999999999999999K", 0},
-        {"18446744073709551615K", 0}, {"17179869184G", 0},
+        {"48K", 48u << 10},
+        {"1024K", 1u << 20},
+        {"1M", 1u << 20},
+        {"32M", 32u << 20},
+        {"32768K\n", 32u << 20},
+        {"512", 512},
+        {"2G", (size_t)2 << 30},
+        {"0K", 0},
+        {"", 0},
+        {"K", 0},
+        {"garbage", 0},
+        {"48KB", 0},
+        {"4 8K", 0},
+        {" 48K", 0},
+        {"-4K", 0},
+        {"48k", 0},
+        {"48K\nx", 0},
+        {"99999999999999999999999K", 0},
+        {"18446744073709551615K", 0},
+        {"17179869184G", 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const size_t got = sdpa_cache_parse_size(cases[i].s);
@@ -136,8 +149,10 @@ static void test_sysfs(void)
 {
     tl_start("sysfs cache directory", "all");
     /* instruction cache first (skipped), sizes in K and M, a level 4 ignored */
-    const fake_index full[] = {{"1", "Instruction", "64K"}, {"1", "Data", "48K"},
-                               {"2", "Unified", "2048K"},   {"3", "Unified", "32M"},
+    const fake_index full[] = {{"1", "Instruction", "64K"},
+                               {"1", "Data", "48K"},
+                               {"2", "Unified", "2048K"},
+                               {"3", "Unified", "32M"},
                                {"4", "Unified", "128M"}};
     const size_t want_full[SDPA_CACHE_LEVELS] = {48u << 10, 2u << 20, 32u << 20};
     check_tree("full", full, 5, true, want_full);
@@ -228,8 +243,8 @@ static void test_tuning_table(void)
     tl_start("sdpa_tuning table", "all");
     enum { SLOTS = sizeof(sdpa_tuning) / sizeof(size_t), CAP = SLOTS + 4 };
     CHECK(sdpa_tuning_fields() == SLOTS,
-          "sdpa_tuning has %d size_t fields, the table in dispatch/tuning.c lists %zu",
-          (int)SLOTS, sdpa_tuning_fields());
+          "sdpa_tuning has %d size_t fields, the table in dispatch/tuning.c lists %zu", (int)SLOTS,
+          sdpa_tuning_fields());
     size_t slot[SLOTS];
     for (size_t i = 0; i < SLOTS; i++) slot[i] = 100 + i;
     sdpa_tuning t;
@@ -345,13 +360,19 @@ static void test_planner(void)
     CHECK(find(t, n0, "block") == NULL, "head_dim 0 lists a block");
     static const struct {
         const char *name;
-        size_t      value;
-    } want[] = {{"rows_target", ROWS_TARGET},       {"split_min_kv", SPLIT_MIN_KV},
-                {"split_chunk_min", SPLIT_CHUNK_MIN}, {"split_chunk_max", SPLIT_CHUNK_MAX},
-                {"split_items", SPLIT_ITEMS},       {"block_min", BLOCK_MIN},
-                {"block_max", BLOCK_MAX},           {"stream_bytes", STREAM_BYTES},
-                {"page_pf_keys", PAGE_PF_KEYS},     {"stage_max_page", STAGE_MAX_PAGE},
-                {"stage_keys", STAGE_KEYS},         {"stage_pf_keys", STAGE_PF_KEYS}};
+        size_t value;
+    } want[] = {{"rows_target", ROWS_TARGET},
+                {"split_min_kv", SPLIT_MIN_KV},
+                {"split_chunk_min", SPLIT_CHUNK_MIN},
+                {"split_chunk_max", SPLIT_CHUNK_MAX},
+                {"split_items", SPLIT_ITEMS},
+                {"block_min", BLOCK_MIN},
+                {"block_max", BLOCK_MAX},
+                {"stream_bytes", STREAM_BYTES},
+                {"page_pf_keys", PAGE_PF_KEYS},
+                {"stage_max_page", STAGE_MAX_PAGE},
+                {"stage_keys", STAGE_KEYS},
+                {"stage_pf_keys", STAGE_PF_KEYS}};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const sdpa_tunable *e = find(t, n0, want[i].name);
         CHECK(e && e->value == want[i].value, "%s: %zu, the planner uses %zu", want[i].name,

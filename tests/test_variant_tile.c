@@ -1,4 +1,5 @@
-/* test_variant_tile.c -- the score-tile functions of the variants (kernels/generic/variants.h): row-major and transposed alike, against direct definitions */
+/* test_variant_tile.c -- the score-tile functions of the variants (kernels/generic/variants.h):
+ * row-major and transposed alike, against direct definitions */
 /*
  * The functions are compiled here for the baseline; each implementation compiles the same source
  * for its ISA and is checked end to end by test_variants.c. This test pins down what the forward
@@ -37,14 +38,14 @@ static void test_f16(void)
 }
 
 typedef struct unit {
-    size_t    lim[R], first[R];
+    size_t lim[R], first[R];
     ptrdiff_t pos[R];
-    float     slope[R];
+    float slope[R];
     const void *mrow[R];
     sdpa_mods mods;
     sdpa_rows w;
-    void     *mask;
-    float    *v, *acc;
+    void *mask;
+    float *v, *acc;
 } unit;
 
 /* A unit of R rows over LK keys: non-decreasing windows, slopes, a mask of dtype t whose rows
@@ -63,20 +64,31 @@ static void make_unit(unit *u, tl_rng *g, sdpa_dtype t, bool with_mask, bool wit
         for (size_t j = 0; j < LK; j++) {
             float x = tl_uniform(g, -3.0f, 3.0f);
             if (tl_below(g, 5) == 0 || (j >= 160 && j < 240)) x = -INFINITY;
-            if (t == SDPA_F32) ((float *)u->mask)[r * LK + j] = x;
-            else if (t == SDPA_F16) ((uint16_t *)u->mask)[r * LK + j] = sdpa_f32_to_f16(x);
-            else ((uint16_t *)u->mask)[r * LK + j] = sdpa_f32_to_bf16(x);
+            if (t == SDPA_F32)
+                ((float *)u->mask)[r * LK + j] = x;
+            else if (t == SDPA_F16)
+                ((uint16_t *)u->mask)[r * LK + j] = sdpa_f32_to_f16(x);
+            else
+                ((uint16_t *)u->mask)[r * LK + j] = sdpa_f32_to_bf16(x);
         }
     }
     u->v = tl_xmalloc(LK * DV * sizeof(float));
     tl_fill(g, u->v, LK * DV, -1.0f, 1.0f);
     u->acc = tl_xmalloc(R * DV * sizeof(float));
-    u->mods = (sdpa_mods){.slope = u->slope, .pos = u->pos, .mask = with_mask ? u->mrow : NULL,
-                          .mask_type = t};
-    u->w = (sdpa_rows){.rows = R, .d = 1, .dv = DV, .kv_limit = u->lim,
-                       .kv_first = with_first ? u->first : NULL, .mods = &u->mods,
-                       .v = u->v, .v_stride = DV, .v_type = SDPA_F32,
-                       .kv_begin = with_first ? 20 : 0, .kv_end = LK, .acc = u->acc};
+    u->mods = (sdpa_mods){
+        .slope = u->slope, .pos = u->pos, .mask = with_mask ? u->mrow : NULL, .mask_type = t};
+    u->w = (sdpa_rows){.rows = R,
+                       .d = 1,
+                       .dv = DV,
+                       .kv_limit = u->lim,
+                       .kv_first = with_first ? u->first : NULL,
+                       .mods = &u->mods,
+                       .v = u->v,
+                       .v_stride = DV,
+                       .v_type = SDPA_F32,
+                       .kv_begin = with_first ? 20 : 0,
+                       .kv_end = LK,
+                       .acc = u->acc};
 }
 
 static void free_unit(unit *u)
@@ -131,13 +143,16 @@ static void test_modify(void)
                     }
                     const bool h1 = sdpa_modify_row(&u.w, r, j0, rm + r * NB, n, 1);
                     const bool h2 = sdpa_modify_row(&u.w, r, j0, tr + r, n, PW);
-                    CHECK(h1 == any && h2 == any, "type %d cfg %d j0 %zu row %zu: hidden %d/%d, want %d",
-                          ti, cfg, j0, r, h1, h2, any);
+                    CHECK(h1 == any && h2 == any,
+                          "type %d cfg %d j0 %zu row %zu: hidden %d/%d, want %d", ti, cfg, j0, r,
+                          h1, h2, any);
                     for (size_t j = 0; j < n; j++) {
                         const uint32_t a = tl_bits(rm[r * NB + j]), b = tl_bits(tr[j * PW + r]);
-                        const bool same = a == tl_bits(want[j]) || (want[j] != want[j] && rm[r * NB + j] != rm[r * NB + j]);
-                        if (!CHECK(same && a == b, "type %d cfg %d j0 %zu row %zu key %zu: %g / %g, want %g",
-                                   ti, cfg, j0, r, j0 + j, (double)rm[r * NB + j],
+                        const bool same = a == tl_bits(want[j]) ||
+                                          (want[j] != want[j] && rm[r * NB + j] != rm[r * NB + j]);
+                        if (!CHECK(same && a == b,
+                                   "type %d cfg %d j0 %zu row %zu key %zu: %g / %g, want %g", ti,
+                                   cfg, j0, r, j0 + j, (double)rm[r * NB + j],
                                    (double)tr[j * PW + r], (double)want[j]))
                             break;
                     }
@@ -151,13 +166,16 @@ static void test_modify(void)
                     for (size_t r = r0; r < R; r++)
                         for (size_t j = j0; j < j0 + NB; j++) {
                             const bool in = j >= (u.w.kv_first ? u.first[r] : 0) && j < u.lim[r];
-                            const bool masked = u.mods.mask && mask_value(u.mrow[r], u.mods.mask_type, j) == -INFINITY;
+                            const bool masked =
+                                u.mods.mask &&
+                                mask_value(u.mrow[r], u.mods.mask_type, j) == -INFINITY;
                             any_seen |= in && !masked;
                         }
-                    CHECK(seen == any_seen, "sdpa_sees disagrees with the definition at j0 %zu", j0);
+                    CHECK(seen == any_seen, "sdpa_sees disagrees with the definition at j0 %zu",
+                          j0);
                     CHECK(sdpa_block_hidden(&u.w, r0, R, j0, NB) == !any_seen,
-                          "type %d cfg %d: block [%zu, %zu) rows %zu..: hidden %d, want %d", ti, cfg,
-                          j0, j0 + NB, r0, sdpa_block_hidden(&u.w, r0, R, j0, NB), !any_seen);
+                          "type %d cfg %d: block [%zu, %zu) rows %zu..: hidden %d, want %d", ti,
+                          cfg, j0, j0 + NB, r0, sdpa_block_hidden(&u.w, r0, R, j0, NB), !any_seen);
                 }
             }
             free_unit(&u);
@@ -213,7 +231,8 @@ static void test_pv_exact(void)
             const bool ok = isfinite(x) && tl_bits(x) == tl_bits(y) &&
                             fabs((double)x - ref) <= (double)(n + 2) * 0x1p-24 * mag + 1e-30;
             if (!ok && bad++ < 5)
-                (void)CHECK(false, "row %zu col %zu: %g / %g, want %.9g", r, c, (double)x, (double)y, ref);
+                (void)CHECK(false, "row %zu col %zu: %g / %g, want %.9g", r, c, (double)x,
+                            (double)y, ref);
         }
     }
     CHECK(bad == 0, "%zu accumulator elements wrong", bad);

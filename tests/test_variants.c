@@ -1,10 +1,12 @@
-/* test_variants.c -- window, mask, softcap, ALiBi and sinks on every implementation against a float64 oracle */
+/* test_variants.c -- window, mask, softcap, ALiBi and sinks on every implementation against a
+ * float64 oracle */
 #include "attn.h"
 #include "test_pools.h"
 
 /*
  * The attention variants of sdpa_params (issue #14), checked on every implementation of the
- * registry against the float64 oracle (attn.h: attn_oracle64), straight from the contract in sdpa.h:
+ * registry against the float64 oracle (attn.h: attn_oracle64), straight from the contract in
+ * sdpa.h:
  *
  *   i' = i + kv_len - q_len                      query i's position among the keys
  *   row i sees key j   iff  (not causal or j <= i') and (window 0 or |i' - j| < window)
@@ -37,8 +39,8 @@
 
 static bench_pool *g_pool[3]; /* 1, 2 and 3 threads (the last one shuffled) */
 
-#define F32 SDPA_F32
-#define F16 SDPA_F16
+#define F32  SDPA_F32
+#define F16  SDPA_F16
 #define BF16 SDPA_BF16
 
 enum { MK_NONE = 0, MK_RANDOM, MK_BLOCKDIAG, MK_TILES };
@@ -48,29 +50,29 @@ enum { PZ_NONE = 0, PZ_HIDDEN, PZ_SOME };
 
 typedef struct vcase {
     const char *name;
-    size_t      batch, qh, kvh, ql, kvl, d, dv; /* dv 0: d */
-    float       scale;                          /* 0: 1/sqrt(d) */
-    bool        causal;
-    size_t      window;
-    float       softcap;
-    int         alibi; /* AL_STD: sdpa_alibi_slopes(qh, 8); AL_RANDOM: uniform [0, 0.3) */
+    size_t batch, qh, kvh, ql, kvl, d, dv; /* dv 0: d */
+    float scale;                           /* 0: 1/sqrt(d) */
+    bool causal;
+    size_t window;
+    float softcap;
+    int alibi; /* AL_STD: sdpa_alibi_slopes(qh, 8); AL_RANDOM: uniform [0, 0.3) */
     /* SK_RANDOM: uniform [-1, 3), every third head -inf; SK_HALF: log(kv_len) +- 1, as heavy
        as all the keys together (a sink counted twice, or once per chunk, shows in full);
        SK_NONE_INF: every head -inf (no sink at all, through the sink path) */
-    int         sinks;
-    int         mask;
-    sdpa_dtype  mt;
-    bool        mb_batch, mb_heads; /* broadcast the mask over batch (stride 0), heads */
-    tlayout     ml;                 /* the mask's layout: dense, padded rows, reversed rows */
-    float       holes;              /* MK_RANDOM: share of -inf entries */
-    bool        empty_rows;         /* MK_RANDOM: every 13th row (i % 13 == 4) all -inf */
-    size_t      nseq;               /* MK_BLOCKDIAG: sequences packed in the call */
-    sdpa_dtype  kt, vt;
-    tlayout     lkv;
-    int         poison; /* PZ_HIDDEN: NaN/inf in K and V of keys no row sees;
-                           PZ_SOME: NaN in K / inf in V of keys some rows see and others not */
-    bool        no_lse;
-    float       range; /* q and k uniform in [-range, range); 0: 1 */
+    int sinks;
+    int mask;
+    sdpa_dtype mt;
+    bool mb_batch, mb_heads; /* broadcast the mask over batch (stride 0), heads */
+    tlayout ml;              /* the mask's layout: dense, padded rows, reversed rows */
+    float holes;             /* MK_RANDOM: share of -inf entries */
+    bool empty_rows;         /* MK_RANDOM: every 13th row (i % 13 == 4) all -inf */
+    size_t nseq;             /* MK_BLOCKDIAG: sequences packed in the call */
+    sdpa_dtype kt, vt;
+    tlayout lkv;
+    int poison; /* PZ_HIDDEN: NaN/inf in K and V of keys no row sees;
+                   PZ_SOME: NaN in K / inf in V of keys some rows see and others not */
+    bool no_lse;
+    float range; /* q and k uniform in [-range, range); 0: 1 */
 } vcase;
 
 static const char *dtn(sdpa_dtype t) { return t == F16 ? "f16" : t == BF16 ? "bf16" : "f32"; }
@@ -80,14 +82,14 @@ static const char *dtn(sdpa_dtype t) { return t == F16 ? "f16" : t == BF16 ? "bf
 /* ------------------------------------------------------------------------------------------ */
 typedef struct prob {
     const vcase *c;
-    sdpa_params  p;
-    tview        q, k, v, o, m;
-    sdpa_tensor  tq, tk, tv, to, tm;
-    float       *lse; /* lse_elems floats, the view at lse + LSE_MARGIN, sentinels around */
-    size_t       lse_elems, rows;
-    float       *slopes, *sinks;
-    size_t      *seq_end; /* MK_BLOCKDIAG: end (exclusive) of each sequence's positions */
-    char         what[320];
+    sdpa_params p;
+    tview q, k, v, o, m;
+    sdpa_tensor tq, tk, tv, to, tm;
+    float *lse; /* lse_elems floats, the view at lse + LSE_MARGIN, sentinels around */
+    size_t lse_elems, rows;
+    float *slopes, *sinks;
+    size_t *seq_end; /* MK_BLOCKDIAG: end (exclusive) of each sequence's positions */
+    char what[320];
 } prob;
 
 enum { LSE_MARGIN = 8 };
@@ -135,10 +137,12 @@ static float mask_value(prob *pr, tl_rng *r, size_t i, size_t j)
         /* keys [0, 512) (up to half the keys) and [576, 640) hidden from every row: whole key
            blocks for any block size of the planner (64..512 keys), aligned or not; past 4096
            keys also [1024, 3072), whole KV chunks of a split decode (1024 or 2048 keys) */
-        if ((j < 512 && j < c->kvl / 2) || (j >= 576 && j < 640) || (c->kvl > 4096 && j >= 1024 && j < 3072))
+        if ((j < 512 && j < c->kvl / 2) || (j >= 576 && j < 640) ||
+            (c->kvl > 4096 && j >= 1024 && j < 3072))
             return -INFINITY;
         return tl_uniform(r, -1.0f, 1.0f);
-    default: return 0.0f;
+    default:
+        return 0.0f;
     }
 }
 
@@ -167,14 +171,16 @@ static void prob_init(prob *pr, const vcase *c, uint64_t seed)
     tl_fill_sentinel(pr->lse, pr->lse_elems);
 
     sdpa_params *p = &pr->p;
-    p->batch = c->batch, p->q_heads = c->qh, p->kv_heads = c->kvh, p->q_len = c->ql, p->kv_len = c->kvl;
+    p->batch = c->batch, p->q_heads = c->qh, p->kv_heads = c->kvh, p->q_len = c->ql,
+    p->kv_len = c->kvl;
     p->head_dim = c->d, p->v_dim = c->dv, p->scale = c->scale, p->causal = c->causal;
     p->lse = c->no_lse ? NULL : pr->lse + LSE_MARGIN;
     p->window = c->window;
     p->softcap = c->softcap;
     if (c->alibi != AL_NONE) {
         pr->slopes = tl_xmalloc(c->qh * sizeof(float));
-        if (c->alibi == AL_STD) sdpa_alibi_slopes(c->qh, 8.0f, pr->slopes);
+        if (c->alibi == AL_STD)
+            sdpa_alibi_slopes(c->qh, 8.0f, pr->slopes);
         else
             for (size_t h = 0; h < c->qh; h++) pr->slopes[h] = tl_uniform(&r, 0.0f, 0.3f);
         p->alibi_slopes = pr->slopes;
@@ -183,9 +189,9 @@ static void prob_init(prob *pr, const vcase *c, uint64_t seed)
         pr->sinks = tl_xmalloc(c->qh * sizeof(float));
         for (size_t h = 0; h < c->qh; h++)
             pr->sinks[h] = c->sinks == SK_NONE_INF ? -INFINITY
-                           : c->sinks == SK_HALF   ? logf((float)c->kvl) + tl_uniform(&r, -1.0f, 1.0f)
-                           : h % 3 == 1            ? -INFINITY
-                                                   : tl_uniform(&r, -1.0f, 3.0f);
+                           : c->sinks == SK_HALF ? logf((float)c->kvl) + tl_uniform(&r, -1.0f, 1.0f)
+                           : h % 3 == 1          ? -INFINITY
+                                                 : tl_uniform(&r, -1.0f, 3.0f);
         p->sinks = pr->sinks;
     }
     if (c->mask != MK_NONE) {
@@ -200,14 +206,15 @@ static void prob_init(prob *pr, const vcase *c, uint64_t seed)
             }
             pr->seq_end[c->nseq - 1] = c->kvl;
         }
-        tview_layout(&pr->m, c->mb_batch ? 1 : c->batch, c->mb_heads ? 1 : c->qh, c->ql, c->kvl, c->mt, c->ml, 0);
+        tview_layout(&pr->m, c->mb_batch ? 1 : c->batch, c->mb_heads ? 1 : c->qh, c->ql, c->kvl,
+                     c->mt, c->ml, 0);
         tview_alloc(&pr->m);
         for (size_t b = 0; b < pr->m.B; b++)
             for (size_t h = 0; h < pr->m.H; h++)
                 for (size_t i = 0; i < c->ql; i++)
                     for (size_t j = 0; j < c->kvl; j++)
-                        pr->m.vals[tview_dense(&pr->m, b, h, i, j)] =
-                            tview_store(&pr->m, tview_index(&pr->m, b, h, i, j), mask_value(pr, &r, i, j));
+                        pr->m.vals[tview_dense(&pr->m, b, h, i, j)] = tview_store(
+                            &pr->m, tview_index(&pr->m, b, h, i, j), mask_value(pr, &r, i, j));
         pr->tm = tview_tensor(&pr->m);
         if (c->mb_batch) pr->tm.batch_stride = 0;
         if (c->mb_heads) pr->tm.head_stride = 0;
@@ -224,17 +231,22 @@ static void prob_init(prob *pr, const vcase *c, uint64_t seed)
                     for (size_t h = kh * G; h < (kh + 1) * G; h++)
                         for (size_t i = 0; i < c->ql; i++) seen += sees(pr, b, h, i, j);
                     tview *k = &pr->k, *v = &pr->v;
-#define PUT(t, cc, x) ((t)->vals[tview_dense(t, b, kh, j, cc)] = tview_store(t, tview_index(t, b, kh, j, cc), x))
+#define PUT(t, cc, x)                                                                              \
+    ((t)->vals[tview_dense(t, b, kh, j, cc)] = tview_store(t, tview_index(t, b, kh, j, cc), x))
                     if (c->poison == PZ_HIDDEN && seen == 0) {
                         n_poisoned++;
                         PUT(k, j % c->d, NAN);
                         PUT(k, (j + 1) % c->d, j % 2 ? INFINITY : -INFINITY);
-                        for (size_t cc = 0; cc < dvv; cc++) PUT(v, cc, cc % 3 == 0 ? NAN : cc % 3 == 1 ? INFINITY : 1e30f);
-                    } else if (c->poison == PZ_SOME && seen > 0 && seen < total && n_some++ % 5 == 0) {
+                        for (size_t cc = 0; cc < dvv; cc++)
+                            PUT(v, cc, cc % 3 == 0 ? NAN : cc % 3 == 1 ? INFINITY : 1e30f);
+                    } else if (c->poison == PZ_SOME && seen > 0 && seen < total &&
+                               n_some++ % 5 == 0) {
                         n_poisoned++;
                         /* rows that see it: the NaN score makes the row NaN, the inf its column */
-                        if (n_some % 4 == 1) PUT(k, 0, NAN);
-                        else PUT(v, j % dvv, INFINITY);
+                        if (n_some % 4 == 1)
+                            PUT(k, 0, NAN);
+                        else
+                            PUT(v, j % dvv, INFINITY);
                     }
 #undef PUT
                 }
@@ -243,18 +255,27 @@ static void prob_init(prob *pr, const vcase *c, uint64_t seed)
     pr->tq = tview_tensor(&pr->q), pr->tk = tview_tensor(&pr->k), pr->tv = tview_tensor(&pr->v);
     pr->to = tview_tensor(&pr->o);
 
-    int n = snprintf(pr->what, sizeof pr->what, "%s [b=%zu hq=%zu hkv=%zu q_len=%zu kv_len=%zu d=%zu dv=%zu%s", c->name,
+    int n = snprintf(pr->what, sizeof pr->what,
+                     "%s [b=%zu hq=%zu hkv=%zu q_len=%zu kv_len=%zu d=%zu dv=%zu%s", c->name,
                      c->batch, c->qh, c->kvh, c->ql, c->kvl, c->d, dv, c->causal ? " causal" : "");
-#define MORE(...) (n += snprintf(pr->what + n, n < (int)sizeof pr->what ? sizeof pr->what - (size_t)n : 0, __VA_ARGS__))
+#define MORE(...)                                                                                  \
+    (n += snprintf(pr->what + n, n < (int)sizeof pr->what ? sizeof pr->what - (size_t)n : 0,       \
+                   __VA_ARGS__))
     if (c->window) MORE(" window=%zu", c->window);
     if (c->softcap != 0) MORE(" softcap=%g", c->softcap);
     if (c->alibi) MORE(" alibi=%s", c->alibi == AL_STD ? "std" : "random");
-    if (c->sinks) MORE(" sinks=%s", c->sinks == SK_RANDOM ? "random" : c->sinks == SK_HALF ? "half" : "-inf");
+    if (c->sinks)
+        MORE(" sinks=%s", c->sinks == SK_RANDOM ? "random" : c->sinks == SK_HALF ? "half" : "-inf");
     if (c->mask)
-        MORE(" mask=%s %s%s%s %s", c->mask == MK_RANDOM ? "random" : c->mask == MK_BLOCKDIAG ? "block-diagonal" : "tiles",
-             dtn(c->mt), c->mb_batch ? " bcast-batch" : "", c->mb_heads ? " bcast-heads" : "", layout_names[c->ml]);
+        MORE(" mask=%s %s%s%s %s",
+             c->mask == MK_RANDOM      ? "random"
+             : c->mask == MK_BLOCKDIAG ? "block-diagonal"
+                                       : "tiles",
+             dtn(c->mt), c->mb_batch ? " bcast-batch" : "", c->mb_heads ? " bcast-heads" : "",
+             layout_names[c->ml]);
     if (c->poison) MORE(" poison=%s", c->poison == PZ_HIDDEN ? "hidden" : "some");
-    MORE(" K %s V %s %s%s]", dtn(c->kt), dtn(c->vt), layout_names[c->lkv], c->no_lse ? " no-lse" : "");
+    MORE(" K %s V %s %s%s]", dtn(c->kt), dtn(c->vt), layout_names[c->lkv],
+         c->no_lse ? " no-lse" : "");
 #undef MORE
 }
 
@@ -286,8 +307,8 @@ static sdpa_status prob_run(prob *pr, const sdpa_impl *impl, bench_pool *pool)
    time, more so under emulation). */
 typedef struct vref {
     const vcase *c;
-    uint64_t     seed;
-    attn_ref     a;
+    uint64_t seed;
+    attn_ref a;
 } vref;
 
 static void vref_free(vref *r)
@@ -299,13 +320,26 @@ static void vref_free(vref *r)
 static void oracle(const prob *pr, uint64_t seed, vref *r)
 {
     const vcase *c = pr->c;
-    const attn_problem P = {
-        .B = c->batch, .Hq = c->qh, .Hk = c->kvh, .Lq = c->ql, .Lk = c->kvl, .D = c->d, .Dv = pr->o.D,
-        .q = pr->q.vals, .k = pr->k.vals, .v = pr->v.vals,
-        .scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)c->d), .causal = c->causal,
-        .window = c->window, .softcap = c->softcap, .slopes = pr->slopes, .sinks = pr->sinks,
-        .mask = c->mask != MK_NONE ? pr->m.vals : NULL,
-        .mbs = c->mb_batch ? 0 : pr->m.H * c->ql * c->kvl, .mhs = c->mb_heads ? 0 : c->ql * c->kvl, .mis = c->kvl};
+    const attn_problem P = {.B = c->batch,
+                            .Hq = c->qh,
+                            .Hk = c->kvh,
+                            .Lq = c->ql,
+                            .Lk = c->kvl,
+                            .D = c->d,
+                            .Dv = pr->o.D,
+                            .q = pr->q.vals,
+                            .k = pr->k.vals,
+                            .v = pr->v.vals,
+                            .scale = c->scale != 0.0f ? (double)c->scale : 1.0 / sqrt((double)c->d),
+                            .causal = c->causal,
+                            .window = c->window,
+                            .softcap = c->softcap,
+                            .slopes = pr->slopes,
+                            .sinks = pr->sinks,
+                            .mask = c->mask != MK_NONE ? pr->m.vals : NULL,
+                            .mbs = c->mb_batch ? 0 : pr->m.H * c->ql * c->kvl,
+                            .mhs = c->mb_heads ? 0 : c->ql * c->kvl,
+                            .mis = c->kvl};
     r->c = c, r->seed = seed;
     attn_oracle64(&P, &r->a);
 }
@@ -345,7 +379,8 @@ static long prob_check(const prob *pr, uint64_t seed, const sdpa_impl *impl)
     const vcase *c = pr->c;
     const attn_ref *r = &oracle_for(pr, seed)->a;
     const size_t Hq = c->qh, Tq = c->ql, Dv = pr->o.D;
-    const double u = TL_U, exp_ulp = sdpa_impl_exp_max_ulp(impl), tanh_ulp = sdpa_impl_tanh_max_ulp(impl);
+    const double u = TL_U, exp_ulp = sdpa_impl_exp_max_ulp(impl),
+                 tanh_ulp = sdpa_impl_tanh_max_ulp(impl);
     /* the softcap's error per score: (2 ulp_tanh + 2) u c (see the top of the file) */
     const double cap_err = c->softcap > 0 ? (2.0 * tanh_ulp + 2.0) * u * (double)c->softcap : 0.0;
     const char *what = pr->what;
@@ -358,50 +393,63 @@ static long prob_check(const prob *pr, uint64_t seed, const sdpa_impl *impl)
                 const size_t row = (b * Hq + h) * Tq + i;
                 const ptrdiff_t o0 = tview_index(&pr->o, b, h, i, 0);
                 const float lgot = lse ? lse[row] : 0.0f;
-                if (r->kind[row] == ATTN_ROW_NAN) { /* a NaN (or +inf) attended score: the whole row and lse NaN */
+                if (r->kind[row] ==
+                    ATTN_ROW_NAN) { /* a NaN (or +inf) attended score: the whole row and lse NaN */
                     for (size_t e = 0; e < Dv && !stop; e++)
-                        if (!CHECK(isnan(ob[o0 + e]), "%s: b=%zu h=%zu i=%zu attends a NaN score: o[%zu]=%g, want NaN",
+                        if (!CHECK(isnan(ob[o0 + e]),
+                                   "%s: b=%zu h=%zu i=%zu attends a NaN score: o[%zu]=%g, want NaN",
                                    what, b, h, i, e, ob[o0 + e]))
                             stop = true;
-                    if (lse && !stop && !CHECK(isnan(lgot), "%s: b=%zu h=%zu i=%zu: lse %g, want NaN", what, b, h, i, lgot))
+                    if (lse && !stop &&
+                        !CHECK(isnan(lgot), "%s: b=%zu h=%zu i=%zu: lse %g, want NaN", what, b, h,
+                               i, lgot))
                         stop = true;
                     continue;
                 }
                 if (r->kind[row] == ATTN_ROW_NOTHING) { /* zeros; lse the sink, or -inf */
                     for (size_t e = 0; e < Dv && !stop; e++)
-                        if (!CHECK(ob[o0 + e] == 0.0f, "%s: b=%zu h=%zu i=%zu sees no key: o[%zu]=%g, want 0", what, b, h,
-                                   i, e, ob[o0 + e]))
+                        if (!CHECK(ob[o0 + e] == 0.0f,
+                                   "%s: b=%zu h=%zu i=%zu sees no key: o[%zu]=%g, want 0", what, b,
+                                   h, i, e, ob[o0 + e]))
                             stop = true;
                     if (lse && !stop &&
-                        !CHECK(lgot == (float)r->lse[row], "%s: b=%zu h=%zu i=%zu sees no key: lse %.9g, want %.9g (%s)",
-                               what, b, h, i, lgot, (float)r->lse[row], pr->sinks ? "the sink" : "no sink"))
+                        !CHECK(lgot == (float)r->lse[row],
+                               "%s: b=%zu h=%zu i=%zu sees no key: lse %.9g, want %.9g (%s)", what,
+                               b, h, i, lgot, (float)r->lse[row],
+                               pr->sinks ? "the sink" : "no sink"))
                         stop = true;
                     continue;
                 }
-                const double E = r->tol[row] + 4.0 * exp_ulp * u, S1 = r->s1[row] + cap_err * r->wk[row];
+                const double E = r->tol[row] + 4.0 * exp_ulp * u,
+                             S1 = r->s1[row] + cap_err * r->wk[row];
                 for (size_t e = 0; e < Dv && !stop; e++) {
                     const size_t x = row * Dv + e;
                     const double ref = r->o[x];
                     const float got = ob[o0 + e];
                     if (!isfinite(ref)) { /* an attended V element not finite */
-                        if (!CHECK(!isfinite(got), "%s: b=%zu h=%zu i=%zu o[%zu]=%g: an attended V element is not finite",
+                        if (!CHECK(!isfinite(got),
+                                   "%s: b=%zu h=%zu i=%zu o[%zu]=%g: an attended V element is not "
+                                   "finite",
                                    what, b, h, i, e, got))
                             stop = true;
                         continue;
                     }
-                    const double tol = E * r->wabs[x] + 2.0 * (r->m1[x] + cap_err * r->wabs[x] + S1 * fabs(ref)) +
+                    const double tol = E * r->wabs[x] +
+                                       2.0 * (r->m1[x] + cap_err * r->wabs[x] + S1 * fabs(ref)) +
                                        r->flush[x] + FLT_TRUE_MIN;
                     note_ratio(fabs(got - ref), tol);
                     if (!CHECK(fabs(got - ref) <= tol,
-                               "%s: b=%zu h=%zu i=%zu (sees %zu keys) o[%zu]=%.9g, float64 %.9g, |err| %.3g > tol %.3g",
+                               "%s: b=%zu h=%zu i=%zu (sees %zu keys) o[%zu]=%.9g, float64 %.9g, "
+                               "|err| %.3g > tol %.3g",
                                what, b, h, i, r->seen[row], e, got, ref, fabs(got - ref), tol))
                         stop = true;
                 }
                 if (lse && !stop) {
                     const double lref = r->lse[row], tol = E * (1.0 + fabs(lref)) + 2.0 * S1;
                     note_ratio(fabs(lgot - lref), tol);
-                    if (!CHECK(fabs(lgot - lref) <= tol, "%s: b=%zu h=%zu i=%zu lse=%.9g, float64 %.9g, tol %.3g", what,
-                               b, h, i, lgot, lref, tol))
+                    if (!CHECK(fabs(lgot - lref) <= tol,
+                               "%s: b=%zu h=%zu i=%zu lse=%.9g, float64 %.9g, tol %.3g", what, b, h,
+                               i, lgot, lref, tol))
                         stop = true;
                 }
             }
@@ -432,7 +480,8 @@ static void run_case(const sdpa_impl *impl, const vcase *c, uint64_t seed)
     prob pr;
     prob_init(&pr, c, seed);
     const sdpa_status st = prob_run(&pr, impl, NULL);
-    if (CHECK(st == SDPA_OK, "%s: status %d (%s)", pr.what, (int)st, sdpa_status_str(st))) prob_check(&pr, seed, impl);
+    if (CHECK(st == SDPA_OK, "%s: status %d (%s)", pr.what, (int)st, sdpa_status_str(st)))
+        prob_check(&pr, seed, impl);
     prob_free(&pr);
 }
 
@@ -454,10 +503,40 @@ static void run_cases(const sdpa_impl *impl, const vcase *cases, size_t n, uint6
 static void t_plain(const sdpa_impl *impl)
 {
     static const vcase cases[] = {
-        {.name = "plain prefill causal", .batch = 1, .qh = 8, .kvh = 2, .ql = 120, .kvl = 150, .d = 64, .causal = true},
-        {.name = "plain prefill f16", .batch = 2, .qh = 2, .kvh = 1, .ql = 120, .kvl = 130, .d = 40, .kt = F16, .vt = F16},
-        {.name = "plain decode bf16", .batch = 1, .qh = 8, .kvh = 2, .ql = 1, .kvl = 700, .d = 72, .kt = BF16, .vt = BF16},
-        {.name = "plain q_len > kv_len causal", .batch = 1, .qh = 2, .kvh = 1, .ql = 9, .kvl = 4, .d = 16, .causal = true},
+        {.name = "plain prefill causal",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 120,
+         .kvl = 150,
+         .d = 64,
+         .causal = true},
+        {.name = "plain prefill f16",
+         .batch = 2,
+         .qh = 2,
+         .kvh = 1,
+         .ql = 120,
+         .kvl = 130,
+         .d = 40,
+         .kt = F16,
+         .vt = F16},
+        {.name = "plain decode bf16",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 1,
+         .kvl = 700,
+         .d = 72,
+         .kt = BF16,
+         .vt = BF16},
+        {.name = "plain q_len > kv_len causal",
+         .batch = 1,
+         .qh = 2,
+         .kvh = 1,
+         .ql = 9,
+         .kvl = 4,
+         .d = 16,
+         .causal = true},
     };
     RUN(impl, cases, 100);
 }
@@ -465,31 +544,127 @@ static void t_plain(const sdpa_impl *impl)
 static void t_window(const sdpa_impl *impl)
 {
     static const vcase cases[] = {
-        {.name = "window 1 causal (each query sees its own position)", .batch = 1, .qh = 4, .kvh = 2, .ql = 130,
-         .kvl = 130, .d = 64, .causal = true, .window = 1},
-        {.name = "window 1 not causal", .batch = 1, .qh = 2, .kvh = 1, .ql = 40, .kvl = 60, .d = 40, .window = 1},
-        {.name = "window 32 causal prefill GQA", .batch = 1, .qh = 8, .kvh = 2, .ql = 200, .kvl = 240, .d = 64,
-         .causal = true, .window = 32, .kt = F16, .vt = F16},
-        {.name = "window 50 not causal (both sides)", .batch = 1, .qh = 4, .kvh = 1, .ql = 160, .kvl = 300, .d = 72,
-         .window = 50, .kt = BF16, .vt = BF16},
-        {.name = "window wider than the sequence", .batch = 1, .qh = 4, .kvh = 2, .ql = 100, .kvl = 120, .d = 40,
-         .causal = true, .window = 1000},
-        {.name = "window wider than the sequence, not causal", .batch = 1, .qh = 2, .kvh = 2, .ql = 30, .kvl = 90, .d = 64,
+        {.name = "window 1 causal (each query sees its own position)",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 2,
+         .ql = 130,
+         .kvl = 130,
+         .d = 64,
+         .causal = true,
+         .window = 1},
+        {.name = "window 1 not causal",
+         .batch = 1,
+         .qh = 2,
+         .kvh = 1,
+         .ql = 40,
+         .kvl = 60,
+         .d = 40,
+         .window = 1},
+        {.name = "window 32 causal prefill GQA",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 200,
+         .kvl = 240,
+         .d = 64,
+         .causal = true,
+         .window = 32,
+         .kt = F16,
+         .vt = F16},
+        {.name = "window 50 not causal (both sides)",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 160,
+         .kvl = 300,
+         .d = 72,
+         .window = 50,
+         .kt = BF16,
+         .vt = BF16},
+        {.name = "window wider than the sequence",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 2,
+         .ql = 100,
+         .kvl = 120,
+         .d = 40,
+         .causal = true,
+         .window = 1000},
+        {.name = "window wider than the sequence, not causal",
+         .batch = 1,
+         .qh = 2,
+         .kvh = 2,
+         .ql = 30,
+         .kvl = 90,
+         .d = 64,
          .window = 5000},
-        {.name = "window causal q_len > kv_len (rows see nothing)", .batch = 1, .qh = 2, .kvh = 1, .ql = 40, .kvl = 16,
-         .d = 64, .causal = true, .window = 8},
-        {.name = "window not causal q_len > kv_len (early rows see nothing)", .batch = 1, .qh = 2, .kvh = 1, .ql = 50,
-         .kvl = 10, .d = 40, .window = 5},
-        {.name = "window decode", .batch = 2, .qh = 8, .kvh = 2, .ql = 1, .kvl = 900, .d = 64, .window = 100,
-         .kt = F16, .vt = F16},
-        {.name = "window few-row decode causal", .batch = 1, .qh = 4, .kvh = 1, .ql = 4, .kvl = 600, .d = 72,
-         .causal = true, .window = 64, .kt = BF16, .vt = F16},
-        {.name = "long decode, window 4096 (split into chunks)", .batch = 1, .qh = 4, .kvh = 1, .ql = 1, .kvl = 20000,
-         .d = 64, .causal = true, .window = 4096, .kt = F16, .vt = F16},
-        {.name = "long decode, window 4096 not causal", .batch = 1, .qh = 4, .kvh = 1, .ql = 1, .kvl = 20000, .d = 40,
+        {.name = "window causal q_len > kv_len (rows see nothing)",
+         .batch = 1,
+         .qh = 2,
+         .kvh = 1,
+         .ql = 40,
+         .kvl = 16,
+         .d = 64,
+         .causal = true,
+         .window = 8},
+        {.name = "window not causal q_len > kv_len (early rows see nothing)",
+         .batch = 1,
+         .qh = 2,
+         .kvh = 1,
+         .ql = 50,
+         .kvl = 10,
+         .d = 40,
+         .window = 5},
+        {.name = "window decode",
+         .batch = 2,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 1,
+         .kvl = 900,
+         .d = 64,
+         .window = 100,
+         .kt = F16,
+         .vt = F16},
+        {.name = "window few-row decode causal",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 4,
+         .kvl = 600,
+         .d = 72,
+         .causal = true,
+         .window = 64,
+         .kt = BF16,
+         .vt = F16},
+        {.name = "long decode, window 4096 (split into chunks)",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 1,
+         .kvl = 20000,
+         .d = 64,
+         .causal = true,
+         .window = 4096,
+         .kt = F16,
+         .vt = F16},
+        {.name = "long decode, window 4096 not causal",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 1,
+         .kvl = 20000,
+         .d = 40,
          .window = 4096},
-        {.name = "window, key blocks in both directions", .batch = 1, .qh = 2, .kvh = 1, .ql = 100, .kvl = 1100,
-         .d = 32, .causal = true, .window = 500},
+        {.name = "window, key blocks in both directions",
+         .batch = 1,
+         .qh = 2,
+         .kvh = 1,
+         .ql = 100,
+         .kvl = 1100,
+         .d = 32,
+         .causal = true,
+         .window = 500},
     };
     RUN(impl, cases, 200);
 }
@@ -497,34 +672,173 @@ static void t_window(const sdpa_impl *impl)
 static void t_mask(const sdpa_impl *impl)
 {
     static const vcase cases[] = {
-        {.name = "mask f16 per batch and head", .batch = 2, .qh = 4, .kvh = 2, .ql = 100, .kvl = 150, .d = 64,
-         .mask = MK_RANDOM, .mt = F16, .holes = 0.3f},
-        {.name = "mask f32 broadcast over batch", .batch = 2, .qh = 4, .kvh = 1, .ql = 100, .kvl = 140, .d = 40,
-         .mask = MK_RANDOM, .mt = F32, .mb_batch = true, .holes = 0.5f, .causal = true},
-        {.name = "mask f16 broadcast over heads", .batch = 1, .qh = 8, .kvh = 2, .ql = 110, .kvl = 110, .d = 64,
-         .mask = MK_RANDOM, .mt = F16, .mb_heads = true, .holes = 0.2f, .kt = F16, .vt = F16},
-        {.name = "mask f32 broadcast over both, padded rows", .batch = 2, .qh = 4, .kvh = 2, .ql = 100, .kvl = 120,
-         .d = 72, .mask = MK_RANDOM, .mt = F32, .mb_batch = true, .mb_heads = true, .ml = L_PADDED, .holes = 0.4f},
-        {.name = "mask bf16, reversed rows", .batch = 1, .qh = 4, .kvh = 2, .ql = 100, .kvl = 130, .d = 64,
-         .mask = MK_RANDOM, .mt = BF16, .ml = L_REVERSED, .holes = 0.3f, .kt = BF16, .vt = BF16},
-        {.name = "mask with rows all -inf", .batch = 1, .qh = 4, .kvh = 2, .ql = 100, .kvl = 90, .d = 40,
-         .mask = MK_RANDOM, .mt = F16, .holes = 0.9f, .empty_rows = true, .causal = true},
-        {.name = "mask decode f16", .batch = 2, .qh = 8, .kvh = 2, .ql = 1, .kvl = 1000, .d = 64, .mask = MK_RANDOM,
-         .mt = F16, .holes = 0.5f, .kt = F16, .vt = F16},
-        {.name = "mask few-row decode f32", .batch = 1, .qh = 4, .kvh = 1, .ql = 3, .kvl = 500, .d = 72,
-         .mask = MK_RANDOM, .mt = F32, .holes = 0.7f, .mb_heads = true},
-        {.name = "mask split-K decode f16", .batch = 1, .qh = 4, .kvh = 1, .ql = 1, .kvl = 9000, .d = 40,
-         .mask = MK_RANDOM, .mt = F16, .holes = 0.6f, .kt = BF16, .vt = BF16},
-        {.name = "block-diagonal mask, 4 sequences packed", .batch = 1, .qh = 4, .kvh = 2, .ql = 260, .kvl = 260,
-         .d = 64, .causal = true, .mask = MK_BLOCKDIAG, .nseq = 4, .mt = F16, .mb_batch = true, .mb_heads = true},
-        {.name = "block-diagonal mask, 7 sequences, not causal", .batch = 2, .qh = 2, .kvh = 1, .ql = 300, .kvl = 300,
-         .d = 40, .mask = MK_BLOCKDIAG, .nseq = 7, .mt = F32, .mb_batch = true, .mb_heads = true, .kt = F16},
-        {.name = "mask hiding whole key blocks from every row", .batch = 1, .qh = 2, .kvh = 1, .ql = 100, .kvl = 1100,
-         .d = 64, .mask = MK_TILES, .mt = F16, .mb_heads = true, .causal = true},
-        {.name = "mask hiding whole key blocks, not causal", .batch = 1, .qh = 2, .kvh = 1, .ql = 100, .kvl = 1100,
-         .d = 32, .mask = MK_TILES, .mt = F32, .kt = F16, .vt = BF16},
-        {.name = "mask hiding whole chunks of a split-K decode", .batch = 1, .qh = 8, .kvh = 2, .ql = 1, .kvl = 4500,
-         .d = 64, .mask = MK_TILES, .mt = F16, .kt = F16, .vt = F16},
+        {.name = "mask f16 per batch and head",
+         .batch = 2,
+         .qh = 4,
+         .kvh = 2,
+         .ql = 100,
+         .kvl = 150,
+         .d = 64,
+         .mask = MK_RANDOM,
+         .mt = F16,
+         .holes = 0.3f},
+        {.name = "mask f32 broadcast over batch",
+         .batch = 2,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 100,
+         .kvl = 140,
+         .d = 40,
+         .mask = MK_RANDOM,
+         .mt = F32,
+         .mb_batch = true,
+         .holes = 0.5f,
+         .causal = true},
+        {.name = "mask f16 broadcast over heads",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 110,
+         .kvl = 110,
+         .d = 64,
+         .mask = MK_RANDOM,
+         .mt = F16,
+         .mb_heads = true,
+         .holes = 0.2f,
+         .kt = F16,
+         .vt = F16},
+        {.name = "mask f32 broadcast over both, padded rows",
+         .batch = 2,
+         .qh = 4,
+         .kvh = 2,
+         .ql = 100,
+         .kvl = 120,
+         .d = 72,
+         .mask = MK_RANDOM,
+         .mt = F32,
+         .mb_batch = true,
+         .mb_heads = true,
+         .ml = L_PADDED,
+         .holes = 0.4f},
+        {.name = "mask bf16, reversed rows",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 2,
+         .ql = 100,
+         .kvl = 130,
+         .d = 64,
+         .mask = MK_RANDOM,
+         .mt = BF16,
+         .ml = L_REVERSED,
+         .holes = 0.3f,
+         .kt = BF16,
+         .vt = BF16},
+        {.name = "mask with rows all -inf",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 2,
+         .ql = 100,
+         .kvl = 90,
+         .d = 40,
+         .mask = MK_RANDOM,
+         .mt = F16,
+         .holes = 0.9f,
+         .empty_rows = true,
+         .causal = true},
+        {.name = "mask decode f16",
+         .batch = 2,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 1,
+         .kvl = 1000,
+         .d = 64,
+         .mask = MK_RANDOM,
+         .mt = F16,
+         .holes = 0.5f,
+         .kt = F16,
+         .vt = F16},
+        {.name = "mask few-row decode f32",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 3,
+         .kvl = 500,
+         .d = 72,
+         .mask = MK_RANDOM,
+         .mt = F32,
+         .holes = 0.7f,
+         .mb_heads = true},
+        {.name = "mask split-K decode f16",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 1,
+         .kvl = 9000,
+         .d = 40,
+         .mask = MK_RANDOM,
+         .mt = F16,
+         .holes = 0.6f,
+         .kt = BF16,
+         .vt = BF16},
+        {.name = "block-diagonal mask, 4 sequences packed",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 2,
+         .ql = 260,
+         .kvl = 260,
+         .d = 64,
+         .causal = true,
+         .mask = MK_BLOCKDIAG,
+         .nseq = 4,
+         .mt = F16,
+         .mb_batch = true,
+         .mb_heads = true},
+        {.name = "block-diagonal mask, 7 sequences, not causal",
+         .batch = 2,
+         .qh = 2,
+         .kvh = 1,
+         .ql = 300,
+         .kvl = 300,
+         .d = 40,
+         .mask = MK_BLOCKDIAG,
+         .nseq = 7,
+         .mt = F32,
+         .mb_batch = true,
+         .mb_heads = true,
+         .kt = F16},
+        {.name = "mask hiding whole key blocks from every row",
+         .batch = 1,
+         .qh = 2,
+         .kvh = 1,
+         .ql = 100,
+         .kvl = 1100,
+         .d = 64,
+         .mask = MK_TILES,
+         .mt = F16,
+         .mb_heads = true,
+         .causal = true},
+        {.name = "mask hiding whole key blocks, not causal",
+         .batch = 1,
+         .qh = 2,
+         .kvh = 1,
+         .ql = 100,
+         .kvl = 1100,
+         .d = 32,
+         .mask = MK_TILES,
+         .mt = F32,
+         .kt = F16,
+         .vt = BF16},
+        {.name = "mask hiding whole chunks of a split-K decode",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 1,
+         .kvl = 4500,
+         .d = 64,
+         .mask = MK_TILES,
+         .mt = F16,
+         .kt = F16,
+         .vt = F16},
     };
     RUN(impl, cases, 300);
 }
@@ -532,18 +846,70 @@ static void t_mask(const sdpa_impl *impl)
 static void t_softcap(const sdpa_impl *impl)
 {
     static const vcase cases[] = {
-        {.name = "softcap 2 prefill", .batch = 1, .qh = 4, .kvh = 2, .ql = 160, .kvl = 180, .d = 64, .causal = true,
-         .softcap = 2.0f, .range = 3.0f},
-        {.name = "softcap 5 prefill f16", .batch = 1, .qh = 4, .kvh = 4, .ql = 130, .kvl = 150, .d = 72,
-         .softcap = 5.0f, .range = 3.0f, .kt = F16, .vt = F16},
-        {.name = "softcap 30 (Gemma), small scores", .batch = 2, .qh = 2, .kvh = 1, .ql = 100, .kvl = 100, .d = 40,
-         .causal = true, .softcap = 30.0f},
-        {.name = "softcap 0.5 with scale 1", .batch = 1, .qh = 2, .kvh = 1, .ql = 60, .kvl = 80, .d = 64, .scale = 1.0f,
-         .softcap = 0.5f, .range = 2.0f, .kt = BF16, .vt = BF16},
-        {.name = "softcap decode", .batch = 1, .qh = 8, .kvh = 2, .ql = 1, .kvl = 800, .d = 64, .softcap = 3.0f,
-         .range = 3.0f, .kt = BF16, .vt = BF16},
-        {.name = "softcap split-K decode", .batch = 1, .qh = 4, .kvh = 1, .ql = 1, .kvl = 8200, .d = 40,
-         .softcap = 4.0f, .range = 3.0f, .kt = F16, .vt = F16},
+        {.name = "softcap 2 prefill",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 2,
+         .ql = 160,
+         .kvl = 180,
+         .d = 64,
+         .causal = true,
+         .softcap = 2.0f,
+         .range = 3.0f},
+        {.name = "softcap 5 prefill f16",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 4,
+         .ql = 130,
+         .kvl = 150,
+         .d = 72,
+         .softcap = 5.0f,
+         .range = 3.0f,
+         .kt = F16,
+         .vt = F16},
+        {.name = "softcap 30 (Gemma), small scores",
+         .batch = 2,
+         .qh = 2,
+         .kvh = 1,
+         .ql = 100,
+         .kvl = 100,
+         .d = 40,
+         .causal = true,
+         .softcap = 30.0f},
+        {.name = "softcap 0.5 with scale 1",
+         .batch = 1,
+         .qh = 2,
+         .kvh = 1,
+         .ql = 60,
+         .kvl = 80,
+         .d = 64,
+         .scale = 1.0f,
+         .softcap = 0.5f,
+         .range = 2.0f,
+         .kt = BF16,
+         .vt = BF16},
+        {.name = "softcap decode",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 1,
+         .kvl = 800,
+         .d = 64,
+         .softcap = 3.0f,
+         .range = 3.0f,
+         .kt = BF16,
+         .vt = BF16},
+        {.name = "softcap split-K decode",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 1,
+         .kvl = 8200,
+         .d = 40,
+         .softcap = 4.0f,
+         .range = 3.0f,
+         .kt = F16,
+         .vt = F16},
     };
     RUN(impl, cases, 400);
 }
@@ -551,18 +917,64 @@ static void t_softcap(const sdpa_impl *impl)
 static void t_alibi(const sdpa_impl *impl)
 {
     static const vcase cases[] = {
-        {.name = "alibi prefill causal", .batch = 1, .qh = 8, .kvh = 2, .ql = 120, .kvl = 150, .d = 64, .causal = true,
+        {.name = "alibi prefill causal",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 120,
+         .kvl = 150,
+         .d = 64,
+         .causal = true,
          .alibi = AL_STD},
-        {.name = "alibi prefill not causal (bias both sides)", .batch = 1, .qh = 4, .kvh = 1, .ql = 120, .kvl = 160,
-         .d = 40, .alibi = AL_RANDOM, .kt = F16, .vt = F16},
-        {.name = "alibi 12 heads (non power of two slopes)", .batch = 1, .qh = 12, .kvh = 4, .ql = 100, .kvl = 100,
-         .d = 72, .causal = true, .alibi = AL_STD, .kt = BF16, .vt = BF16},
-        {.name = "alibi q_len > kv_len (negative positions)", .batch = 1, .qh = 2, .kvh = 1, .ql = 30, .kvl = 12,
-         .d = 64, .alibi = AL_RANDOM},
-        {.name = "alibi decode", .batch = 2, .qh = 8, .kvh = 2, .ql = 1, .kvl = 1000, .d = 64, .alibi = AL_STD,
-         .kt = F16, .vt = F16},
-        {.name = "alibi split-K decode", .batch = 1, .qh = 8, .kvh = 2, .ql = 1, .kvl = 8192, .d = 40,
-         .alibi = AL_RANDOM, .kt = BF16, .vt = BF16},
+        {.name = "alibi prefill not causal (bias both sides)",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 120,
+         .kvl = 160,
+         .d = 40,
+         .alibi = AL_RANDOM,
+         .kt = F16,
+         .vt = F16},
+        {.name = "alibi 12 heads (non power of two slopes)",
+         .batch = 1,
+         .qh = 12,
+         .kvh = 4,
+         .ql = 100,
+         .kvl = 100,
+         .d = 72,
+         .causal = true,
+         .alibi = AL_STD,
+         .kt = BF16,
+         .vt = BF16},
+        {.name = "alibi q_len > kv_len (negative positions)",
+         .batch = 1,
+         .qh = 2,
+         .kvh = 1,
+         .ql = 30,
+         .kvl = 12,
+         .d = 64,
+         .alibi = AL_RANDOM},
+        {.name = "alibi decode",
+         .batch = 2,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 1,
+         .kvl = 1000,
+         .d = 64,
+         .alibi = AL_STD,
+         .kt = F16,
+         .vt = F16},
+        {.name = "alibi split-K decode",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 1,
+         .kvl = 8192,
+         .d = 40,
+         .alibi = AL_RANDOM,
+         .kt = BF16,
+         .vt = BF16},
     };
     RUN(impl, cases, 500);
 }
@@ -570,32 +982,138 @@ static void t_alibi(const sdpa_impl *impl)
 static void t_sinks(const sdpa_impl *impl)
 {
     static const vcase cases[] = {
-        {.name = "sinks prefill causal", .batch = 1, .qh = 8, .kvh = 2, .ql = 120, .kvl = 140, .d = 64, .causal = true,
+        {.name = "sinks prefill causal",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 120,
+         .kvl = 140,
+         .d = 64,
+         .causal = true,
          .sinks = SK_RANDOM},
-        {.name = "sinks prefill, as heavy as the keys", .batch = 2, .qh = 4, .kvh = 1, .ql = 100, .kvl = 150, .d = 40,
-         .sinks = SK_HALF, .kt = F16, .vt = F16},
-        {.name = "sinks all -inf (none)", .batch = 1, .qh = 4, .kvh = 2, .ql = 100, .kvl = 100, .d = 64, .causal = true,
+        {.name = "sinks prefill, as heavy as the keys",
+         .batch = 2,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 100,
+         .kvl = 150,
+         .d = 40,
+         .sinks = SK_HALF,
+         .kt = F16,
+         .vt = F16},
+        {.name = "sinks all -inf (none)",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 2,
+         .ql = 100,
+         .kvl = 100,
+         .d = 64,
+         .causal = true,
          .sinks = SK_NONE_INF},
-        {.name = "sinks, rows that see nothing (q_len > kv_len)", .batch = 1, .qh = 6, .kvh = 2, .ql = 20, .kvl = 7,
-         .d = 64, .causal = true, .sinks = SK_RANDOM},
-        {.name = "sinks -inf, rows that see nothing", .batch = 1, .qh = 2, .kvh = 1, .ql = 20, .kvl = 7, .d = 40,
-         .causal = true, .sinks = SK_NONE_INF},
-        {.name = "sinks, rows all masked", .batch = 1, .qh = 6, .kvh = 3, .ql = 100, .kvl = 80, .d = 40,
-         .sinks = SK_RANDOM, .mask = MK_RANDOM, .mt = F32, .holes = 0.5f, .empty_rows = true},
-        {.name = "sinks decode", .batch = 2, .qh = 8, .kvh = 2, .ql = 1, .kvl = 1000, .d = 72, .sinks = SK_HALF,
-         .kt = BF16, .vt = BF16},
-        {.name = "sinks split-K decode (counted once)", .batch = 1, .qh = 8, .kvh = 2, .ql = 1, .kvl = 8192, .d = 64,
-         .sinks = SK_HALF, .kt = F16, .vt = F16},
-        {.name = "sinks split-K decode, long", .batch = 1, .qh = 4, .kvh = 1, .ql = 1, .kvl = 20000, .d = 40,
+        {.name = "sinks, rows that see nothing (q_len > kv_len)",
+         .batch = 1,
+         .qh = 6,
+         .kvh = 2,
+         .ql = 20,
+         .kvl = 7,
+         .d = 64,
+         .causal = true,
+         .sinks = SK_RANDOM},
+        {.name = "sinks -inf, rows that see nothing",
+         .batch = 1,
+         .qh = 2,
+         .kvh = 1,
+         .ql = 20,
+         .kvl = 7,
+         .d = 40,
+         .causal = true,
+         .sinks = SK_NONE_INF},
+        {.name = "sinks, rows all masked",
+         .batch = 1,
+         .qh = 6,
+         .kvh = 3,
+         .ql = 100,
+         .kvl = 80,
+         .d = 40,
+         .sinks = SK_RANDOM,
+         .mask = MK_RANDOM,
+         .mt = F32,
+         .holes = 0.5f,
+         .empty_rows = true},
+        {.name = "sinks decode",
+         .batch = 2,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 1,
+         .kvl = 1000,
+         .d = 72,
+         .sinks = SK_HALF,
+         .kt = BF16,
+         .vt = BF16},
+        {.name = "sinks split-K decode (counted once)",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 1,
+         .kvl = 8192,
+         .d = 64,
+         .sinks = SK_HALF,
+         .kt = F16,
+         .vt = F16},
+        {.name = "sinks split-K decode, long",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 1,
+         .kvl = 20000,
+         .d = 40,
          .sinks = SK_HALF},
-        {.name = "sinks split-K decode, without lse", .batch = 1, .qh = 4, .kvh = 2, .ql = 1, .kvl = 9000, .d = 32,
-         .sinks = SK_HALF, .no_lse = true, .kt = F16, .vt = F16},
-        {.name = "split-K decode that sees nothing, with sinks", .batch = 1, .qh = 4, .kvh = 1, .ql = 1, .kvl = 8192,
-         .d = 16, .sinks = SK_RANDOM, .mask = MK_RANDOM, .mt = F16, .holes = 1.0f, .kt = F16, .vt = F16},
-        {.name = "split-K decode that sees nothing, no sinks", .batch = 1, .qh = 4, .kvh = 1, .ql = 1, .kvl = 8192,
-         .d = 16, .mask = MK_RANDOM, .mt = F16, .holes = 1.0f, .kt = F16, .vt = F16},
-        {.name = "sinks prefill without lse", .batch = 1, .qh = 4, .kvh = 2, .ql = 100, .kvl = 100, .d = 40,
-         .causal = true, .sinks = SK_RANDOM, .no_lse = true},
+        {.name = "sinks split-K decode, without lse",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 2,
+         .ql = 1,
+         .kvl = 9000,
+         .d = 32,
+         .sinks = SK_HALF,
+         .no_lse = true,
+         .kt = F16,
+         .vt = F16},
+        {.name = "split-K decode that sees nothing, with sinks",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 1,
+         .kvl = 8192,
+         .d = 16,
+         .sinks = SK_RANDOM,
+         .mask = MK_RANDOM,
+         .mt = F16,
+         .holes = 1.0f,
+         .kt = F16,
+         .vt = F16},
+        {.name = "split-K decode that sees nothing, no sinks",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 1,
+         .kvl = 8192,
+         .d = 16,
+         .mask = MK_RANDOM,
+         .mt = F16,
+         .holes = 1.0f,
+         .kt = F16,
+         .vt = F16},
+        {.name = "sinks prefill without lse",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 2,
+         .ql = 100,
+         .kvl = 100,
+         .d = 40,
+         .causal = true,
+         .sinks = SK_RANDOM,
+         .no_lse = true},
     };
     RUN(impl, cases, 600);
 }
@@ -603,27 +1121,134 @@ static void t_sinks(const sdpa_impl *impl)
 static void t_all(const sdpa_impl *impl)
 {
     static const vcase cases[] = {
-        {.name = "all modifiers prefill", .batch = 2, .qh = 8, .kvh = 2, .ql = 150, .kvl = 200, .d = 64,
-         .causal = true, .window = 96, .softcap = 4.0f, .alibi = AL_STD, .sinks = SK_RANDOM, .mask = MK_RANDOM,
-         .mt = F16, .mb_batch = true, .holes = 0.25f, .range = 2.0f},
-        {.name = "all modifiers prefill, odd head_dim, bf16", .batch = 1, .qh = 4, .kvh = 2, .ql = 150, .kvl = 170,
-         .d = 72, .dv = 40, .window = 60, .softcap = 3.0f, .alibi = AL_RANDOM, .sinks = SK_HALF, .mask = MK_RANDOM,
-         .mt = BF16, .mb_heads = true, .holes = 0.3f, .kt = BF16, .vt = BF16, .range = 2.0f},
-        {.name = "all modifiers prefill f16, token-major K/V", .batch = 1, .qh = 8, .kvh = 2, .ql = 120, .kvl = 300,
-         .d = 40, .causal = true, .window = 200, .softcap = 2.0f, .alibi = AL_STD, .sinks = SK_RANDOM,
-         .mask = MK_RANDOM, .mt = F32, .holes = 0.2f, .kt = F16, .vt = F16, .lkv = L_TOKEN_MAJOR, .range = 2.0f},
-        {.name = "all modifiers, block-diagonal", .batch = 1, .qh = 4, .kvh = 1, .ql = 240, .kvl = 240, .d = 64,
-         .causal = true, .window = 40, .softcap = 5.0f, .alibi = AL_STD, .sinks = SK_RANDOM, .mask = MK_BLOCKDIAG,
-         .nseq = 3, .mt = F16, .mb_batch = true, .mb_heads = true, .range = 2.0f},
-        {.name = "all modifiers decode", .batch = 2, .qh = 8, .kvh = 2, .ql = 1, .kvl = 900, .d = 64, .causal = true,
-         .window = 512, .softcap = 3.0f, .alibi = AL_RANDOM, .sinks = SK_HALF, .mask = MK_RANDOM, .mt = F16,
-         .holes = 0.3f, .kt = F16, .vt = F16, .range = 2.0f},
-        {.name = "all modifiers few-row decode", .batch = 1, .qh = 8, .kvh = 2, .ql = 4, .kvl = 700, .d = 72,
-         .causal = true, .window = 300, .softcap = 3.0f, .alibi = AL_STD, .sinks = SK_RANDOM, .mask = MK_RANDOM,
-         .mt = F32, .mb_heads = true, .holes = 0.3f, .kt = BF16, .vt = BF16, .range = 2.0f},
-        {.name = "all modifiers split-K decode", .batch = 1, .qh = 8, .kvh = 2, .ql = 1, .kvl = 10000, .d = 64,
-         .causal = true, .window = 6000, .softcap = 3.0f, .alibi = AL_RANDOM, .sinks = SK_HALF, .mask = MK_RANDOM,
-         .mt = F16, .holes = 0.4f, .kt = F16, .vt = F16, .range = 2.0f},
+        {.name = "all modifiers prefill",
+         .batch = 2,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 150,
+         .kvl = 200,
+         .d = 64,
+         .causal = true,
+         .window = 96,
+         .softcap = 4.0f,
+         .alibi = AL_STD,
+         .sinks = SK_RANDOM,
+         .mask = MK_RANDOM,
+         .mt = F16,
+         .mb_batch = true,
+         .holes = 0.25f,
+         .range = 2.0f},
+        {.name = "all modifiers prefill, odd head_dim, bf16",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 2,
+         .ql = 150,
+         .kvl = 170,
+         .d = 72,
+         .dv = 40,
+         .window = 60,
+         .softcap = 3.0f,
+         .alibi = AL_RANDOM,
+         .sinks = SK_HALF,
+         .mask = MK_RANDOM,
+         .mt = BF16,
+         .mb_heads = true,
+         .holes = 0.3f,
+         .kt = BF16,
+         .vt = BF16,
+         .range = 2.0f},
+        {.name = "all modifiers prefill f16, token-major K/V",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 120,
+         .kvl = 300,
+         .d = 40,
+         .causal = true,
+         .window = 200,
+         .softcap = 2.0f,
+         .alibi = AL_STD,
+         .sinks = SK_RANDOM,
+         .mask = MK_RANDOM,
+         .mt = F32,
+         .holes = 0.2f,
+         .kt = F16,
+         .vt = F16,
+         .lkv = L_TOKEN_MAJOR,
+         .range = 2.0f},
+        {.name = "all modifiers, block-diagonal",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 240,
+         .kvl = 240,
+         .d = 64,
+         .causal = true,
+         .window = 40,
+         .softcap = 5.0f,
+         .alibi = AL_STD,
+         .sinks = SK_RANDOM,
+         .mask = MK_BLOCKDIAG,
+         .nseq = 3,
+         .mt = F16,
+         .mb_batch = true,
+         .mb_heads = true,
+         .range = 2.0f},
+        {.name = "all modifiers decode",
+         .batch = 2,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 1,
+         .kvl = 900,
+         .d = 64,
+         .causal = true,
+         .window = 512,
+         .softcap = 3.0f,
+         .alibi = AL_RANDOM,
+         .sinks = SK_HALF,
+         .mask = MK_RANDOM,
+         .mt = F16,
+         .holes = 0.3f,
+         .kt = F16,
+         .vt = F16,
+         .range = 2.0f},
+        {.name = "all modifiers few-row decode",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 4,
+         .kvl = 700,
+         .d = 72,
+         .causal = true,
+         .window = 300,
+         .softcap = 3.0f,
+         .alibi = AL_STD,
+         .sinks = SK_RANDOM,
+         .mask = MK_RANDOM,
+         .mt = F32,
+         .mb_heads = true,
+         .holes = 0.3f,
+         .kt = BF16,
+         .vt = BF16,
+         .range = 2.0f},
+        {.name = "all modifiers split-K decode",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 1,
+         .kvl = 10000,
+         .d = 64,
+         .causal = true,
+         .window = 6000,
+         .softcap = 3.0f,
+         .alibi = AL_RANDOM,
+         .sinks = SK_HALF,
+         .mask = MK_RANDOM,
+         .mt = F16,
+         .holes = 0.4f,
+         .kt = F16,
+         .vt = F16,
+         .range = 2.0f},
     };
     RUN(impl, cases, 700);
 }
@@ -632,28 +1257,132 @@ static void t_all(const sdpa_impl *impl)
 static void t_hidden(const sdpa_impl *impl)
 {
     static const vcase cases[] = {
-        {.name = "NaN/inf outside the window", .batch = 1, .qh = 4, .kvh = 2, .ql = 4, .kvl = 300, .d = 64,
-         .causal = true, .window = 32, .poison = PZ_HIDDEN, .kt = F16, .vt = F16},
-        {.name = "NaN/inf outside the window, split-K decode", .batch = 1, .qh = 8, .kvh = 2, .ql = 1, .kvl = 9000,
-         .d = 40, .causal = true, .window = 1500, .poison = PZ_HIDDEN},
-        {.name = "NaN/inf outside a two-sided window", .batch = 1, .qh = 2, .kvh = 1, .ql = 2, .kvl = 400, .d = 64,
-         .window = 20, .poison = PZ_HIDDEN, .kt = BF16, .vt = BF16},
-        {.name = "NaN/inf in keys masked -inf for every row", .batch = 1, .qh = 2, .kvh = 1, .ql = 100, .kvl = 800,
-         .d = 64, .mask = MK_TILES, .mt = F16, .mb_heads = true, .poison = PZ_HIDDEN},
-        {.name = "NaN/inf in masked keys, decode", .batch = 2, .qh = 8, .kvh = 2, .ql = 1, .kvl = 700, .d = 72,
-         .mask = MK_RANDOM, .mt = F32, .holes = 0.5f, .mb_heads = true, .poison = PZ_HIDDEN, .kt = F16, .vt = F16},
-        {.name = "NaN/inf in masked keys, split-K decode", .batch = 1, .qh = 4, .kvh = 1, .ql = 1, .kvl = 5000,
-         .d = 64, .mask = MK_TILES, .mt = BF16, .poison = PZ_HIDDEN, .kt = BF16, .vt = BF16},
-        {.name = "NaN/inf across sequences of a block-diagonal mask", .batch = 1, .qh = 2, .kvh = 1, .ql = 200,
-         .kvl = 200, .d = 40, .causal = true, .mask = MK_BLOCKDIAG, .nseq = 3, .mt = F16, .mb_heads = true,
+        {.name = "NaN/inf outside the window",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 2,
+         .ql = 4,
+         .kvl = 300,
+         .d = 64,
+         .causal = true,
+         .window = 32,
+         .poison = PZ_HIDDEN,
+         .kt = F16,
+         .vt = F16},
+        {.name = "NaN/inf outside the window, split-K decode",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 1,
+         .kvl = 9000,
+         .d = 40,
+         .causal = true,
+         .window = 1500,
+         .poison = PZ_HIDDEN},
+        {.name = "NaN/inf outside a two-sided window",
+         .batch = 1,
+         .qh = 2,
+         .kvh = 1,
+         .ql = 2,
+         .kvl = 400,
+         .d = 64,
+         .window = 20,
+         .poison = PZ_HIDDEN,
+         .kt = BF16,
+         .vt = BF16},
+        {.name = "NaN/inf in keys masked -inf for every row",
+         .batch = 1,
+         .qh = 2,
+         .kvh = 1,
+         .ql = 100,
+         .kvl = 800,
+         .d = 64,
+         .mask = MK_TILES,
+         .mt = F16,
+         .mb_heads = true,
+         .poison = PZ_HIDDEN},
+        {.name = "NaN/inf in masked keys, decode",
+         .batch = 2,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 1,
+         .kvl = 700,
+         .d = 72,
+         .mask = MK_RANDOM,
+         .mt = F32,
+         .holes = 0.5f,
+         .mb_heads = true,
+         .poison = PZ_HIDDEN,
+         .kt = F16,
+         .vt = F16},
+        {.name = "NaN/inf in masked keys, split-K decode",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 1,
+         .kvl = 5000,
+         .d = 64,
+         .mask = MK_TILES,
+         .mt = BF16,
+         .poison = PZ_HIDDEN,
+         .kt = BF16,
+         .vt = BF16},
+        {.name = "NaN/inf across sequences of a block-diagonal mask",
+         .batch = 1,
+         .qh = 2,
+         .kvh = 1,
+         .ql = 200,
+         .kvl = 200,
+         .d = 40,
+         .causal = true,
+         .mask = MK_BLOCKDIAG,
+         .nseq = 3,
+         .mt = F16,
+         .mb_heads = true,
          .poison = PZ_SOME},
-        {.name = "NaN K / inf V seen by some rows, window", .batch = 1, .qh = 4, .kvh = 2, .ql = 120, .kvl = 150,
-         .d = 64, .causal = true, .window = 16, .poison = PZ_SOME, .kt = F16, .vt = F16},
-        {.name = "NaN K / inf V seen by some rows, mask", .batch = 1, .qh = 4, .kvh = 1, .ql = 100, .kvl = 120,
-         .d = 72, .mask = MK_RANDOM, .mt = F16, .holes = 0.6f, .poison = PZ_SOME, .sinks = SK_RANDOM},
-        {.name = "NaN/inf hidden, all modifiers", .batch = 1, .qh = 8, .kvh = 2, .ql = 3, .kvl = 2600, .d = 64,
-         .causal = true, .window = 900, .softcap = 3.0f, .alibi = AL_STD, .sinks = SK_HALF, .mask = MK_TILES,
-         .mt = F16, .mb_heads = true, .poison = PZ_HIDDEN, .kt = F16, .vt = F16, .range = 2.0f},
+        {.name = "NaN K / inf V seen by some rows, window",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 2,
+         .ql = 120,
+         .kvl = 150,
+         .d = 64,
+         .causal = true,
+         .window = 16,
+         .poison = PZ_SOME,
+         .kt = F16,
+         .vt = F16},
+        {.name = "NaN K / inf V seen by some rows, mask",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 100,
+         .kvl = 120,
+         .d = 72,
+         .mask = MK_RANDOM,
+         .mt = F16,
+         .holes = 0.6f,
+         .poison = PZ_SOME,
+         .sinks = SK_RANDOM},
+        {.name = "NaN/inf hidden, all modifiers",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 3,
+         .kvl = 2600,
+         .d = 64,
+         .causal = true,
+         .window = 900,
+         .softcap = 3.0f,
+         .alibi = AL_STD,
+         .sinks = SK_HALF,
+         .mask = MK_TILES,
+         .mt = F16,
+         .mb_heads = true,
+         .poison = PZ_HIDDEN,
+         .kt = F16,
+         .vt = F16,
+         .range = 2.0f},
     };
     RUN(impl, cases, 800);
 }
@@ -662,14 +1391,53 @@ static void t_hidden(const sdpa_impl *impl)
 static void t_determinism(const sdpa_impl *impl)
 {
     static const vcase cases[] = {
-        {.name = "all modifiers prefill", .batch = 1, .qh = 8, .kvh = 2, .ql = 150, .kvl = 200, .d = 64,
-         .causal = true, .window = 96, .softcap = 4.0f, .alibi = AL_STD, .sinks = SK_RANDOM, .mask = MK_RANDOM,
-         .mt = F16, .mb_batch = true, .holes = 0.25f, .range = 2.0f, .kt = F16, .vt = F16},
-        {.name = "split-K decode with sinks", .batch = 1, .qh = 8, .kvh = 2, .ql = 1, .kvl = 12000, .d = 64,
-         .causal = true, .window = 9000, .softcap = 3.0f, .alibi = AL_RANDOM, .sinks = SK_HALF, .mask = MK_RANDOM,
-         .mt = F16, .holes = 0.3f, .kt = BF16, .vt = BF16, .range = 2.0f},
-        {.name = "split-K decode, sinks only", .batch = 1, .qh = 4, .kvh = 1, .ql = 1, .kvl = 9000, .d = 40,
-         .sinks = SK_HALF, .kt = F16, .vt = F16},
+        {.name = "all modifiers prefill",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 150,
+         .kvl = 200,
+         .d = 64,
+         .causal = true,
+         .window = 96,
+         .softcap = 4.0f,
+         .alibi = AL_STD,
+         .sinks = SK_RANDOM,
+         .mask = MK_RANDOM,
+         .mt = F16,
+         .mb_batch = true,
+         .holes = 0.25f,
+         .range = 2.0f,
+         .kt = F16,
+         .vt = F16},
+        {.name = "split-K decode with sinks",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 1,
+         .kvl = 12000,
+         .d = 64,
+         .causal = true,
+         .window = 9000,
+         .softcap = 3.0f,
+         .alibi = AL_RANDOM,
+         .sinks = SK_HALF,
+         .mask = MK_RANDOM,
+         .mt = F16,
+         .holes = 0.3f,
+         .kt = BF16,
+         .vt = BF16,
+         .range = 2.0f},
+        {.name = "split-K decode, sinks only",
+         .batch = 1,
+         .qh = 4,
+         .kvh = 1,
+         .ql = 1,
+         .kvl = 9000,
+         .d = 40,
+         .sinks = SK_HALF,
+         .kt = F16,
+         .vt = F16},
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         prob pr;
@@ -685,12 +1453,14 @@ static void t_determinism(const sdpa_impl *impl)
             tview_sentinel(&pr.o);
             tl_fill_sentinel(pr.lse, pr.lse_elems);
             st = prob_run(&pr, impl, g_pool[t]);
-            CHECK(st == SDPA_OK, "%s on %zu threads: status %s", pr.what, bench_pool_threads(g_pool[t]),
-                  sdpa_status_str(st));
-            CHECK(memcmp(o0, pr.o.buf, ob) == 0, "%s: o on a pool of %zu threads differs from the serial call's bits",
-                  pr.what, bench_pool_threads(g_pool[t]));
-            CHECK(memcmp(l0, pr.lse, lb) == 0, "%s: lse on a pool of %zu threads differs from the serial call's bits",
-                  pr.what, bench_pool_threads(g_pool[t]));
+            CHECK(st == SDPA_OK, "%s on %zu threads: status %s", pr.what,
+                  bench_pool_threads(g_pool[t]), sdpa_status_str(st));
+            CHECK(memcmp(o0, pr.o.buf, ob) == 0,
+                  "%s: o on a pool of %zu threads differs from the serial call's bits", pr.what,
+                  bench_pool_threads(g_pool[t]));
+            CHECK(memcmp(l0, pr.lse, lb) == 0,
+                  "%s: lse on a pool of %zu threads differs from the serial call's bits", pr.what,
+                  bench_pool_threads(g_pool[t]));
         }
         free(o0);
         free(l0);
@@ -706,7 +1476,7 @@ enum { BB = 2, BHQ = 4, BHK = 2, BLQ = 3, BLK = 5, BD = 8 };
 typedef struct bcall {
     sdpa_params p;
     sdpa_tensor q, k, v, o, m;
-    float       slopes[BHQ], sinks[BHQ];
+    float slopes[BHQ], sinks[BHQ];
 } bcall;
 
 static float b_q[BB * BHQ * BLQ * BD], b_k[BB * BHK * BLK * BD], b_v[BB * BHK * BLK * BD];
@@ -721,13 +1491,15 @@ static sdpa_tensor dense4(void *data, size_t h, size_t t, size_t d)
 static void bcall_init(bcall *c)
 {
     memset(c, 0, sizeof *c);
-    c->p.batch = BB, c->p.q_heads = BHQ, c->p.kv_heads = BHK, c->p.q_len = BLQ, c->p.kv_len = BLK, c->p.head_dim = BD;
+    c->p.batch = BB, c->p.q_heads = BHQ, c->p.kv_heads = BHK, c->p.q_len = BLQ, c->p.kv_len = BLK,
+    c->p.head_dim = BD;
     c->p.lse = b_lse;
     c->p.causal = true, c->p.window = 3, c->p.softcap = 5.0f;
     sdpa_alibi_slopes(BHQ, 8.0f, c->slopes);
     for (size_t h = 0; h < BHQ; h++) c->sinks[h] = 0.5f * (float)h;
     c->p.alibi_slopes = c->slopes, c->p.sinks = c->sinks;
-    c->q = dense4(b_q, BHQ, BLQ, BD), c->k = dense4(b_k, BHK, BLK, BD), c->v = dense4(b_v, BHK, BLK, BD);
+    c->q = dense4(b_q, BHQ, BLQ, BD), c->k = dense4(b_k, BHK, BLK, BD),
+    c->v = dense4(b_v, BHK, BLK, BD);
     c->o = dense4(b_o, BHQ, BLQ, BD);
     c->m = dense4(b_mask, BHQ, BLQ, BLK);
     c->p.mask = &c->m;
@@ -739,7 +1511,7 @@ typedef struct bad_value {
     sdpa_status want; /* SDPA_OK: a valid edge value, which must be accepted */
 } bad_value;
 
-#define BAD(fn, body) \
+#define BAD(fn, body)                                                                              \
     static void fn(bcall *c) { body; }
 BAD(softcap_nan, c->p.softcap = NAN)
 BAD(softcap_neg, c->p.softcap = -1.0f)
@@ -822,22 +1594,26 @@ static void t_bad_values(const sdpa_impl *impl)
         const sdpa_status st = sdpa_impl_forward(impl, &c.p, &c.q, &c.k, &c.v, &c.o);
         if (bv->want == SDPA_OK) {
             CHECK(st == SDPA_OK && sv == SDPA_OK && sw == SDPA_OK,
-                  "%s: a valid call refused: forward %s, validate %s (\"%s\"), workspace_size %s", bv->name,
-                  sdpa_status_str(st), sdpa_status_str(sv), msg, sdpa_status_str(sw));
+                  "%s: a valid call refused: forward %s, validate %s (\"%s\"), workspace_size %s",
+                  bv->name, sdpa_status_str(st), sdpa_status_str(sv), msg, sdpa_status_str(sw));
             if (st == SDPA_OK) {
                 bool finite = true;
-                for (size_t e = 0; e < sizeof b_o / sizeof b_o[0]; e++) finite &= isfinite(b_o[e]) != 0;
+                for (size_t e = 0; e < sizeof b_o / sizeof b_o[0]; e++)
+                    finite &= isfinite(b_o[e]) != 0;
                 CHECK(finite, "%s: accepted, but o holds a non-finite value", bv->name);
             }
             continue;
         }
-        CHECK(st == bv->want, "%s: status %d (%s), want %d (%s)", bv->name, (int)st, sdpa_status_str(st),
-              (int)bv->want, sdpa_status_str(bv->want));
-        CHECK(sv == st, "%s: sdpa_validate says %s, the call %s", bv->name, sdpa_status_str(sv), sdpa_status_str(st));
-        CHECK(sw == st, "%s: sdpa_workspace_size says %s, the call %s", bv->name, sdpa_status_str(sw),
+        CHECK(st == bv->want, "%s: status %d (%s), want %d (%s)", bv->name, (int)st,
+              sdpa_status_str(st), (int)bv->want, sdpa_status_str(bv->want));
+        CHECK(sv == st, "%s: sdpa_validate says %s, the call %s", bv->name, sdpa_status_str(sv),
               sdpa_status_str(st));
-        CHECK(msg[0] != '\0' && strcmp(msg, "ok") != 0, "%s: sdpa_validate's message is \"%s\"", bv->name, msg);
-        CHECK(b_untouched(), "%s: refused (%s) but o or lse was written", bv->name, sdpa_status_str(st));
+        CHECK(sw == st, "%s: sdpa_workspace_size says %s, the call %s", bv->name,
+              sdpa_status_str(sw), sdpa_status_str(st));
+        CHECK(msg[0] != '\0' && strcmp(msg, "ok") != 0, "%s: sdpa_validate's message is \"%s\"",
+              bv->name, msg);
+        CHECK(b_untouched(), "%s: refused (%s) but o or lse was written", bv->name,
+              sdpa_status_str(st));
     }
 }
 
@@ -856,21 +1632,24 @@ static void t_alibi_slopes(void)
             size_t p2 = 1;
             while (p2 * 2 <= n) p2 *= 2;
             for (size_t h = 0; h < n; h++) {
-                const double e = h < p2 ? -(double)biases[bi] * (double)(h + 1) / (double)p2
-                                        : -(double)biases[bi] * (double)(2 * (h - p2) + 1) / (double)(2 * p2);
+                const double e =
+                    h < p2 ? -(double)biases[bi] * (double)(h + 1) / (double)p2
+                           : -(double)biases[bi] * (double)(2 * (h - p2) + 1) / (double)(2 * p2);
                 const double want = pow(2.0, e);
                 const double ulp = nextafterf(out[h], INFINITY) - out[h];
-                CHECK(fabs(out[h] - want) <= ulp, "n_heads %zu max_bias %g: slope[%zu] = %.9g, want %.17g (2^%g)", n,
+                CHECK(fabs(out[h] - want) <= ulp,
+                      "n_heads %zu max_bias %g: slope[%zu] = %.9g, want %.17g (2^%g)", n,
                       biases[bi], h, out[h], want, e);
             }
             for (size_t h = n; h < 16; h++)
-                CHECK(tl_is_sentinel(out[h]), "n_heads %zu: slope[%zu] past the end was written", n, h);
+                CHECK(tl_is_sentinel(out[h]), "n_heads %zu: slope[%zu] past the end was written", n,
+                      h);
         }
     float out[8];
     sdpa_alibi_slopes(8, 8.0f, out);
     for (size_t h = 0; h < 8; h++)
-        CHECK(out[h] == ldexpf(1.0f, -(int)h - 1), "8 heads, max_bias 8: slope[%zu] = %.9g, want 2^-%zu exactly", h,
-              out[h], h + 1);
+        CHECK(out[h] == ldexpf(1.0f, -(int)h - 1),
+              "8 heads, max_bias 8: slope[%zu] = %.9g, want 2^-%zu exactly", h, out[h], h + 1);
     /* n_heads 0 and NULL write nothing */
     tl_fill_sentinel(out, 8);
     sdpa_alibi_slopes(0, 8.0f, out);
@@ -884,7 +1663,8 @@ static tl_impl_fn current_fn;
 static void with_bounds(const sdpa_impl *impl)
 {
     const double eu = sdpa_impl_exp_max_ulp(impl), tu = sdpa_impl_tanh_max_ulp(impl);
-    CHECK(isfinite(eu) && eu >= 0 && isfinite(tu) && tu >= 0, "stated bounds: exp %g ULP, tanh %g ULP", eu, tu);
+    CHECK(isfinite(eu) && eu >= 0 && isfinite(tu) && tu >= 0,
+          "stated bounds: exp %g ULP, tanh %g ULP", eu, tu);
     current_fn(impl);
 }
 

@@ -1,4 +1,5 @@
-/* test_workspace.c -- caller-owned scratch: the size query, the same bits with it, a too-small one, overlap refused */
+/* test_workspace.c -- caller-owned scratch: the size query, the same bits with it, a too-small one,
+ * overlap refused */
 #include "attn.h"
 
 static void run_case(const sdpa_impl *impl, size_t Hq, size_t Hkv, size_t Lq, size_t Lk, size_t D,
@@ -11,9 +12,15 @@ static void run_case(const sdpa_impl *impl, size_t Hq, size_t Hkv, size_t Lq, si
     tview_layout(&v, 1, Hkv, Lk, D, kv_type, L_DENSE, 0);
     tview_layout(&o, 1, Hq, Lq, D, SDPA_F32, L_DENSE, 0);
     tview_alloc(&q), tview_alloc(&k), tview_alloc(&v), tview_alloc(&o);
-    tview_fill(&q, &rng, -1.0f, 1.0f), tview_fill(&k, &rng, -1.0f, 1.0f), tview_fill(&v, &rng, -1.0f, 1.0f);
-    sdpa_params p = {.batch = 1, .q_heads = Hq, .kv_heads = Hkv, .q_len = Lq, .kv_len = Lk,
-                     .head_dim = D, .causal = causal};
+    tview_fill(&q, &rng, -1.0f, 1.0f), tview_fill(&k, &rng, -1.0f, 1.0f),
+        tview_fill(&v, &rng, -1.0f, 1.0f);
+    sdpa_params p = {.batch = 1,
+                     .q_heads = Hq,
+                     .kv_heads = Hkv,
+                     .q_len = Lq,
+                     .kv_len = Lk,
+                     .head_dim = D,
+                     .causal = causal};
     const sdpa_tensor tq = tview_tensor(&q), tk = tview_tensor(&k), tv = tview_tensor(&v),
                       to = tview_tensor(&o);
     const size_t out_bytes = o.n_elems * sizeof(float);
@@ -32,11 +39,12 @@ static void run_case(const sdpa_impl *impl, size_t Hq, size_t Hkv, size_t Lq, si
         p.workspace = mem + 3;
         p.workspace_bytes = sizes[s] == need ? need : sizes[s];
         tl_fill_sentinel(o.buf, o.n_elems);
-        CHECK(sdpa_impl_forward(impl, &p, &tq, &tk, &tv, &to) == SDPA_OK, "call with %zu-byte workspace failed",
-              p.workspace_bytes);
-        CHECK(memcmp(ref, o.buf, out_bytes) == 0,
-              "Hq%zu Hkv%zu Lq%zu Lk%zu D%zu: output with a %s workspace differs from the plain call", Hq, Hkv,
-              Lq, Lk, D, s == 0 ? "sufficient" : "too small");
+        CHECK(sdpa_impl_forward(impl, &p, &tq, &tk, &tv, &to) == SDPA_OK,
+              "call with %zu-byte workspace failed", p.workspace_bytes);
+        CHECK(
+            memcmp(ref, o.buf, out_bytes) == 0,
+            "Hq%zu Hkv%zu Lq%zu Lk%zu D%zu: output with a %s workspace differs from the plain call",
+            Hq, Hkv, Lq, Lk, D, s == 0 ? "sufficient" : "too small");
     }
     /* a workspace overlapping the output is refused before anything is written */
     tl_fill_sentinel(o.buf, o.n_elems);
@@ -44,7 +52,8 @@ static void run_case(const sdpa_impl *impl, size_t Hq, size_t Hkv, size_t Lq, si
     p.workspace_bytes = need;
     char msg[160] = "";
     const sdpa_status st = sdpa_impl_forward(impl, &p, &tq, &tk, &tv, &to);
-    CHECK(st == SDPA_ERR_INVALID_ARGUMENT, "overlapping workspace: status %d (%s)", (int)st, sdpa_status_str(st));
+    CHECK(st == SDPA_ERR_INVALID_ARGUMENT, "overlapping workspace: status %d (%s)", (int)st,
+          sdpa_status_str(st));
     CHECK(sdpa_validate(&p, &tq, &tk, &tv, &to, msg, sizeof msg) == st && msg[0] != '\0',
           "validate disagrees or gives no message");
     size_t touched = 0;
@@ -57,9 +66,9 @@ static void run_case(const sdpa_impl *impl, size_t Hq, size_t Hkv, size_t Lq, si
 
 static void test_workspace(const sdpa_impl *impl)
 {
-    run_case(impl, 4, 4, 70, 70, 32, SDPA_F32, true);     /* prefill, several query blocks */
-    run_case(impl, 8, 2, 1, 5000, 64, SDPA_F16, false);   /* decode: split-K partial states too */
-    run_case(impl, 2, 1, 3, 2100, 16, SDPA_BF16, true);   /* a few queries over a split KV */
+    run_case(impl, 4, 4, 70, 70, 32, SDPA_F32, true);   /* prefill, several query blocks */
+    run_case(impl, 8, 2, 1, 5000, 64, SDPA_F16, false); /* decode: split-K partial states too */
+    run_case(impl, 2, 1, 3, 2100, 16, SDPA_BF16, true); /* a few queries over a split KV */
 }
 
 int main(void)

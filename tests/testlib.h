@@ -1,4 +1,5 @@
-/* testlib.h -- the test suite's small TAP framework, registry loop, RNG, guard-page and sentinel buffers */
+/* testlib.h -- the test suite's small TAP framework, registry loop, RNG, guard-page and sentinel
+ * buffers */
 #ifndef SDPA_TESTLIB_H
 #define SDPA_TESTLIB_H
 
@@ -31,7 +32,7 @@
 /* ------------------------------------------------------------------------------------------ */
 #define TL_MAX_PRINTED 12
 
-static int  tl_points, tl_npass, tl_nfail, tl_nskip;
+static int tl_points, tl_npass, tl_nfail, tl_nskip;
 static long tl_case_failures;
 static char tl_label[200];
 
@@ -54,7 +55,9 @@ static inline bool tl_sampled_out(size_t i) { return i % tl_sample() != 0; }
 static inline void tl_header(const char *what)
 {
     printf("TAP version 13\n# %s\n", what);
-    if (tl_sample() > 1) printf("# SDPA_TEST_SAMPLE=%zu: the heaviest loops run every %zuth case\n", tl_sample(), tl_sample());
+    if (tl_sample() > 1)
+        printf("# SDPA_TEST_SAMPLE=%zu: the heaviest loops run every %zuth case\n", tl_sample(),
+               tl_sample());
     fflush(stdout);
 }
 
@@ -65,14 +68,16 @@ static inline void tl_start(const char *test, const char *impl_name)
     tl_case_failures = 0;
 }
 
-static inline void tl_failv(const char *file, int line, const char *cond, const char *fmt, va_list ap)
+static inline void tl_failv(const char *file, int line, const char *cond, const char *fmt,
+                            va_list ap)
 {
     tl_case_failures++;
     if (tl_case_failures > TL_MAX_PRINTED) return;
     printf("# FAIL %s %s:%d: %s: ", tl_label, file, line, cond);
     vprintf(fmt, ap);
     printf("\n");
-    if (tl_case_failures == TL_MAX_PRINTED) printf("# (%s: further failures not printed)\n", tl_label);
+    if (tl_case_failures == TL_MAX_PRINTED)
+        printf("# (%s: further failures not printed)\n", tl_label);
     fflush(stdout);
 }
 
@@ -86,8 +91,7 @@ static inline void tl_fail(const char *file, int line, const char *cond, const c
 
 /* CHECK(condition, printf-format, args...): records a failure of the current test point with the
    condition's text, the location and the message; evaluates to the condition. */
-#define CHECK(cond, ...) \
-    ((cond) ? true : (tl_fail(__FILE__, __LINE__, #cond, __VA_ARGS__), false))
+#define CHECK(cond, ...) ((cond) ? true : (tl_fail(__FILE__, __LINE__, #cond, __VA_ARGS__), false))
 
 /* True once the current point failed so often that going on would only flood the log. */
 static inline bool tl_give_up(void) { return tl_case_failures > 200; }
@@ -125,7 +129,6 @@ static inline int tl_finish(void)
    cannot run is reported as skipped. Adding an implementation to the registry adds no test code. */
 typedef void (*tl_impl_fn)(const sdpa_impl *impl);
 
-
 static inline void tl_for_each_impl(const char *test, tl_impl_fn fn)
 {
     size_t n = sdpa_impl_count();
@@ -133,8 +136,8 @@ static inline void tl_for_each_impl(const char *test, tl_impl_fn fn)
         const sdpa_impl *impl = sdpa_impl_at(i);
         if (!sdpa_impl_supported(impl)) {
             char why[160];
-            snprintf(why, sizeof why, "%s needs %s, which this CPU or OS lacks", sdpa_impl_name(impl),
-                     sdpa_impl_requires(impl));
+            snprintf(why, sizeof why, "%s needs %s, which this CPU or OS lacks",
+                     sdpa_impl_name(impl), sdpa_impl_requires(impl));
             tl_skip(test, sdpa_impl_name(impl), why);
             continue;
         }
@@ -152,7 +155,7 @@ static inline void tl_for_each_impl(const char *test, tl_impl_fn fn)
    (the test's own variable, which its checks raise) is reset before each implementation and
    printed after it, so that a tolerance far looser than the errors met shows. */
 static tl_impl_fn tl_worst_fn;
-static double    *tl_worst_of;
+static double *tl_worst_of;
 
 static inline void tl_worst_run(const sdpa_impl *impl)
 {
@@ -171,7 +174,9 @@ static inline void tl_for_each_impl_worst(const char *test, tl_impl_fn fn, doubl
 /* Deterministic random numbers (splitmix64): every run sees the same data, so a failure        */
 /* reproduces exactly.                                                                          */
 /* ------------------------------------------------------------------------------------------ */
-typedef struct tl_rng { uint64_t s; } tl_rng;
+typedef struct tl_rng {
+    uint64_t s;
+} tl_rng;
 
 static inline uint64_t tl_next(tl_rng *r)
 {
@@ -244,7 +249,7 @@ static inline void *tl_xmalloc(size_t bytes)
    last element faults; tl_guard_begin() likewise catches accesses before the first element. */
 typedef struct tl_guard {
     unsigned char *map;
-    size_t         map_len;
+    size_t map_len;
     unsigned char *lo, *hi; /* usable [lo, hi) */
 } tl_guard;
 
@@ -261,7 +266,8 @@ static inline tl_guard tl_guard_alloc(size_t bytes)
         exit(1);
     }
     g.map = m;
-    if (mprotect(g.map, page, PROT_NONE) != 0 || mprotect(g.map + page + body, page, PROT_NONE) != 0) {
+    if (mprotect(g.map, page, PROT_NONE) != 0 ||
+        mprotect(g.map + page + body, page, PROT_NONE) != 0) {
         printf("Bail out! mprotect failed\n");
         exit(1);
     }

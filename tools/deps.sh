@@ -3,7 +3,7 @@
 # usage: tools/deps.sh [extra-package ...]
 set -euo pipefail
 pkgs=(meson ninja-build gcc g++ make cmake pkg-config python3 libcpu-features-dev
-      libbenchmark-dev libopenblas-dev python3-matplotlib "$@")
+      libbenchmark-dev libopenblas-dev python3-matplotlib clang-format "$@")
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

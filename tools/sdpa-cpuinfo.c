@@ -1,13 +1,15 @@
-/* sdpa-cpuinfo.c -- capability report: what this CPU and OS can run, and which libsdpa kernels it will use */
+/* sdpa-cpuinfo.c -- capability report: what this CPU and OS can run, and which libsdpa kernels it
+ * will use */
 /*
  * Usage: sdpa-cpuinfo [--json | --short]
  *
  * Prints the library (version, compiler and flags), the system (cores the OS offers, the
- * transparent-huge-page mode, AMX permission where the CPU has AMX), the CPU (vendor, model), the instruction-set features that matter to attention
- * kernels, whether the OS saves the vector registers those features need, the caches, the
- * values libsdpa plans with (the cache sizes in force and where each came from, the planner's
- * parameters), every implementation compiled into libsdpa (supported on this machine or not,
- * and why; its peak class and tunables), and the active one with the reason it is active.
+ * transparent-huge-page mode, AMX permission where the CPU has AMX), the CPU (vendor, model), the
+ * instruction-set features that matter to attention kernels, whether the OS saves the vector
+ * registers those features need, the caches, the values libsdpa plans with (the cache sizes in
+ * force and where each came from, the planner's parameters), every implementation compiled into
+ * libsdpa (supported on this machine or not, and why; its peak class and tunables), and the active
+ * one with the reason it is active.
  * --json prints the same as one JSON object; --short one line of the essentials, for an
  * engine to print at start-up.
  *
@@ -50,7 +52,7 @@
 
 typedef struct out {
     bool json;
-    int  depth;
+    int depth;
     bool first[OUT_MAX_DEPTH];    /* no member written yet at this depth (JSON commas) */
     bool in_array[OUT_MAX_DEPTH]; /* the container at this depth is an array */
     bool item_start;              /* text: next key is the first of an array item ("- ") */
@@ -212,9 +214,12 @@ static long long parse_size(const char *s)
     char *end;
     long long v = strtoll(s, &end, 10);
     if (end == s) return -1;
-    if (*end == 'K') v <<= 10;
-    else if (*end == 'M') v <<= 20;
-    else if (*end == 'G') v <<= 30;
+    if (*end == 'K')
+        v <<= 10;
+    else if (*end == 'M')
+        v <<= 20;
+    else if (*end == 'G')
+        v <<= 30;
     return v;
 }
 
@@ -229,7 +234,8 @@ static int sysconf_caches(out *o)
         int size, ways, line;
     } lv[] = {
         {1, "data", _SC_LEVEL1_DCACHE_SIZE, _SC_LEVEL1_DCACHE_ASSOC, _SC_LEVEL1_DCACHE_LINESIZE},
-        {1, "instruction", _SC_LEVEL1_ICACHE_SIZE, _SC_LEVEL1_ICACHE_ASSOC, _SC_LEVEL1_ICACHE_LINESIZE},
+        {1, "instruction", _SC_LEVEL1_ICACHE_SIZE, _SC_LEVEL1_ICACHE_ASSOC,
+         _SC_LEVEL1_ICACHE_LINESIZE},
         {2, "unified", _SC_LEVEL2_CACHE_SIZE, _SC_LEVEL2_CACHE_ASSOC, _SC_LEVEL2_CACHE_LINESIZE},
         {3, "unified", _SC_LEVEL3_CACHE_SIZE, _SC_LEVEL3_CACHE_ASSOC, _SC_LEVEL3_CACHE_LINESIZE},
     };
@@ -391,10 +397,7 @@ static void report_system(out *o)
 #ifdef CPUINFO_X86
 /* xgetbv is only legal once CPUID says the OS enabled XSAVE (OSXSAVE); compiled for the xsave
    target on its own so that nothing else in this file needs the flag. */
-__attribute__((target("xsave"))) static uint64_t read_xcr0(void)
-{
-    return _xgetbv(0);
-}
+__attribute__((target("xsave"))) static uint64_t read_xcr0(void) { return _xgetbv(0); }
 
 static bool cpuid_osxsave(void)
 {
@@ -412,14 +415,14 @@ static void cpuid7(unsigned sub, unsigned r[4])
 }
 
 /* XCR0 state components (Intel SDM vol. 1, 13.1). */
-#define XCR0_SSE (1ull << 1)
-#define XCR0_AVX (1ull << 2)
-#define XCR0_OPMASK (1ull << 5)
+#define XCR0_SSE       (1ull << 1)
+#define XCR0_AVX       (1ull << 2)
+#define XCR0_OPMASK    (1ull << 5)
 #define XCR0_ZMM_HI256 (1ull << 6)
-#define XCR0_HI16_ZMM (1ull << 7)
-#define XCR0_TILECFG (1ull << 17)
-#define XCR0_TILEDATA (1ull << 18)
-#define XCR0_AVX512 (XCR0_OPMASK | XCR0_ZMM_HI256 | XCR0_HI16_ZMM)
+#define XCR0_HI16_ZMM  (1ull << 7)
+#define XCR0_TILECFG   (1ull << 17)
+#define XCR0_TILEDATA  (1ull << 18)
+#define XCR0_AVX512    (XCR0_OPMASK | XCR0_ZMM_HI256 | XCR0_HI16_ZMM)
 
 static bool cpu_has_amx(void)
 {
@@ -437,10 +440,14 @@ static const char *cpu_brand(char *buf, size_t len)
 static const char *cache_type_name(CacheType t)
 {
     switch (t) {
-    case CPU_FEATURE_CACHE_DATA: return "data";
-    case CPU_FEATURE_CACHE_INSTRUCTION: return "instruction";
-    case CPU_FEATURE_CACHE_UNIFIED: return "unified";
-    default: return NULL;
+    case CPU_FEATURE_CACHE_DATA:
+        return "data";
+    case CPU_FEATURE_CACHE_INSTRUCTION:
+        return "instruction";
+    case CPU_FEATURE_CACHE_UNIFIED:
+        return "unified";
+    default:
+        return NULL;
     }
 }
 
@@ -478,7 +485,7 @@ static void report_cpu(out *o)
 #ifdef SDPA_CPUF_HAS_AVX512_BF16
     out_flag(o, "avx512_bf16", !!f->avx512_bf16);
 #else
-    out_flag(o, "avx512_bf16", os_avx512 && ((l71[0] >> 5) & 1u)); /* CPUID.(7,1):EAX[5] */
+    out_flag(o, "avx512_bf16", os_avx512 && ((l71[0] >> 5) & 1u));  /* CPUID.(7,1):EAX[5] */
 #endif
 #ifdef SDPA_CPUF_HAS_AVX512_FP16
     out_flag(o, "avx512_fp16", !!f->avx512_fp16);
@@ -488,7 +495,7 @@ static void report_cpu(out *o)
 #ifdef SDPA_CPUF_HAS_AVX_VNNI
     out_flag(o, "avx_vnni", !!f->avx_vnni);
 #else
-    out_flag(o, "avx_vnni", os_avx && ((l71[0] >> 4) & 1u)); /* CPUID.(7,1):EAX[4] */
+    out_flag(o, "avx_vnni", os_avx && ((l71[0] >> 4) & 1u));        /* CPUID.(7,1):EAX[4] */
 #endif
     /* AMX: CPUID only, the OS side is the tile state below (and, on Linux, a per-process
        permission request before first use). */
@@ -533,8 +540,8 @@ static void report_cpu(out *o)
     out_flag(o, "sse_xmm", (xcr0 & XCR0_SSE) != 0);
     out_flag(o, "avx_ymm", (xcr0 & XCR0_AVX) != 0);
     out_flag(o, "avx512_opmask_zmm", (xcr0 & XCR0_AVX512) == XCR0_AVX512);
-    out_flag(o, "amx_tiles", (xcr0 & (XCR0_TILECFG | XCR0_TILEDATA)) ==
-                                 (XCR0_TILECFG | XCR0_TILEDATA));
+    out_flag(o, "amx_tiles",
+             (xcr0 & (XCR0_TILECFG | XCR0_TILEDATA)) == (XCR0_TILECFG | XCR0_TILEDATA));
     out_close(o);
 
     out_open(o, "caches", true);
@@ -718,9 +725,8 @@ static void report_impls(out *o)
             putchar(']');
         } else {
             char buf[160];
-            out_str(o, "requires", sdpa_impl_requires_key(impl, 0)
-                                       ? join_keys(impl, buf, sizeof buf)
-                                       : "nothing");
+            out_str(o, "requires",
+                    sdpa_impl_requires_key(impl, 0) ? join_keys(impl, buf, sizeof buf) : "nothing");
         }
         out_str(o, "requires_text", sdpa_impl_requires(impl));
         out_flag(o, "supported", ok);
@@ -779,7 +785,8 @@ static void report_short(void)
            sdpa_selection_reason() == SDPA_SELECTED_AUTO ? "auto" : "forced",
            sdpa_impl_requires_key(a, 0) ? ": " : "", join_keys(a, feat, sizeof feat),
            short_size(ci.l1d_bytes, l1, sizeof l1), short_size(ci.l2_bytes, l2, sizeof l2),
-           short_size(ci.l3_bytes, l3, sizeof l3), cores_usable() > 0 ? cores_usable() : cores_online(),
+           short_size(ci.l3_bytes, l3, sizeof l3),
+           cores_usable() > 0 ? cores_usable() : cores_online(),
            sysfs_choice("/sys/kernel/mm/transparent_hugepage/enabled", thp, sizeof thp)
                ? thp
                : "unknown");

@@ -1,4 +1,5 @@
-/* convert.h -- exact scalar f16/bf16 <-> f32 conversions, shared by every implementation and by tests */
+/* convert.h -- exact scalar f16/bf16 <-> f32 conversions, shared by every implementation and by
+ * tests */
 #ifndef SDPA_CONVERT_H
 #define SDPA_CONVERT_H
 
@@ -15,14 +16,14 @@ static inline float sdpa_f16_to_f32(uint16_t h)
     uint32_t exp = (h >> 10) & 0x1fu;
     uint32_t man = h & 0x3ffu;
     uint32_t bits;
-    if (exp == 0x1fu) {                 /* inf or NaN: keep the payload, quiet stays quiet */
+    if (exp == 0x1fu) { /* inf or NaN: keep the payload, quiet stays quiet */
         bits = sign | 0x7f800000u | (man << 13);
-    } else if (exp != 0) {              /* normal: rebias 15 -> 127 */
+    } else if (exp != 0) { /* normal: rebias 15 -> 127 */
         bits = sign | ((exp + 112u) << 23) | (man << 13);
-    } else if (man == 0) {              /* signed zero */
+    } else if (man == 0) { /* signed zero */
         bits = sign;
-    } else {                            /* subnormal: normalise the mantissa */
-        uint32_t e = 113u;              /* 127 - 15 + 1 */
+    } else {               /* subnormal: normalise the mantissa */
+        uint32_t e = 113u; /* 127 - 15 + 1 */
         while ((man & 0x400u) == 0) {
             man <<= 1;
             e--;
@@ -52,17 +53,17 @@ static inline uint16_t sdpa_f32_to_f16(float f)
     uint32_t ax = x & 0x7fffffffu;
     if (ax > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x1ffu));
     if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* rounds to >= 65520: inf */
-    if (ax < 0x38800000u) {                                     /* below 2^-14: subnormal */
-        if (ax < 0x33000000u) return sign;                      /* below half the least subnormal */
+    if (ax < 0x38800000u) {                                   /* below 2^-14: subnormal */
+        if (ax < 0x33000000u) return sign;                    /* below half the least subnormal */
         uint32_t man = (ax & 0x7fffffu) | 0x800000u;
-        unsigned shift = 126u - (ax >> 23);                     /* 14..24 */
+        unsigned shift = 126u - (ax >> 23); /* 14..24 */
         uint32_t half = man >> shift;
         uint32_t rem = man & ((1u << shift) - 1u);
         uint32_t mid = 1u << (shift - 1u);
         if (rem > mid || (rem == mid && (half & 1u))) half++;
         return (uint16_t)(sign | half);
     }
-    uint32_t r = ax - 0x38000000u;                              /* rebias 127 -> 15 */
+    uint32_t r = ax - 0x38000000u; /* rebias 127 -> 15 */
     uint32_t half = r >> 13, rem = r & 0x1fffu;
     if (rem > 0x1000u || (rem == 0x1000u && (half & 1u))) half++;
     return (uint16_t)(sign | half);
@@ -84,11 +85,11 @@ static inline uint16_t sdpa_f32_to_bf16(float f)
    x_i = d q_i + m for the two types with an f16 minimum m (q4_1, q5_1); see sdpa_block_quants. */
 #define SDPA_QK 32
 enum {
-    SDPA_Q8_0_BYTES = 34,  /* d, 32 int8 quants */
-    SDPA_Q4_0_BYTES = 18,  /* d, 16 bytes of nibbles (element i low, 16 + i high nibble of byte i) */
-    SDPA_Q4_1_BYTES = 20,  /* d, m, 16 bytes of nibbles */
-    SDPA_Q5_0_BYTES = 22,  /* d, 32 high bits (u32 little-endian, bit i element i), nibbles */
-    SDPA_Q5_1_BYTES = 24,  /* d, m, 32 high bits, nibbles */
+    SDPA_Q8_0_BYTES = 34, /* d, 32 int8 quants */
+    SDPA_Q4_0_BYTES = 18, /* d, 16 bytes of nibbles (element i low, 16 + i high nibble of byte i) */
+    SDPA_Q4_1_BYTES = 20, /* d, m, 16 bytes of nibbles */
+    SDPA_Q5_0_BYTES = 22, /* d, 32 high bits (u32 little-endian, bit i element i), nibbles */
+    SDPA_Q5_1_BYTES = 24, /* d, m, 32 high bits, nibbles */
     SDPA_IQ4_NL_BYTES = 18 /* d, nibbles indexing sdpa_iq4nl_values */
 };
 
@@ -101,9 +102,17 @@ static const int8_t sdpa_iq4nl_values[16] = {-127, -104, -83, -65, -49, -35, -22
 static inline size_t sdpa_block_elems(sdpa_dtype dtype)
 {
     switch (dtype) {
-    case SDPA_F32: case SDPA_F16: case SDPA_BF16: return 1;
-    case SDPA_Q8_0: case SDPA_Q4_0: case SDPA_Q4_1: case SDPA_Q5_0: case SDPA_Q5_1:
-    case SDPA_IQ4_NL: return SDPA_QK;
+    case SDPA_F32:
+    case SDPA_F16:
+    case SDPA_BF16:
+        return 1;
+    case SDPA_Q8_0:
+    case SDPA_Q4_0:
+    case SDPA_Q4_1:
+    case SDPA_Q5_0:
+    case SDPA_Q5_1:
+    case SDPA_IQ4_NL:
+        return SDPA_QK;
     }
     return 0;
 }
@@ -111,15 +120,24 @@ static inline size_t sdpa_block_elems(sdpa_dtype dtype)
 static inline const char *sdpa_dtype_str(sdpa_dtype dtype)
 {
     switch (dtype) {
-    case SDPA_F32: return "f32";
-    case SDPA_F16: return "f16";
-    case SDPA_BF16: return "bf16";
-    case SDPA_Q8_0: return "q8_0";
-    case SDPA_Q4_0: return "q4_0";
-    case SDPA_Q4_1: return "q4_1";
-    case SDPA_Q5_0: return "q5_0";
-    case SDPA_Q5_1: return "q5_1";
-    case SDPA_IQ4_NL: return "iq4_nl";
+    case SDPA_F32:
+        return "f32";
+    case SDPA_F16:
+        return "f16";
+    case SDPA_BF16:
+        return "bf16";
+    case SDPA_Q8_0:
+        return "q8_0";
+    case SDPA_Q4_0:
+        return "q4_0";
+    case SDPA_Q4_1:
+        return "q4_1";
+    case SDPA_Q5_0:
+        return "q5_0";
+    case SDPA_Q5_1:
+        return "q5_1";
+    case SDPA_IQ4_NL:
+        return "iq4_nl";
     }
     return NULL;
 }
@@ -127,14 +145,23 @@ static inline const char *sdpa_dtype_str(sdpa_dtype dtype)
 static inline size_t sdpa_block_bytes(sdpa_dtype dtype)
 {
     switch (dtype) {
-    case SDPA_F32: return 4;
-    case SDPA_F16: case SDPA_BF16: return 2;
-    case SDPA_Q8_0: return SDPA_Q8_0_BYTES;
-    case SDPA_Q4_0: return SDPA_Q4_0_BYTES;
-    case SDPA_Q4_1: return SDPA_Q4_1_BYTES;
-    case SDPA_Q5_0: return SDPA_Q5_0_BYTES;
-    case SDPA_Q5_1: return SDPA_Q5_1_BYTES;
-    case SDPA_IQ4_NL: return SDPA_IQ4_NL_BYTES;
+    case SDPA_F32:
+        return 4;
+    case SDPA_F16:
+    case SDPA_BF16:
+        return 2;
+    case SDPA_Q8_0:
+        return SDPA_Q8_0_BYTES;
+    case SDPA_Q4_0:
+        return SDPA_Q4_0_BYTES;
+    case SDPA_Q4_1:
+        return SDPA_Q4_1_BYTES;
+    case SDPA_Q5_0:
+        return SDPA_Q5_0_BYTES;
+    case SDPA_Q5_1:
+        return SDPA_Q5_1_BYTES;
+    case SDPA_IQ4_NL:
+        return SDPA_IQ4_NL_BYTES;
     }
     return 0;
 }
@@ -180,8 +207,7 @@ static inline void sdpa_block_quants(sdpa_dtype dtype, const void *blk, int8_t *
     const unsigned char *qs = p + 2;
     if (dtype == SDPA_Q4_1 || dtype == SDPA_Q5_1) *m = sdpa_f16_at(p + 2), qs += 2;
     if (dtype == SDPA_Q5_0 || dtype == SDPA_Q5_1) {
-        qh = (uint32_t)qs[0] | (uint32_t)qs[1] << 8 | (uint32_t)qs[2] << 16 |
-             (uint32_t)qs[3] << 24;
+        qh = (uint32_t)qs[0] | (uint32_t)qs[1] << 8 | (uint32_t)qs[2] << 16 | (uint32_t)qs[3] << 24;
         qs += 4;
     }
     const int bias = dtype == SDPA_Q4_0 ? 8 : dtype == SDPA_Q5_0 ? 16 : 0;
@@ -217,7 +243,8 @@ static inline void sdpa_row_to_f32(const void *src, sdpa_dtype dtype, ptrdiff_t 
     } else if (sdpa_dtype_quantized(dtype)) {
         const char *s = (const char *)src + sdpa_off_bytes(dtype, (ptrdiff_t)j * stride);
         const size_t bb = sdpa_block_bytes(dtype);
-        for (size_t i = 0; i < n / SDPA_QK; i++) sdpa_dequant_block(dtype, s + i * bb, dst + i * SDPA_QK);
+        for (size_t i = 0; i < n / SDPA_QK; i++)
+            sdpa_dequant_block(dtype, s + i * bb, dst + i * SDPA_QK);
     } else {
         const uint16_t *s = (const uint16_t *)src + (ptrdiff_t)j * stride;
         if (dtype == SDPA_F16)

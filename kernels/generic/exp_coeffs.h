@@ -1,4 +1,5 @@
-/* exp_coeffs.h -- the one exp of every SIMD implementation: constants, operation order, stated bound */
+/* exp_coeffs.h -- the one exp of every SIMD implementation: constants, operation order, stated
+ * bound */
 #ifndef SDPA_EXP_COEFFS_H
 #define SDPA_EXP_COEFFS_H
 
@@ -26,15 +27,15 @@
  * least 2^-149): EXP_MAX_ULP, checked exhaustively over [-104, 0] on every implementation by
  * tests/test_exp.c.
  */
-#define EXP_LO -104.0f
-#define EXP_HI 89.0f
-#define EXP_LOG2E 0x1.715476p+0f
-#define EXP_LN2_HI 0x1.62e4p-1f
-#define EXP_LN2_LO 0x1.7f7d1cp-20f
-#define EXP_C3 0x1.5554aep-3f
-#define EXP_C4 0x1.555602p-5f
-#define EXP_C5 0x1.122e24p-7f
-#define EXP_C6 0x1.6c5b36p-10f
+#define EXP_LO      -104.0f
+#define EXP_HI      89.0f
+#define EXP_LOG2E   0x1.715476p+0f
+#define EXP_LN2_HI  0x1.62e4p-1f
+#define EXP_LN2_LO  0x1.7f7d1cp-20f
+#define EXP_C3      0x1.5554aep-3f
+#define EXP_C4      0x1.555602p-5f
+#define EXP_C5      0x1.122e24p-7f
+#define EXP_C6      0x1.6c5b36p-10f
 #define EXP_MAX_ULP 0.912
 
 /*

@@ -1,4 +1,5 @@
-/* kernel_def.h -- an implementation's kernel table, defined from functions named <op>_<isa> and its tuning macros */
+/* kernel_def.h -- an implementation's kernel table, defined from functions named <op>_<isa> and its
+ * tuning macros */
 #ifndef SDPA_KERNEL_DEF_H
 #define SDPA_KERNEL_DEF_H
 
@@ -62,66 +63,67 @@
 #define DEQUANT_FN NULL /* sdpa_kernels.dequant: none, the driver converts */
 #endif
 #ifndef QUANT_ROWS
-#define QUANT_ROWS 0 /* units with block-format K or V read in place: none (sdpa_kernels.quant_rows) */
+#define QUANT_ROWS                                                                                 \
+    0 /* units with block-format K or V read in place: none (sdpa_kernels.quant_rows) */
 #endif
 
 /* The entry and scratch size of an implementation with a decode and a prefill path, defined
    elsewhere as sdpa_decode_<isa> and sdpa_prefill_<isa> (and their _ws_ sizes): exported, as
    sdpa_rows_<isa> and sdpa_ws_floats_<isa>, for SDPA_DEFINE_KERNELS_EXPORTED. */
-#define SDPA_DEFINE_PATHS(isa)                                                                    \
-    void sdpa_rows_##isa(const sdpa_rows *w);                                                     \
-    size_t sdpa_ws_floats_##isa(size_t rows, size_t d, size_t dv, size_t block);                  \
-    void sdpa_rows_##isa(const sdpa_rows *w)                                                      \
-    {                                                                                             \
-        if (w->rows <= DECODE_MAX_ROWS)                                                           \
-            sdpa_decode_##isa(w);                                                                 \
-        else                                                                                      \
-            sdpa_prefill_##isa(w);                                                                \
-    }                                                                                             \
-    size_t sdpa_ws_floats_##isa(size_t rows, size_t d, size_t dv, size_t block)                   \
-    {                                                                                             \
-        return rows <= DECODE_MAX_ROWS ? sdpa_decode_ws_##isa(rows, d, dv, block)                 \
-                                       : sdpa_prefill_ws_##isa(rows, d, dv, block);               \
+#define SDPA_DEFINE_PATHS(isa)                                                                     \
+    void sdpa_rows_##isa(const sdpa_rows *w);                                                      \
+    size_t sdpa_ws_floats_##isa(size_t rows, size_t d, size_t dv, size_t block);                   \
+    void sdpa_rows_##isa(const sdpa_rows *w)                                                       \
+    {                                                                                              \
+        if (w->rows <= DECODE_MAX_ROWS)                                                            \
+            sdpa_decode_##isa(w);                                                                  \
+        else                                                                                       \
+            sdpa_prefill_##isa(w);                                                                 \
+    }                                                                                              \
+    size_t sdpa_ws_floats_##isa(size_t rows, size_t d, size_t dv, size_t block)                    \
+    {                                                                                              \
+        return rows <= DECODE_MAX_ROWS ? sdpa_decode_ws_##isa(rows, d, dv, block)                  \
+                                       : sdpa_prefill_ws_##isa(rows, d, dv, block);                \
     }
 
 /* The function fields of a table, from functions named <pfx><op>_<isa>: pfx empty for the
    defining file's own (static) ones, sdpa_ for exported ones. */
-#define SDPA_KERNEL_FNS(pfx, isa)                                                                 \
-    .score_f32 = pfx##score_f32_##isa, .softmax_online_f32 = pfx##softmax_online_f32_##isa,       \
-    .accumulate_f32 = pfx##accumulate_f32_##isa, .exp_f32 = pfx##exp_f32_##isa,                   \
+#define SDPA_KERNEL_FNS(pfx, isa)                                                                  \
+    .score_f32 = pfx##score_f32_##isa, .softmax_online_f32 = pfx##softmax_online_f32_##isa,        \
+    .accumulate_f32 = pfx##accumulate_f32_##isa, .exp_f32 = pfx##exp_f32_##isa,                    \
     .rows = pfx##rows_##isa, .ws_floats = pfx##ws_floats_##isa
 
 /* The other fields: the exp's stated bound, tanh, and what the tuning macros say. */
-#define SDPA_KERNEL_PARAMS(exp_ulp)                                                               \
-    .exp_max_ulp = (exp_ulp), .tanh_f32 = sdpa_tanh_f32, .tanh_max_ulp = SDPA_TANH_MAX_ULP,       \
-    .paged_rows = PAGED_ROWS, .quant_rows = QUANT_ROWS, .dequant = DEQUANT_FN,                    \
-    .tuning = {.decode_max_rows = DECODE_MAX_ROWS,                                                \
-               .decode_block = DECODE_BLOCK,                                                      \
-               .decode_block_few = DECODE_BLOCK_FEW,                                              \
-               .decode_pf_keys = DECODE_PF_KEYS,                                                  \
-               .decode_pv_kb = DECODE_PV_KB,                                                \
-               .decode_q_block = DECODE_Q_BLOCK,                                                  \
-               .decode_q_pf_keys = DECODE_Q_PF_KEYS,                                              \
-               .decode_q_pv_kb = DECODE_Q_PV_KB,                                            \
-               .prefill_block = PREFILL_BLOCK,                                                    \
-               .prefill_panel = PREFILL_PANEL,                                                    \
-               .prefill_pf_lines = PREFILL_PF_LINES,                                              \
-               .score_mr = SCORE_MR,                                                              \
-               .score_nr = SCORE_NR,                                                              \
-               .pv_mr = PV_MR,                                                                    \
-               .pv_nr = PV_NR,                                                                    \
+#define SDPA_KERNEL_PARAMS(exp_ulp)                                                                \
+    .exp_max_ulp = (exp_ulp), .tanh_f32 = sdpa_tanh_f32, .tanh_max_ulp = SDPA_TANH_MAX_ULP,        \
+    .paged_rows = PAGED_ROWS, .quant_rows = QUANT_ROWS, .dequant = DEQUANT_FN,                     \
+    .tuning = {.decode_max_rows = DECODE_MAX_ROWS,                                                 \
+               .decode_block = DECODE_BLOCK,                                                       \
+               .decode_block_few = DECODE_BLOCK_FEW,                                               \
+               .decode_pf_keys = DECODE_PF_KEYS,                                                   \
+               .decode_pv_kb = DECODE_PV_KB,                                                       \
+               .decode_q_block = DECODE_Q_BLOCK,                                                   \
+               .decode_q_pf_keys = DECODE_Q_PF_KEYS,                                               \
+               .decode_q_pv_kb = DECODE_Q_PV_KB,                                                   \
+               .prefill_block = PREFILL_BLOCK,                                                     \
+               .prefill_panel = PREFILL_PANEL,                                                     \
+               .prefill_pf_lines = PREFILL_PF_LINES,                                               \
+               .score_mr = SCORE_MR,                                                               \
+               .score_nr = SCORE_NR,                                                               \
+               .pv_mr = PV_MR,                                                                     \
+               .pv_nr = PV_NR,                                                                     \
                .pv_kb = PV_KB}
 
 /* const sdpa_kernels sdpa_kernels_<isa>, from score_f32_<isa>, softmax_online_f32_<isa>,
    accumulate_f32_<isa>, exp_f32_<isa>, rows_<isa> and ws_floats_<isa>, the exp's stated bound
    and the tuning macros. */
-#define SDPA_DEFINE_KERNELS(isa, exp_ulp)                                                         \
+#define SDPA_DEFINE_KERNELS(isa, exp_ulp)                                                          \
     const sdpa_kernels sdpa_kernels_##isa = {SDPA_KERNEL_FNS(, isa), SDPA_KERNEL_PARAMS(exp_ulp)}
 
 /* The same from the exported sdpa_score_f32_<isa>, ..., sdpa_rows_<isa>, sdpa_ws_floats_<isa>,
    which an implementation derived from this one takes (SDPA_DEFINE_KERNELS_FROM). */
-#define SDPA_DEFINE_KERNELS_EXPORTED(isa, exp_ulp)                                                \
-    const sdpa_kernels sdpa_kernels_##isa = {SDPA_KERNEL_FNS(sdpa_, isa),                         \
+#define SDPA_DEFINE_KERNELS_EXPORTED(isa, exp_ulp)                                                 \
+    const sdpa_kernels sdpa_kernels_##isa = {SDPA_KERNEL_FNS(sdpa_, isa),                          \
                                              SDPA_KERNEL_PARAMS(exp_ulp)}
 
 /* const sdpa_kernels sdpa_kernels_<isa> derived from the implementation <parent>: its parent's
@@ -130,22 +132,23 @@
    as designated initializers after the bound, e.g. .rows = rows_<isa>: a later initializer of
    a field wins (C11 6.7.9), and the compiler's warning about exactly that is off here. */
 #if defined(__clang__)
-#define SDPA_OVERRIDE_INIT_BEGIN                                                                  \
-    _Pragma("clang diagnostic push") _Pragma("clang diagnostic ignored \"-Winitializer-overrides\"")
+#define SDPA_OVERRIDE_INIT_BEGIN                                                                   \
+    _Pragma("clang diagnostic push") _Pragma("clang diagnostic ignored "                           \
+                                             "\"-Winitializer-overrides\"")
 #define SDPA_OVERRIDE_INIT_END _Pragma("clang diagnostic pop")
 #elif defined(__GNUC__)
-#define SDPA_OVERRIDE_INIT_BEGIN                                                                  \
+#define SDPA_OVERRIDE_INIT_BEGIN                                                                   \
     _Pragma("GCC diagnostic push") _Pragma("GCC diagnostic ignored \"-Woverride-init\"")
 #define SDPA_OVERRIDE_INIT_END _Pragma("GCC diagnostic pop")
 #else
 #define SDPA_OVERRIDE_INIT_BEGIN
 #define SDPA_OVERRIDE_INIT_END
 #endif
-#define SDPA_DEFINE_KERNELS_FROM(isa, parent, exp_ulp, ...)                                       \
-    SDPA_OVERRIDE_INIT_BEGIN                                                                      \
-    const sdpa_kernels sdpa_kernels_##isa = {SDPA_KERNEL_FNS(sdpa_, parent),                      \
-                                             SDPA_KERNEL_PARAMS(exp_ulp), __VA_ARGS__};           \
-    SDPA_OVERRIDE_INIT_END                                                                        \
+#define SDPA_DEFINE_KERNELS_FROM(isa, parent, exp_ulp, ...)                                        \
+    SDPA_OVERRIDE_INIT_BEGIN                                                                       \
+    const sdpa_kernels sdpa_kernels_##isa = {SDPA_KERNEL_FNS(sdpa_, parent),                       \
+                                             SDPA_KERNEL_PARAMS(exp_ulp), __VA_ARGS__};            \
+    SDPA_OVERRIDE_INIT_END                                                                         \
     extern const sdpa_kernels sdpa_kernels_##isa
 
 #endif /* SDPA_KERNEL_DEF_H */

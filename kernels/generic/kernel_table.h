@@ -1,4 +1,5 @@
-/* kernel_table.h -- the internal interface every implementation (scalar, avx2, avx512, neon, ...) exports */
+/* kernel_table.h -- the internal interface every implementation (scalar, avx2, avx512, neon, ...)
+ * exports */
 #ifndef SDPA_KERNEL_TABLE_H
 #define SDPA_KERNEL_TABLE_H
 
@@ -43,8 +44,8 @@
      reads a key at or past kv_end) and kv_end <= kv_len.
    - k row j (all d elements, of dtype k_type) starts at element j * k_stride of k, which already
      points at the KV head's token 0; v likewise with dv elements. For the block formats
-     (sdpa_dtype_quantized: only for a kernel with quant_rows >= rows) d, dv and the strides are multiples
-     of 32 and element offset e lies at byte e / 32 * (block bytes), see convert.h.
+     (sdpa_dtype_quantized: only for a kernel with quant_rows >= rows) d, dv and the strides are
+   multiples of 32 and element offset e lies at byte e / 32 * (block bytes), see convert.h.
    - m, l (R each) and acc (R * dv, row r at acc + r * dv) are the running online-softmax state,
      initialised by the driver to (-INFINITY, 0, 0) and updated in place: after the call, for each
      row, acc = sum_j exp(s_j - m) v_j and l = sum_j exp(s_j - m) over every key seen so far.
@@ -66,7 +67,7 @@
      on every call (the result then depends on the order, bitwise, but not on the threads). */
 typedef struct sdpa_span {
     const void *p;
-    size_t      bytes;
+    size_t bytes;
 } sdpa_span;
 
 /* The score modifiers of a unit (sdpa_rows.mods), applied to a row's scores after score_mul,
@@ -77,11 +78,11 @@ typedef struct sdpa_span {
    pos[r] is row r's position among the keys (i', may be negative); mask[r] points at row r's
    mask entry for key 0, of dtype mask_type (f32, f16 or bf16). */
 typedef struct sdpa_mods {
-    float              softcap, inv_softcap;
-    const float       *slope;
-    const ptrdiff_t   *pos;
+    float softcap, inv_softcap;
+    const float *slope;
+    const ptrdiff_t *pos;
     const void *const *mask;
-    sdpa_dtype         mask_type;
+    sdpa_dtype mask_type;
 } sdpa_mods;
 
 /* A paged unit's K/V (sdpa_rows.pages): key j is row j % size of page j / size, whose row 0
@@ -90,36 +91,36 @@ typedef struct sdpa_mods {
    piece's key indices to its page (sdpa_key_shift), ones holds rows floats of 1. */
 typedef struct sdpa_pages {
     const void *const *k, *const *v;
-    size_t             first, size;
-    void              *scratch;
-    const float       *ones;
+    size_t first, size;
+    void *scratch;
+    const float *ones;
 } sdpa_pages;
 
 typedef struct sdpa_rows {
-    size_t        rows, d, dv;
-    const float  *q;
+    size_t rows, d, dv;
+    const float *q;
     const size_t *kv_limit;
     /* NULL: every row's keys start at 0. Else row r sees key j only if kv_first[r] <= j, with
        kv_first non-decreasing in r and kv_first[0] <= kv_begin (a sliding window). A key before
        a row's first is hidden from it like one past its limit. */
     const size_t *kv_first;
     const sdpa_mods *mods; /* NULL: no modifier, the plain path */
-    const float  *score_mul;
-    const void   *k;
-    const void   *v;
-    ptrdiff_t     k_stride, v_stride;
-    sdpa_dtype    k_type, v_type;
-    size_t        kv_begin, kv_end;
-    float        *m, *l, *acc;
-    float        *ws;
-    size_t        block;
+    const float *score_mul;
+    const void *k;
+    const void *v;
+    ptrdiff_t k_stride, v_stride;
+    sdpa_dtype k_type, v_type;
+    size_t kv_begin, kv_end;
+    float *m, *l, *acc;
+    float *ws;
+    size_t block;
     const sdpa_span *pf;
-    size_t        n_pf;
-    int           reverse;
+    size_t n_pf;
+    int reverse;
     /* 1 when the call's K and V together exceed the last-level cache, so that they come from
        memory whatever the caller did before: a kernel may then trade speed in cache for speed
        streaming from memory */
-    int           stream;
+    int stream;
     /* NULL: k and v address the keys as above. Else the keys live in pages (k and v unused,
        reverse 0): a kernel with paged_rows >= rows accepts this; rows_loop.h cuts each key block
        at page ends and hands every piece to the hooks as a unit of its own page. */
@@ -131,7 +132,7 @@ typedef struct sdpa_rows {
        and sums exact in int32, k quants and m_k as sdpa_block_quants gives them (m_k = 0 but for
        q4_1 and q5_1; q still holds the scaled rows). A NaN qd makes the score NaN. */
     const int8_t *qq;
-    const float  *qd;
+    const float *qd;
 } sdpa_rows;
 
 /* An implementation's blocking and prefetch parameters: the values its kernels are compiled with
@@ -142,18 +143,18 @@ typedef struct sdpa_rows {
    micro-kernels named <op>_<isa>_<mr>x<nr>); decode_q_* are those of a separate decode path
    for K or V in a block format (read in place, format block by format block). */
 typedef struct sdpa_tuning {
-    size_t decode_max_rows;  /* rows of the largest unit that takes the decode path */
-    size_t decode_block;     /* keys per decode block (at most) */
-    size_t decode_block_few; /* keys per decode block when few rows stream both K and V ahead */
-    size_t decode_pf_keys;   /* software-prefetch distance of the decode streams, in keys */
-    size_t decode_pv_kb;  /* keys per decode P·V sub-block (their V rows stay in L1) */
-    size_t decode_q_block;   /* keys per block of the q8_0 / q4_0 decode path (at most) */
-    size_t decode_q_pf_keys; /* software-prefetch distance of that path, in keys */
-    size_t decode_q_pv_kb; /* keys per P·V sub-block of that path (their V rows stay in L1) */
-    size_t prefill_block;    /* keys per prefill block (at most; the driver's hint may be less) */
-    size_t prefill_panel;    /* query rows packed together (a Qᵀ panel or a Q panel) */
-    size_t prefill_pf_lines; /* lines of the driver's hint (sdpa_rows.pf) requested per prefill
-                                score tile */
+    size_t decode_max_rows;    /* rows of the largest unit that takes the decode path */
+    size_t decode_block;       /* keys per decode block (at most) */
+    size_t decode_block_few;   /* keys per decode block when few rows stream both K and V ahead */
+    size_t decode_pf_keys;     /* software-prefetch distance of the decode streams, in keys */
+    size_t decode_pv_kb;       /* keys per decode P·V sub-block (their V rows stay in L1) */
+    size_t decode_q_block;     /* keys per block of the q8_0 / q4_0 decode path (at most) */
+    size_t decode_q_pf_keys;   /* software-prefetch distance of that path, in keys */
+    size_t decode_q_pv_kb;     /* keys per P·V sub-block of that path (their V rows stay in L1) */
+    size_t prefill_block;      /* keys per prefill block (at most; the driver's hint may be less) */
+    size_t prefill_panel;      /* query rows packed together (a Qᵀ panel or a Q panel) */
+    size_t prefill_pf_lines;   /* lines of the driver's hint (sdpa_rows.pf) requested per prefill
+                                  score tile */
     size_t score_mr, score_nr; /* query rows x keys of the prefill score micro-kernel,
                                   score_<isa>_<mr>x<nr> (on every ISA, transposed or not) */
     size_t pv_mr, pv_nr;       /* query rows x output columns of the prefill P·V micro-kernel,
@@ -163,20 +164,20 @@ typedef struct sdpa_tuning {
 
 typedef struct sdpa_kernels {
     /* the three public primitives, same contract as in sdpa.h (n, d, dv >= 1 here) */
-    void  (*score_f32)(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
-                       float scale, float *s);
+    void (*score_f32)(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+                      float scale, float *s);
     float (*softmax_online_f32)(float *s, size_t n, float *m, float *l);
-    void  (*accumulate_f32)(float *o, float alpha, const float *p, const float *v,
-                            size_t v_stride, size_t n, size_t dv);
+    void (*accumulate_f32)(float *o, float alpha, const float *p, const float *v, size_t v_stride,
+                           size_t n, size_t dv);
     /* the implementation's exp over an array, and its stated max ULP error for x <= 0 */
-    void  (*exp_f32)(const float *x, float *y, size_t n);
+    void (*exp_f32)(const float *x, float *y, size_t n);
     double exp_max_ulp;
     /* the implementation's tanh over an array (y may equal x; softcap uses it), and its stated
        max ULP error over every float */
-    void  (*tanh_f32)(const float *x, float *y, size_t n);
+    void (*tanh_f32)(const float *x, float *y, size_t n);
     double tanh_max_ulp;
     /* fused attention on one unit of work */
-    void   (*rows)(const sdpa_rows *w);
+    void (*rows)(const sdpa_rows *w);
     /* scratch floats that `rows` needs for R rows, head dims d/dv and a key block */
     size_t (*ws_floats)(size_t rows, size_t d, size_t dv, size_t block);
     /* the largest unit `rows` takes with sdpa_rows.pages set (0: none; the driver then hands

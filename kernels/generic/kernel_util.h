@@ -52,23 +52,23 @@ static inline void sdpa_scale_scores(float *s, size_t n, float mul)
    runs step the first row up as keys go past earlier rows' limits. A kernel runs its P·V tile
    per run, so that a key past a row's limit is skipped rather than weighted by 0 (0 * inf is
    NaN). */
-#define SDPA_VISIBLE_RUNS(lim, r0, r1, j0, nb, BODY)                                              \
-    do {                                                                                       \
-        size_t ra_ = (r0), ka_ = 0;                                                            \
-        while (ra_ < (r1)) {                                                                   \
-            const size_t kb_ = sdpa_seen((lim)[ra_], (j0), (nb));                             \
-            if (kb_ > ka_) {                                                                   \
-                BODY(ra_, ka_, kb_);                                                           \
-                ka_ = kb_;                                                                     \
-            }                                                                                  \
-            while (ra_ < (r1) && sdpa_seen((lim)[ra_], (j0), (nb)) <= ka_) ra_++;             \
-        }                                                                                      \
+#define SDPA_VISIBLE_RUNS(lim, r0, r1, j0, nb, BODY)                                               \
+    do {                                                                                           \
+        size_t ra_ = (r0), ka_ = 0;                                                                \
+        while (ra_ < (r1)) {                                                                       \
+            const size_t kb_ = sdpa_seen((lim)[ra_], (j0), (nb));                                  \
+            if (kb_ > ka_) {                                                                       \
+                BODY(ra_, ka_, kb_);                                                               \
+                ka_ = kb_;                                                                         \
+            }                                                                                      \
+            while (ra_ < (r1) && sdpa_seen((lim)[ra_], (j0), (nb)) <= ka_) ra_++;                  \
+        }                                                                                          \
     } while (0)
 
 /* A float's bits and back, through a union: GCC keeps these in registers and vectorises loops
    that use them as no-ops. */
 typedef union sdpa_pun {
-    float    f;
+    float f;
     uint32_t u;
 } sdpa_pun;
 static inline uint32_t sdpa_f32_bits(float f) { return (sdpa_pun){.f = f}.u; }
@@ -104,15 +104,15 @@ static inline bool sdpa_v_finite(const sdpa_rows *w, size_t ja, size_t jb)
    hold finite values only (their p = 0 then adds exactly 0), else per SDPA_VISIBLE_RUNS. The
    check reads the few V rows of a causal diagonal; when it passes, a full call and the runs
    give the same values (up to the sign of a zero). */
-#define SDPA_PV_TILES(w, lim, r0, r1, j0, nb, BODY)                                              \
-    do {                                                                                       \
-        const size_t first_ = sdpa_seen((lim)[r0], (j0), (nb));                                 \
-        const size_t last_ = sdpa_seen((lim)[(r1) - 1], (j0), (nb));                            \
-        if (first_ == last_ || sdpa_v_finite((w), (j0) + first_, (j0) + last_)) {               \
-            BODY((r0), 0, last_);                                                              \
-        } else {                                                                               \
-            SDPA_VISIBLE_RUNS(lim, r0, r1, j0, nb, BODY);                                      \
-        }                                                                                      \
+#define SDPA_PV_TILES(w, lim, r0, r1, j0, nb, BODY)                                                \
+    do {                                                                                           \
+        const size_t first_ = sdpa_seen((lim)[r0], (j0), (nb));                                    \
+        const size_t last_ = sdpa_seen((lim)[(r1)-1], (j0), (nb));                                 \
+        if (first_ == last_ || sdpa_v_finite((w), (j0) + first_, (j0) + last_)) {                  \
+            BODY((r0), 0, last_);                                                                  \
+        } else {                                                                                   \
+            SDPA_VISIBLE_RUNS(lim, r0, r1, j0, nb, BODY);                                          \
+        }                                                                                          \
     } while (0)
 
 /* The piece of a paged unit w that starts at key j: *n (the keys wanted) is cut at the end of

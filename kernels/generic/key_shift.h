@@ -27,8 +27,7 @@ static inline void sdpa_key_shift(const sdpa_rows *w, size_t base, void *scratch
     for (size_t r = 0; r < R; r++) lim[r] = w->kv_limit[r] > base ? w->kv_limit[r] - base : 0;
     u->kv_limit = lim;
     if (w->kv_first) {
-        for (size_t r = 0; r < R; r++)
-            first[r] = w->kv_first[r] > base ? w->kv_first[r] - base : 0;
+        for (size_t r = 0; r < R; r++) first[r] = w->kv_first[r] > base ? w->kv_first[r] - base : 0;
         u->kv_first = first;
     }
     if (w->mods) {

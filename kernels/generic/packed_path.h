@@ -1,4 +1,5 @@
-/* packed_path.h -- the rows_loop.h hooks of a path that packs each key block and runs row-major tiles */
+/* packed_path.h -- the rows_loop.h hooks of a path that packs each key block and runs row-major
+ * tiles */
 /*
  * For implementations with one path for every unit (neon, sve): K is converted and packed per
  * block, V converted per block (f32 V read in place), and two register-blocked tile kernels do
@@ -58,18 +59,34 @@ static const float *pack_v(const sdpa_rows *w, size_t j0, size_t nb, float *vp, 
     }
     const size_t dv = w->dv;
     *vs = (ptrdiff_t)dv;
-#define PACK_V_AS(T)                                                                              \
-    for (size_t j = 0; j < nb; j++)                                                               \
-        SDPA_ROW_TO_F32(w->v, (ptrdiff_t)(j0 + j) * stride, dv, T, vp + j * dv)
+#define PACK_V_AS(T)                                                                               \
+    for (size_t j = 0; j < nb; j++)                                                                \
+    SDPA_ROW_TO_F32(w->v, (ptrdiff_t)(j0 + j) * stride, dv, T, vp + j * dv)
     switch (w->v_type) {
-    case SDPA_F16: PACK_V_AS(SDPA_F16); break;
-    case SDPA_Q8_0: PACK_V_AS(SDPA_Q8_0); break;
-    case SDPA_Q4_0: PACK_V_AS(SDPA_Q4_0); break;
-    case SDPA_Q4_1: PACK_V_AS(SDPA_Q4_1); break;
-    case SDPA_Q5_0: PACK_V_AS(SDPA_Q5_0); break;
-    case SDPA_Q5_1: PACK_V_AS(SDPA_Q5_1); break;
-    case SDPA_IQ4_NL: PACK_V_AS(SDPA_IQ4_NL); break;
-    default: PACK_V_AS(SDPA_BF16); break;
+    case SDPA_F16:
+        PACK_V_AS(SDPA_F16);
+        break;
+    case SDPA_Q8_0:
+        PACK_V_AS(SDPA_Q8_0);
+        break;
+    case SDPA_Q4_0:
+        PACK_V_AS(SDPA_Q4_0);
+        break;
+    case SDPA_Q4_1:
+        PACK_V_AS(SDPA_Q4_1);
+        break;
+    case SDPA_Q5_0:
+        PACK_V_AS(SDPA_Q5_0);
+        break;
+    case SDPA_Q5_1:
+        PACK_V_AS(SDPA_Q5_1);
+        break;
+    case SDPA_IQ4_NL:
+        PACK_V_AS(SDPA_IQ4_NL);
+        break;
+    default:
+        PACK_V_AS(SDPA_BF16);
+        break;
     }
 #undef PACK_V_AS
     return vp;
@@ -143,13 +160,13 @@ static inline void loop_values(packed_ctx *c, const sdpa_rows *w, size_t r0, siz
     /* rows [a, rows) over keys [ka, kb) (SDPA_PV_TILES): a key past a row's limit whose V is
        not finite is skipped, not weighted by its p = 0; alpha (applied by the first run) is
        then 1 */
-#define PACKED_RUN(a, ka, kb)                                                                     \
-    pv_tile(w->acc + (a) * dv, dv, (ka) ? c->ones : alpha + (a), S + (a) * lds + (ka), lds,        \
-            w->rows - (a), vr + (ptrdiff_t)(ka) * vs, vs, (kb) - (ka))
+#define PACKED_RUN(a, ka, kb)                                                                      \
+    pv_tile(w->acc + (a)*dv, dv, (ka) ? c->ones : alpha + (a), S + (a)*lds + (ka), lds,            \
+            w->rows - (a), vr + (ptrdiff_t)(ka)*vs, vs, (kb) - (ka))
     SDPA_PV_TILES(w, w->kv_limit, r0, w->rows, j0, nb, PACKED_RUN);
 #undef PACKED_RUN
 }
 
-#define SDPA_LOOP_FN SDPA_ROWS_FN
+#define SDPA_LOOP_FN  SDPA_ROWS_FN
 #define SDPA_LOOP_CTX packed_ctx
 #include "rows_loop.h"

@@ -1,4 +1,5 @@
-/* prefetch.h -- software prefetch helpers: the driver's hints (sdpa_rows.pf), and K/V rows in address order */
+/* prefetch.h -- software prefetch helpers: the driver's hints (sdpa_rows.pf), and K/V rows in
+ * address order */
 #ifndef SDPA_PREFETCH_H
 #define SDPA_PREFETCH_H
 
@@ -12,7 +13,7 @@
    line-fill buffers stalls the arithmetic it was meant to hide behind. */
 typedef struct sdpa_pf_cursor {
     const sdpa_span *s, *e;
-    size_t           off;
+    size_t off;
 } sdpa_pf_cursor;
 
 static inline sdpa_pf_cursor sdpa_pf_begin(const sdpa_rows *w)
@@ -44,11 +45,11 @@ static inline void sdpa_pf_lines(sdpa_pf_cursor *c, int lines)
    nothing. Lines are counted from the line holding a row's first byte; with a stride that is
    not a multiple of 64 a row may get one line too few: a hint, never a fault. */
 typedef struct sdpa_pf_rows {
-    const char *p;    /* next line to request */
-    ptrdiff_t   skip; /* bytes from past a row's last line to the next row's first */
-    size_t      li;   /* lines of the current row already requested */
-    size_t      L;    /* lines per row */
-    size_t      n;    /* lines left in the stream */
+    const char *p;  /* next line to request */
+    ptrdiff_t skip; /* bytes from past a row's last line to the next row's first */
+    size_t li;      /* lines of the current row already requested */
+    size_t L;       /* lines per row */
+    size_t n;       /* lines left in the stream */
 } sdpa_pf_rows;
 
 /* rows [0, nrows) starting at row0, stride bytes apart, row_bytes each */

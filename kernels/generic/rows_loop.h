@@ -1,4 +1,5 @@
-/* rows_loop.h -- the ISA-independent tile loop: key blocks, visible-key bookkeeping, online-softmax state */
+/* rows_loop.h -- the ISA-independent tile loop: key blocks, visible-key bookkeeping, online-softmax
+ * state */
 /*
  * One loop drives every path of every implementation (the AVX-512 prefill excepted: its scores
  * are transposed and computed panel by panel, see kernels/x86/avx512/prefill.c). An
@@ -59,19 +60,21 @@
 #define SDPA_LOOP_AHEAD 32
 
 #define SDPA_LOOP_CAT2(a, b) a##b
-#define SDPA_LOOP_CAT(a, b) SDPA_LOOP_CAT2(a, b)
+#define SDPA_LOOP_CAT(a, b)  SDPA_LOOP_CAT2(a, b)
 
 /* The score and value hooks, each compiled once per path and called once per block (or
    page piece): inlined into the loop's four call sites (two paths, paged or not) they would
    multiply the kernels' specialisations, and a call per block costs nothing measurable. */
-SDPA_NOINLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _scores)(
-    SDPA_LOOP_CTX *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb, float *S, size_t lds)
+SDPA_NOINLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _scores)(SDPA_LOOP_CTX *c, const sdpa_rows *w,
+                                                        size_t r0, size_t j0, size_t nb, float *S,
+                                                        size_t lds)
 {
     loop_scores(c, w, r0, j0, nb, S, lds);
 }
-SDPA_NOINLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _values)(
-    SDPA_LOOP_CTX *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb, const float *alpha,
-    const float *S, size_t lds)
+SDPA_NOINLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _values)(SDPA_LOOP_CTX *c, const sdpa_rows *w,
+                                                        size_t r0, size_t j0, size_t nb,
+                                                        const float *alpha, const float *S,
+                                                        size_t lds)
 {
     loop_values(c, w, r0, j0, nb, alpha, S, lds);
 }
@@ -134,7 +137,8 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
             }
         else
             SDPA_LOOP_CAT(SDPA_LOOP_FN, _scores)(&c, w, r0, j0, nb, S, lds);
-        for (size_t r = 0; r < r0; r++) alpha[r] = 1.0f; /* a row that sees nothing keeps its state */
+        for (size_t r = 0; r < r0; r++)
+            alpha[r] = 1.0f; /* a row that sees nothing keeps its state */
         bool hidden = false; /* a key of the block hidden from a row by its first or the mask */
         for (size_t r = r0; r < R; r++) {
             const size_t nv = sdpa_visible(w, r, j0, nb);
@@ -167,8 +171,7 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
             }
             continue;
         }
-        if (var && hidden &&
-            !sdpa_v_finite(w, j0, j0 + sdpa_visible(w, R - 1, j0, nb))) {
+        if (var && hidden && !sdpa_v_finite(w, j0, j0 + sdpa_visible(w, R - 1, j0, nb))) {
             for (size_t r = r0; r < R; r++)
                 sdpa_pv_row_exact(w, r, j0, sdpa_visible(w, r, j0, nb), alpha[r], S + r * lds, 1);
             continue;

@@ -5,8 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "exp_coeffs.h" /* the Cody-Waite split of ln 2 and the polynomial of e^r */
-#include "kernel_util.h"  /* sdpa_f32_bits, sdpa_bits_f32 */
+#include "exp_coeffs.h"  /* the Cody-Waite split of ln 2 and the polynomial of e^r */
+#include "kernel_util.h" /* sdpa_f32_bits, sdpa_bits_f32 */
 
 /*
  * y = tanh(x), computed on a = |x| with the sign bit of x put back at the end, so the function

@@ -50,8 +50,7 @@ static inline bool sdpa_sees(const sdpa_rows *w, size_t r, size_t j)
 /* Whether rows [r0, r1) see none of the keys [j0, j0 + nb): each row's interval misses the
    block, or every entry of the mask in it is -inf. Such a block is neither read nor computed
    (the rows' state is unchanged). Reads the mask tile up to the first entry that is not -inf. */
-static inline bool sdpa_block_hidden(const sdpa_rows *w, size_t r0, size_t r1, size_t j0,
-                                     size_t nb)
+static inline bool sdpa_block_hidden(const sdpa_rows *w, size_t r0, size_t r1, size_t j0, size_t nb)
 {
     for (size_t r = r0; r < r1; r++) {
         const size_t a = sdpa_first(w, r) > j0 ? sdpa_first(w, r) : j0;
@@ -107,15 +106,15 @@ SDPA_INLINE bool sdpa_modify_row(const sdpa_rows *w, size_t r, size_t j0, float 
         const void *mr = (const char *)md->mask[r] + j0 * sdpa_block_bytes((int)md->mask_type);
         uint32_t any = 0;
         /* one loop per dtype, the -inf select on the bits: each vectorises */
-#define SDPA_MASK_LOOP(ELEM_T, NINF, TO_F32)                                                      \
-    do {                                                                                       \
-        const ELEM_T *x = mr;                                                                  \
-        for (size_t j = 0; j < n; j++) {                                                       \
-            const uint32_t hm = 0u - (uint32_t)(x[j] == (NINF));                               \
-            const uint32_t t = sdpa_f32_bits(s[j * ds] + TO_F32(x[j]));                        \
-            any |= hm;                                                                         \
-            s[j * ds] = sdpa_bits_f32((t & ~hm) | (sdpa_ninf_bits(SDPA_F32) & hm));            \
-        }                                                                                      \
+#define SDPA_MASK_LOOP(ELEM_T, NINF, TO_F32)                                                       \
+    do {                                                                                           \
+        const ELEM_T *x = mr;                                                                      \
+        for (size_t j = 0; j < n; j++) {                                                           \
+            const uint32_t hm = 0u - (uint32_t)(x[j] == (NINF));                                   \
+            const uint32_t t = sdpa_f32_bits(s[j * ds] + TO_F32(x[j]));                            \
+            any |= hm;                                                                             \
+            s[j * ds] = sdpa_bits_f32((t & ~hm) | (sdpa_ninf_bits(SDPA_F32) & hm));                \
+        }                                                                                          \
     } while (0)
         if (md->mask_type == SDPA_F32)
             SDPA_MASK_LOOP(sdpa_bits32, sdpa_ninf_bits(SDPA_F32), sdpa_bits_f32);
@@ -147,8 +146,8 @@ static inline bool sdpa_modify_scores(const sdpa_rows *w, size_t r, size_t j0, f
 /* acc_r = alpha acc_r + sum of p[j * ps] v_{j0 + j} over the keys j < n of the block that row r
    sees (sdpa_sees), V read from w in its own dtype: the exact path of a block where a hidden
    key's V is not finite (0 * inf would be NaN), plain and rare. */
-static inline void sdpa_pv_row_exact(const sdpa_rows *w, size_t r, size_t j0, size_t n,
-                                     float alpha, const float *p, size_t ps)
+static inline void sdpa_pv_row_exact(const sdpa_rows *w, size_t r, size_t j0, size_t n, float alpha,
+                                     const float *p, size_t ps)
 {
     const size_t dv = w->dv;
     float *acc = w->acc + r * dv;

@@ -1,4 +1,5 @@
-/* scalar.c -- the reference implementation in portable C (no intrinsics): the oracle SIMD paths are held to */
+/* scalar.c -- the reference implementation in portable C (no intrinsics): the oracle SIMD paths are
+ * held to */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -15,8 +16,8 @@
    at most 0.5 ULP plus the double error: stated bound 1 ULP over x <= 0 (measured: 0.503). */
 static float exp_scalar_one(float xf)
 {
-    if (xf != xf) return xf;               /* NaN */
-    if (xf < -104.0f) return 0.0f;         /* below half the least subnormal, and -inf */
+    if (xf != xf) return xf;       /* NaN */
+    if (xf < -104.0f) return 0.0f; /* below half the least subnormal, and -inf */
     if (xf > 88.8f) return INFINITY;
     const double x = xf;
     const double shifter = 6755399441055744.0; /* 1.5 * 2^52: adding it rounds to an integer */
@@ -43,7 +44,7 @@ static void exp_f32_scalar(const float *x, float *y, size_t n)
 }
 
 static void score_f32_scalar(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
-                         float scale, float *s)
+                             float scale, float *s)
 {
     for (size_t j = 0; j < n; j++) {
         const float *kj = k + j * k_stride;
@@ -60,7 +61,7 @@ static float softmax_online_f32_scalar(float *s, size_t n, float *m, float *l)
        p, l and alpha are NaN from then on: a NaN in an attended input propagates. */
     for (size_t j = 0; j < n; j++)
         if (s[j] > mx || s[j] != s[j]) mx = s[j];
-    if (mx == -INFINITY) {        /* nothing but -inf so far: weights 0, state unchanged */
+    if (mx == -INFINITY) { /* nothing but -inf so far: weights 0, state unchanged */
         for (size_t j = 0; j < n; j++) s[j] = 0.0f;
         return 1.0f;
     }
@@ -76,7 +77,7 @@ static float softmax_online_f32_scalar(float *s, size_t n, float *m, float *l)
 }
 
 static void accumulate_f32_scalar(float *o, float alpha, const float *p, const float *v,
-                              size_t v_stride, size_t n, size_t dv)
+                                  size_t v_stride, size_t n, size_t dv)
 {
     for (size_t c = 0; c < dv; c++) o[c] *= alpha;
     for (size_t j = 0; j < n; j++) {

@@ -7,14 +7,15 @@
 #include <sdpa.h>
 
 #define STR2(x) #x
-#define STR(x) STR2(x)
+#define STR(x)  STR2(x)
 
 enum { HQ = 8, HKV = 2, N = 300, D = 64 };
 
 int main(void)
 {
     /* the header and the library it links must be the same version */
-    const char *want = STR(SDPA_VERSION_MAJOR) "." STR(SDPA_VERSION_MINOR) "." STR(SDPA_VERSION_PATCH);
+    const char *want =
+        STR(SDPA_VERSION_MAJOR) "." STR(SDPA_VERSION_MINOR) "." STR(SDPA_VERSION_PATCH);
     if (strcmp(sdpa_version(), want) != 0) {
         fprintf(stderr, "version mismatch: header %s, library %s\n", want, sdpa_version());
         return 1;
@@ -31,7 +32,8 @@ int main(void)
     memset(&p, 0, sizeof p);
     p.batch = 1, p.q_heads = HQ, p.kv_heads = HKV, p.q_len = 1, p.kv_len = N, p.head_dim = D;
     sdpa_tensor tq = {q, SDPA_F32, HQ * D, D, D}, to = {o, SDPA_F32, HQ * D, D, D};
-    sdpa_tensor tk = {k, SDPA_F32, HKV * N * D, N * D, D}, tv = {v, SDPA_F32, HKV * N * D, N * D, D};
+    sdpa_tensor tk = {k, SDPA_F32, HKV * N * D, N * D, D},
+                tv = {v, SDPA_F32, HKV * N * D, N * D, D};
     const sdpa_status st = sdpa_forward(&p, &tq, &tk, &tv, &to);
     if (st != SDPA_OK) {
         fprintf(stderr, "sdpa_forward: %s\n", sdpa_status_str(st));
@@ -55,7 +57,7 @@ int main(void)
             if (!(err <= worst)) worst = err;
         }
     }
-    printf("sdpa %s on %s: decode of %d keys, max |error| %.3g\n", sdpa_version(), sdpa_impl_name(sdpa_active()),
-           N, worst);
+    printf("sdpa %s on %s: decode of %d keys, max |error| %.3g\n", sdpa_version(),
+           sdpa_impl_name(sdpa_active()), N, worst);
     return worst < 1e-5 ? 0 : 1;
 }

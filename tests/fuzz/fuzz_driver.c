@@ -1,11 +1,12 @@
-/* fuzz_driver.c -- seeded driver of the fuzz target: fixed-seed inputs and the corpus replay as TAP, corpus writer */
+/* fuzz_driver.c -- seeded driver of the fuzz target: fixed-seed inputs and the corpus replay as
+ * TAP, corpus writer */
 /*
- * usage: fuzz_driver [--execs N] [--seed S] [--variants 0|1|2] [--api 0|1|2] [--corpus DIR] [--describe] [FILE...]
- *        (FILEs alone: no generated inputs unless --execs; --variants: generated inputs with the
- *        attention variants, --api: with the API fields (ragged, paged, block formats, head dims
- *        up to 256, sdpa_merge): 0 none, 1 half (default), 2 all)
- *        fuzz_driver [--describe] --hex HEX   replay one input given as hex bytes (and print it)
- *        fuzz_driver --write-corpus DIR   write the reproducers and seeds of tests/fuzz/corpus
+ * usage: fuzz_driver [--execs N] [--seed S] [--variants 0|1|2] [--api 0|1|2] [--corpus DIR]
+ * [--describe] [FILE...] (FILEs alone: no generated inputs unless --execs; --variants: generated
+ * inputs with the attention variants, --api: with the API fields (ragged, paged, block formats,
+ * head dims up to 256, sdpa_merge): 0 none, 1 half (default), 2 all) fuzz_driver [--describe] --hex
+ * HEX   replay one input given as hex bytes (and print it) fuzz_driver --write-corpus DIR   write
+ * the reproducers and seeds of tests/fuzz/corpus
  *
  * Prints one TAP point per implementation for the generated inputs (an implementation this CPU
  * cannot run is a SKIP, never a pass) and one for the replay of the corpus directory and FILEs.
@@ -70,17 +71,21 @@ static unsigned between(uint64_t *s, unsigned lo, unsigned hi) { return lo + rnd
 static void gen_variants(uint64_t *r, fz_spec *s)
 {
     if (rnd(r, 3) == 0)
-        s->window = rnd(r, 4) == 0 ? between(r, 1, 4) : rnd(r, 3) == 0 ? between(r, 1, s->kv_len + 40)
-                                                                    : between(r, 1, 1 + s->kv_len / 2);
+        s->window = rnd(r, 4) == 0   ? between(r, 1, 4)
+                    : rnd(r, 3) == 0 ? between(r, 1, s->kv_len + 40)
+                                     : between(r, 1, 1 + s->kv_len / 2);
     if (rnd(r, 3) == 0) {
         static const uint8_t kinds[12] = {3, 3, 4, 4, 4, 7, 7, 2, 2, 5, 6, 1};
         s->softcap_kind = kinds[rnd(r, 12)];
         s->softcap_param = (uint32_t)rng_next(r);
         if (s->softcap_kind == 1)
-            s->softcap_param = fz_f32_bits(ldexpf(1.0f + (float)rnd(r, 1u << 20) * 0x1p-20f, (int)between(r, 0, 200) - 100));
+            s->softcap_param = fz_f32_bits(
+                ldexpf(1.0f + (float)rnd(r, 1u << 20) * 0x1p-20f, (int)between(r, 0, 200) - 100));
     }
-    if (rnd(r, 3) == 0) s->alibi_kind = (uint8_t)between(r, 1, 3), s->alibi_param = (uint8_t)rng_next(r);
-    if (rnd(r, 3) == 0) s->sink_kind = (uint8_t)between(r, 1, 3), s->sink_param = (uint8_t)rng_next(r);
+    if (rnd(r, 3) == 0)
+        s->alibi_kind = (uint8_t)between(r, 1, 3), s->alibi_param = (uint8_t)rng_next(r);
+    if (rnd(r, 3) == 0)
+        s->sink_kind = (uint8_t)between(r, 1, 3), s->sink_param = (uint8_t)rng_next(r);
     if (rnd(r, 5) < 2) {
         s->mask = (uint8_t)between(r, 1, 3);
         s->mask_layout = rnd(r, 2) ? 0 : (uint8_t)rng_next(r);
@@ -89,7 +94,8 @@ static void gen_variants(uint64_t *r, fz_spec *s)
         s->mask_special = rnd(r, 12) == 0 ? (uint8_t)between(r, 1, 255) : 0;
     }
     if (rnd(r, 4) == 0) s->poison = (uint8_t)between(r, 1, 255);
-    if (s->invalid < 0 && rnd(r, 30) == 0) s->invalid = FZ_N_INVALID_PLAIN + (int)rnd(r, FZ_N_INVALID_VARIANT);
+    if (s->invalid < 0 && rnd(r, 30) == 0)
+        s->invalid = FZ_N_INVALID_PLAIN + (int)rnd(r, FZ_N_INVALID_VARIANT);
 }
 
 /* A head dim: a multiple of 32 up to 256 on 4 in 10, an odd one below 256 on 2 in 10, else kept. */
@@ -132,12 +138,17 @@ static void gen_api(uint64_t *r, fz_spec *s)
         if (s->batch == 1 && rnd(r, 3)) s->batch = between(r, 2, 3);
     }
     if (rnd(r, 4) == 0) {
-        s->paged = (uint8_t)(1 | (rnd(r, 3) == 0 ? 2 : 0) | (rnd(r, 2) ? 4 : 0) | (rnd(r, 2) ? 8 : 0) | rnd(r, 4) << 4 |
-                             rnd(r, 4) << 6);
+        s->paged = (uint8_t)(1 | (rnd(r, 3) == 0 ? 2 : 0) | (rnd(r, 2) ? 4 : 0) |
+                             (rnd(r, 2) ? 8 : 0) | rnd(r, 4) << 4 | rnd(r, 4) << 6);
         const unsigned pc = rnd(r, 6);
-        s->page_size = pc == 0 ? between(r, 1, 15) : pc == 1 ? 16 * between(r, 1, 16) : pc == 2 ? between(r, 17, 255)
-                     : pc == 3 ? 16 : pc == 4 ? between(r, 1, 4) : 256;
-        if (rnd(r, 2)) s->layout[1] = s->layout[2] = 2; /* [head][page][token]: adjacent pages form runs */
+        s->page_size = pc == 0   ? between(r, 1, 15)
+                       : pc == 1 ? 16 * between(r, 1, 16)
+                       : pc == 2 ? between(r, 17, 255)
+                       : pc == 3 ? 16
+                       : pc == 4 ? between(r, 1, 4)
+                                 : 256;
+        if (rnd(r, 2))
+            s->layout[1] = s->layout[2] = 2; /* [head][page][token]: adjacent pages form runs */
         if (s->kv_form == 2) s->kv_form = 1;
     }
     if (rnd(r, 6) == 0) {
@@ -147,7 +158,8 @@ static void gen_api(uint64_t *r, fz_spec *s)
         if (rnd(r, 8) == 0) s->merge_refuse = (uint8_t)between(r, 1, 255);
     }
     s->misc = rnd(r, 8) == 0 ? (uint8_t)between(r, 1, 7) : 0;
-    if (s->invalid < 0 && rnd(r, 20) == 0) s->invalid = FZ_INVALID_API_FIRST + (int)rnd(r, FZ_N_INVALID_API);
+    if (s->invalid < 0 && rnd(r, 20) == 0)
+        s->invalid = FZ_INVALID_API_FIRST + (int)rnd(r, FZ_N_INVALID_API);
 }
 
 /* The block formats of every kind (issue #26): K and/or V of any of the six, q4_1, q5_0, q5_1
@@ -183,9 +195,12 @@ static void gen_spec(uint64_t *r, fz_spec *s, int variants, int api, int formats
     s->kv_heads = between(r, 1, 3);
     s->group = between(r, 1, 4);
     const unsigned sz = rnd(r, 100);
-    if (sz < 55) s->q_len = between(r, 1, 8), s->kv_len = between(r, 1, 64);
-    else if (sz < 78) s->q_len = between(r, 1, 40), s->kv_len = between(r, 1, 300);
-    else if (sz < 88) s->q_len = between(r, 1, 4), s->kv_len = between(r, 300, 1100);
+    if (sz < 55)
+        s->q_len = between(r, 1, 8), s->kv_len = between(r, 1, 64);
+    else if (sz < 78)
+        s->q_len = between(r, 1, 40), s->kv_len = between(r, 1, 300);
+    else if (sz < 88)
+        s->q_len = between(r, 1, 4), s->kv_len = between(r, 300, 1100);
     else { /* one query block over 2048+ keys: the planner splits the keys into chunks */
         s->q_len = between(r, 1, 16);
         s->kv_len = between(r, 2040, 2200);
@@ -200,7 +215,8 @@ static void gen_spec(uint64_t *r, fz_spec *s, int variants, int api, int formats
     s->scale_kind = rnd(r, 5) < 2 ? 0 : between(r, 1, 7);
     s->scale_param = (uint32_t)rng_next(r);
     if (s->scale_kind == 1) { /* a raw scale: any finite float within 2^+-60 */
-        const float f = ldexpf(1.0f + (float)rnd(r, 1u << 20) * 0x1p-20f, (int)between(r, 0, 120) - 60);
+        const float f =
+            ldexpf(1.0f + (float)rnd(r, 1u << 20) * 0x1p-20f, (int)between(r, 0, 120) - 60);
         s->scale_param = fz_f32_bits(rnd(r, 2) ? -f : f);
     }
     for (int t = 0; t < 4; t++) s->layout[t] = rnd(r, 2) ? 0 : (uint8_t)rng_next(r);
@@ -221,7 +237,8 @@ static void gen_spec(uint64_t *r, fz_spec *s, int variants, int api, int formats
         in->param = (uint8_t)rng_next(r);
         in->idx = (uint32_t)rng_next(r);
         in->len = (uint16_t)(rnd(r, 4) ? rnd(r, 16) : rnd(r, 1100));
-        in->raw = fz_f32_bits(ldexpf(1.0f + (float)rnd(r, 1024) / 1024.0f, (int)between(r, 0, 200) - 100));
+        in->raw = fz_f32_bits(
+            ldexpf(1.0f + (float)rnd(r, 1024) / 1024.0f, (int)between(r, 0, 200) - 100));
     }
     if (variants == 2 || (variants == 1 && rnd(r, 2))) gen_variants(r, s);
     if (api == 2 || (api == 1 && rnd(r, 2))) gen_api(r, s);
@@ -231,7 +248,8 @@ static void gen_spec(uint64_t *r, fz_spec *s, int variants, int api, int formats
 /* ------------------------------------------------------------------------------------------ */
 /* The corpus: reproducers of known bugs, then generated seeds                                 */
 /* ------------------------------------------------------------------------------------------ */
-static fz_inject inj(unsigned tensor, unsigned shape, unsigned value, uint32_t idx, unsigned len, unsigned param, float raw)
+static fz_inject inj(unsigned tensor, unsigned shape, unsigned value, uint32_t idx, unsigned len,
+                     unsigned param, float raw)
 {
     fz_inject in;
     memset(&in, 0, sizeof in);
@@ -385,7 +403,8 @@ static size_t known_specs(named_spec *out)
     out[n++] = (named_spec){"var-softcap-alibi-prefill", s};
     /* every variant at once on a split decode with NaN and +inf in the mask's hidden keys */
     s = decode_spec(2150, 48);
-    s.group = 2, s.window = 900, s.softcap_kind = 4, s.softcap_param = 500, s.alibi_kind = 2, s.alibi_param = 4;
+    s.group = 2, s.window = 900, s.softcap_kind = 4, s.softcap_param = 500, s.alibi_kind = 2,
+    s.alibi_param = 4;
     s.sink_kind = 1, s.sink_param = 2, s.mask = 2, s.mask_class = 7, s.poison = 1 + (2 | 0 << 2);
     out[n++] = (named_spec){"var-all-split", s};
 
@@ -401,7 +420,8 @@ static size_t known_specs(named_spec *out)
     /* padded queries and keys: sequences of 0 queries, of 0 keys, and of more queries than keys,
        causal (rows before the first key see nothing) */
     fz_spec_init(&s);
-    s.lse = 1, s.causal = 1, s.batch = 3, s.kv_heads = 2, s.group = 2, s.q_len = 9, s.kv_len = 7, s.head_dim = 24;
+    s.lse = 1, s.causal = 1, s.batch = 3, s.kv_heads = 2, s.group = 2, s.q_len = 9, s.kv_len = 7,
+    s.head_dim = 24;
     s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 31;
     s.q_form = 1, s.kv_form = 1, s.q_lens_class = 5, s.kv_lens_class = 3;
     out[n++] = (named_spec){"api-padded-zero-and-short", s};
@@ -414,7 +434,8 @@ static size_t known_specs(named_spec *out)
     out[n++] = (named_spec){"api-packed-slack-window", s};
     /* paged, pages of one key, shared pages, junk in unused entries, shuffled, spare pages */
     fz_spec_init(&s);
-    s.lse = 1, s.batch = 3, s.kv_heads = 2, s.group = 2, s.q_len = 3, s.kv_len = 37, s.head_dim = 32;
+    s.lse = 1, s.batch = 3, s.kv_heads = 2, s.group = 2, s.q_len = 3, s.kv_len = 37,
+    s.head_dim = 32;
     s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 33;
     s.kv_form = 1, s.kv_lens_class = 1;
     s.paged = 1 | 2 | 4 | 8 | 3 << 4 | 2 << 6, s.page_size = 1;
@@ -427,7 +448,8 @@ static size_t known_specs(named_spec *out)
     out[n++] = (named_spec){"api-paged-ps16-runs-split", s};
     /* paged prefill, pages of 48 keys (gathered into a staged copy), f16 K beside q4_0 V */
     fz_spec_init(&s);
-    s.lse = 1, s.causal = 1, s.group = 4, s.q_len = 20, s.kv_len = 150, s.head_dim = 64, s.k_dtype = 1;
+    s.lse = 1, s.causal = 1, s.group = 4, s.q_len = 20, s.kv_len = 150, s.head_dim = 64,
+    s.k_dtype = 1;
     s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 35;
     s.v_format = 2, s.paged = 1 | 4 | 8, s.page_size = 48;
     out[n++] = (named_spec){"api-paged-ps48-q4-v", s};
@@ -437,13 +459,15 @@ static size_t known_specs(named_spec *out)
     out[n++] = (named_spec){"api-q4-k-q8-scores-split", s};
     /* q8_0 K and V, head dim 256, GQA 4, a prefill block beyond the decode path's rows */
     fz_spec_init(&s);
-    s.lse = 1, s.causal = 1, s.kv_heads = 2, s.group = 4, s.q_len = 8, s.kv_len = 70, s.head_dim = 256;
+    s.lse = 1, s.causal = 1, s.kv_heads = 2, s.group = 4, s.q_len = 8, s.kv_len = 70,
+    s.head_dim = 256;
     s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 37;
     s.k_format = s.v_format = 1;
     out[n++] = (named_spec){"api-q8-kv-d256-gqa", s};
     /* an odd head dim (255) with bf16 K and a v_dim of 1 in f16 */
     fz_spec_init(&s);
-    s.lse = 1, s.group = 2, s.q_len = 5, s.kv_len = 33, s.head_dim = 255, s.v_dim = 1, s.k_dtype = 2, s.v_dtype = 1;
+    s.lse = 1, s.group = 2, s.q_len = 5, s.kv_len = 33, s.head_dim = 255, s.v_dim = 1,
+    s.k_dtype = 2, s.v_dtype = 1;
     s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 38;
     out[n++] = (named_spec){"api-odd-dim-255", s};
     /* sdpa_merge: 8 parts of special lse values (-inf, NaN, +inf, huge) merged in place, dv 200 */
@@ -501,7 +525,7 @@ static size_t known_specs(named_spec *out)
     return n;
 }
 
-#define N_SEEDS 24     /* generated seeds of plain calls (seed-NN) */
+#define N_SEEDS     24 /* generated seeds of plain calls (seed-NN) */
 #define N_VAR_SEEDS 12 /* generated seeds with variants (var-seed-NN) */
 #define N_OLD_KNOWN 10 /* reproducers before the variants: the plain seeds' generator offset */
 #define N_API_SEEDS 12 /* generated seeds with the API fields (api-seed-NN) */
@@ -668,16 +692,22 @@ static int read_file(const char *path, uint8_t *buf, size_t cap, size_t *len)
     return 0;
 }
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
 static void print_counts(const char *what, double secs)
 {
     const sdpa_fuzz_counts *c = sdpa_fuzz_counts_get();
-    printf("# %s: %lu inputs in %.1f s (%.0f inputs/s, %.0f forward calls/s): %lu valid (%lu split into KV chunks), "
+    printf("# %s: %lu inputs in %.1f s (%.0f inputs/s, %.0f forward calls/s): %lu valid (%lu split "
+           "into KV chunks), "
            "%lu refused\n",
-           what, c->inputs, secs, c->inputs / (secs > 0 ? secs : 1), c->forward_calls / (secs > 0 ? secs : 1),
-           c->valid_calls, c->split_calls, c->invalid_calls);
-    printf("# %s: rows checked against float64 %lu, NaN rows %lu, zero rows %lu, unchecked (beyond the promise) %lu; "
+           what, c->inputs, secs, c->inputs / (secs > 0 ? secs : 1),
+           c->forward_calls / (secs > 0 ? secs : 1), c->valid_calls, c->split_calls,
+           c->invalid_calls);
+    printf("# %s: rows checked against float64 %lu, NaN rows %lu, zero rows %lu, unchecked (beyond "
+           "the promise) %lu; "
            "worst |err|/tol %.3g\n",
            what, c->rows_value, c->rows_nan, c->rows_zero, c->rows_unchecked, c->worst_ratio);
     printf("# %s: valid calls with ragged batches %lu, paged K/V %lu, block-format K or V %lu "
@@ -711,23 +741,32 @@ int main(int argc, char **argv)
     if (e && *e) execs = strtol(e, NULL, 10);
     artifacts = getenv("SDPA_FUZZ_ARTIFACTS");
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--execs") && i + 1 < argc) execs = strtol(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--seed") && i + 1 < argc) seed = strtoull(argv[++i], NULL, 0);
-        else if (!strcmp(argv[i], "--corpus") && i + 1 < argc) corpus = argv[++i];
-        else if (!strcmp(argv[i], "--hex") && i + 1 < argc) hex = argv[++i];
-        else if (!strcmp(argv[i], "--describe")) describe = true;
-        else if (!strcmp(argv[i], "--variants") && i + 1 < argc) variants = (int)strtol(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--api") && i + 1 < argc) api = (int)strtol(argv[++i], NULL, 10);
+        if (!strcmp(argv[i], "--execs") && i + 1 < argc)
+            execs = strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+            seed = strtoull(argv[++i], NULL, 0);
+        else if (!strcmp(argv[i], "--corpus") && i + 1 < argc)
+            corpus = argv[++i];
+        else if (!strcmp(argv[i], "--hex") && i + 1 < argc)
+            hex = argv[++i];
+        else if (!strcmp(argv[i], "--describe"))
+            describe = true;
+        else if (!strcmp(argv[i], "--variants") && i + 1 < argc)
+            variants = (int)strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--api") && i + 1 < argc)
+            api = (int)strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--formats") && i + 1 < argc)
             formats = (int)strtol(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--write-corpus") && i + 1 < argc) return write_corpus(argv[++i]);
+        else if (!strcmp(argv[i], "--write-corpus") && i + 1 < argc)
+            return write_corpus(argv[++i]);
         else if (argv[i][0] == '-') {
             fprintf(stderr,
                     "usage: %s [--execs N] [--seed S] [--variants 0|1|2] [--api 0|1|2] "
                     "[--formats 0|1|2] [--corpus DIR] [--hex HEX] [FILE...] | --write-corpus DIR\n",
                     argv[0]);
             return 2;
-        } else if (n_files < 256) files[n_files++] = argv[i];
+        } else if (n_files < 256)
+            files[n_files++] = argv[i];
     }
     sdpa_fuzz_set_log(stdout, "# ", 8);
     catch_crashes();
@@ -737,7 +776,8 @@ int main(int argc, char **argv)
     mallopt(M_MMAP_THRESHOLD, 64 << 20);
     mallopt(M_TRIM_THRESHOLD, 256 << 20);
 #endif
-    printf("TAP version 13\n# fuzz: sdpa_impl_forward on every implementation, serial and pooled, against float64\n");
+    printf("TAP version 13\n# fuzz: sdpa_impl_forward on every implementation, serial and pooled, "
+           "against float64\n");
 
     if (hex) { /* one input, no generated ones */
         uint8_t buf[4096];
@@ -792,8 +832,8 @@ int main(int argc, char **argv)
         const sdpa_impl *impl = sdpa_impl_at(i);
         point++;
         if (!sdpa_impl_supported(impl)) {
-            printf("ok %d - fuzz %s # SKIP %s needs %s, which this CPU or OS lacks\n", point, sdpa_impl_name(impl),
-                   sdpa_impl_name(impl), sdpa_impl_requires(impl));
+            printf("ok %d - fuzz %s # SKIP %s needs %s, which this CPU or OS lacks\n", point,
+                   sdpa_impl_name(impl), sdpa_impl_name(impl), sdpa_impl_requires(impl));
             continue;
         }
         if (!sdpa_test_selected(sdpa_impl_name(impl))) {
@@ -802,10 +842,11 @@ int main(int argc, char **argv)
         }
         const bool ok = i >= SDPA_FUZZ_MAX_IMPLS || fail_inputs[i] == 0;
         failed_points += !ok;
-        if (ok) printf("ok %d - fuzz %s: %ld executions\n", point, sdpa_impl_name(impl), execs);
+        if (ok)
+            printf("ok %d - fuzz %s: %ld executions\n", point, sdpa_impl_name(impl), execs);
         else
-            printf("not ok %d - fuzz %s: %ld executions, %lu failing inputs\n", point, sdpa_impl_name(impl), execs,
-                   fail_inputs[i]);
+            printf("not ok %d - fuzz %s: %ld executions, %lu failing inputs\n", point,
+                   sdpa_impl_name(impl), execs, fail_inputs[i]);
     }
 
     /* the corpus replay: every file of the corpus directory, then the FILEs */
@@ -861,8 +902,8 @@ int main(int argc, char **argv)
         print_counts("corpus", now_s() - t0);
         point++;
         if (bad || corpus_error) failed_points++;
-        printf("%s %d - corpus replay: %d inputs on every supported implementation%s\n", bad || corpus_error ? "not ok" : "ok",
-               point, n_names, bad ? ", some failed" : "");
+        printf("%s %d - corpus replay: %d inputs on every supported implementation%s\n",
+               bad || corpus_error ? "not ok" : "ok", point, n_names, bad ? ", some failed" : "");
         for (int i = 0; i < n_names; i++) free(names[i]);
     }
     printf("1..%d\n", point);

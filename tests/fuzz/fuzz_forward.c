@@ -1,4 +1,5 @@
-/* fuzz_forward.c -- differential fuzz target: bytes -> an attention call and a merge, run on every implementation, checked against float64 */
+/* fuzz_forward.c -- differential fuzz target: bytes -> an attention call and a merge, run on every
+ * implementation, checked against float64 */
 /*
  * One input decodes to one call of sdpa_impl_forward (README.md gives the byte format), and
  * optionally one of sdpa_merge. The call runs on every implementation this CPU supports,
@@ -19,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../test_select.h"
 #include "pool.h"
 #include "sdpa.h"
-#include "../test_select.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* Reporting                                                                                    */
@@ -66,16 +67,17 @@ __attribute__((format(printf, 2, 3))) static void fz_fail(size_t impl, const cha
     FILE *f = fz_log_set ? fz_log_file : stderr;
     if (!f || fz_log_lines >= fz_log_max) return;
     fz_log_lines++;
-    fprintf(f, "%sFAIL [%s] ", fz_log_prefix, impl == FZ_WHO_MERGE ? "sdpa_merge" : sdpa_impl_name(sdpa_impl_at(impl)));
+    fprintf(f, "%sFAIL [%s] ", fz_log_prefix,
+            impl == FZ_WHO_MERGE ? "sdpa_merge" : sdpa_impl_name(sdpa_impl_at(impl)));
     va_list ap;
     va_start(ap, fmt);
     vfprintf(f, fmt, ap);
     va_end(ap);
     fputc('\n', f);
-    if (fz_log_lines == fz_log_max) fprintf(f, "%s(further failures of this input not printed)\n", fz_log_prefix);
+    if (fz_log_lines == fz_log_max)
+        fprintf(f, "%s(further failures of this input not printed)\n", fz_log_prefix);
     fflush(f);
 }
-
 
 /* ------------------------------------------------------------------------------------------ */
 /* Float bits and the test's own f16/bf16 conversions (the oracle uses no library code)         */
@@ -98,11 +100,13 @@ static float f16_decode(uint16_t h)
 {
     const int e = (h >> 10) & 31, m = h & 1023;
     const float sign = (h & 0x8000) ? -1.0f : 1.0f;
-    if (e == 31) return m ? fz_bits_f32(((uint32_t)(h & 0x8000) << 16) | 0x7fc00000u | ((uint32_t)m << 13))
-                          : sign * INFINITY;
+    if (e == 31)
+        return m ? fz_bits_f32(((uint32_t)(h & 0x8000) << 16) | 0x7fc00000u | ((uint32_t)m << 13))
+                 : sign * INFINITY;
     if (e == 0) return sign * (float)m * 0x1p-24f;
     /* a normal f16 is a normal f32 of the same significand: rebias the exponent */
-    return fz_bits_f32(((uint32_t)(h & 0x8000) << 16) | ((uint32_t)(e - 15 + 127) << 23) | ((uint32_t)m << 13));
+    return fz_bits_f32(((uint32_t)(h & 0x8000) << 16) | ((uint32_t)(e - 15 + 127) << 23) |
+                       ((uint32_t)m << 13));
 }
 
 /* Round to nearest even through the exact decoder: any rounding would do (the oracle reads
@@ -116,12 +120,13 @@ static uint16_t f16_encode(float f)
     if (a >= 65520.0f) return (uint16_t)(sign | 0x7c00);
     uint16_t h;
     if (a < 0x1p-14f) {
-        h = (uint16_t)nearbyintf(a * 0x1p24f); /* subnormal steps of 2^-24; 1024 is the least normal */
+        h = (uint16_t)nearbyintf(a *
+                                 0x1p24f); /* subnormal steps of 2^-24; 1024 is the least normal */
     } else {
         int e;
-        const float m = frexpf(a, &e);       /* a = m 2^e, m in [0.5, 1) */
+        const float m = frexpf(a, &e);           /* a = m 2^e, m in [0.5, 1) */
         const float r = nearbyintf(m * 2048.0f); /* 11 significant bits */
-        int ee = e - 1;                      /* a ~ (r / 1024) 2^ee */
+        int ee = e - 1;                          /* a ~ (r / 1024) 2^ee */
         uint32_t sig = (uint32_t)r;
         if (sig == 2048) sig = 1024, ee++;
         if (ee > 15) return (uint16_t)(sign | 0x7c00);
@@ -143,20 +148,50 @@ static uint16_t bf16_encode(float f)
 /* ------------------------------------------------------------------------------------------ */
 /* The byte format (README.md)                                                                  */
 /* ------------------------------------------------------------------------------------------ */
-#define FZ_MAX_Q_LEN 40
-#define FZ_MAX_KV_LEN 2200
-#define FZ_MAX_DIM 256 /* the dims' byte range: inputs written when it was 160 decode as before */
+#define FZ_MAX_Q_LEN    40
+#define FZ_MAX_KV_LEN   2200
+#define FZ_MAX_DIM      256 /* the dims' byte range: inputs written when it was 160 decode as before */
 #define FZ_INVALID_BASE 240 /* byte 19 >= this: a refused call of kind byte - 240 */
-#define FZ_HEADER 31
+#define FZ_HEADER       31
 
 /* The refused calls of the API bytes, kind FZ_INVALID_API_FIRST + these (README). */
 enum {
-    BAD_TABLE_HIGH, BAD_TABLE_NEG, BAD_CU_Q_DEC, BAD_CU_KV_DEC, BAD_CU_Q_0, BAD_Q_LENS, BAD_KV_LENS,
-    BAD_CU_KV_LONG, BAD_Q_BOTH, BAD_CU_KV_PAGED, BAD_PAGE_SIZE_0, BAD_N_PAGES_0, BAD_PAGES_SHORT,
-    BAD_Q8_FLOAT_K, BAD_Q8_2, BAD_QK_STRIDE, BAD_QV_DIM, BAD_Q_Q8, BAD_O_Q4,
-    BAD_LSE_TABLE, BAD_LSE_Q_LENS, BAD_LSE_KV_LENS, BAD_LSE_CU_Q, BAD_LSE_CU_KV, BAD_LSE_SINKS,
-    BAD_LSE_SLOPES, BAD_LSE_MASK, BAD_LSE_WS,
-    BAD_O_TABLE, BAD_O_Q_LENS, BAD_O_KV_LENS, BAD_O_CU_Q, BAD_O_CU_KV, BAD_O_SINKS, BAD_O_SLOPES, BAD_O_WS,
+    BAD_TABLE_HIGH,
+    BAD_TABLE_NEG,
+    BAD_CU_Q_DEC,
+    BAD_CU_KV_DEC,
+    BAD_CU_Q_0,
+    BAD_Q_LENS,
+    BAD_KV_LENS,
+    BAD_CU_KV_LONG,
+    BAD_Q_BOTH,
+    BAD_CU_KV_PAGED,
+    BAD_PAGE_SIZE_0,
+    BAD_N_PAGES_0,
+    BAD_PAGES_SHORT,
+    BAD_Q8_FLOAT_K,
+    BAD_Q8_2,
+    BAD_QK_STRIDE,
+    BAD_QV_DIM,
+    BAD_Q_Q8,
+    BAD_O_Q4,
+    BAD_LSE_TABLE,
+    BAD_LSE_Q_LENS,
+    BAD_LSE_KV_LENS,
+    BAD_LSE_CU_Q,
+    BAD_LSE_CU_KV,
+    BAD_LSE_SINKS,
+    BAD_LSE_SLOPES,
+    BAD_LSE_MASK,
+    BAD_LSE_WS,
+    BAD_O_TABLE,
+    BAD_O_Q_LENS,
+    BAD_O_KV_LENS,
+    BAD_O_CU_Q,
+    BAD_O_CU_KV,
+    BAD_O_SINKS,
+    BAD_O_SLOPES,
+    BAD_O_WS,
     N_BAD_API
 };
 _Static_assert(N_BAD_API == FZ_N_INVALID_API, "the API refusals of fuzz_forward.h");
@@ -249,7 +284,8 @@ void fz_decode(const uint8_t *data, size_t size, fz_spec *s)
     s->mask_special = rd8(&r);
     s->poison = rd8(&r);
     const uint8_t refuse = rd8(&r);
-    if (s->invalid < 0 && refuse) s->invalid = FZ_N_INVALID_PLAIN + (refuse - 1) % FZ_N_INVALID_VARIANT;
+    if (s->invalid < 0 && refuse)
+        s->invalid = FZ_N_INVALID_PLAIN + (refuse - 1) % FZ_N_INVALID_VARIANT;
     /* the API fields: after the variants, for the same reason */
     const uint8_t fmt = rd8(&r);
     s->k_format = two_bits(fmt);
@@ -269,7 +305,8 @@ void fz_decode(const uint8_t *data, size_t size, fz_spec *s)
     s->merge_layout = rd8(&r);
     s->merge_refuse = rd8(&r);
     const uint8_t refuse_api = rd8(&r);
-    if (s->invalid < 0 && refuse_api) s->invalid = FZ_INVALID_API_FIRST + (refuse_api - 1) % FZ_N_INVALID_API;
+    if (s->invalid < 0 && refuse_api)
+        s->invalid = FZ_INVALID_API_FIRST + (refuse_api - 1) % FZ_N_INVALID_API;
     /* the block formats, after the API fields: a nibble of K and one of V, 0 as above, else the
        format 1 + (n - 1) % 6 (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl) */
     const uint8_t bf = rd8(&r);
@@ -298,9 +335,10 @@ static bool has_api_bytes(const fz_spec *s)
 
 static bool has_variant_bytes(const fz_spec *s)
 {
-    return s->window || s->softcap_kind % 8 || s->softcap_param || s->alibi_kind % 4 || s->alibi_param ||
-           s->sink_kind % 4 || s->sink_param || s->mask || s->mask_layout || s->mask_class % 8 || s->mask_param ||
-           s->mask_special || s->poison || (s->invalid >= FZ_N_INVALID_PLAIN && s->invalid < FZ_INVALID_API_FIRST) ||
+    return s->window || s->softcap_kind % 8 || s->softcap_param || s->alibi_kind % 4 ||
+           s->alibi_param || s->sink_kind % 4 || s->sink_param || s->mask || s->mask_layout ||
+           s->mask_class % 8 || s->mask_param || s->mask_special || s->poison ||
+           (s->invalid >= FZ_N_INVALID_PLAIN && s->invalid < FZ_INVALID_API_FIRST) ||
            has_api_bytes(s);
 }
 
@@ -337,7 +375,10 @@ size_t fz_encode(const fz_spec *s, uint8_t *out, size_t cap)
     i = wr8(out, cap, i, s->scale_kind % 8);
     i = wr32(out, cap, i, s->scale_param);
     for (int t = 0; t < 4; t++) i = wr8(out, cap, i, s->layout[t]);
-    i = wr8(out, cap, i, s->invalid < 0 || s->invalid >= FZ_N_INVALID_PLAIN ? 0 : FZ_INVALID_BASE + (unsigned)s->invalid);
+    i = wr8(out, cap, i,
+            s->invalid < 0 || s->invalid >= FZ_N_INVALID_PLAIN
+                ? 0
+                : FZ_INVALID_BASE + (unsigned)s->invalid);
     for (int t = 0; t < 3; t++) {
         i = wr8(out, cap, i, s->fill[t] % 8);
         i = wr8(out, cap, i, s->fill_param[t]);
@@ -369,7 +410,8 @@ size_t fz_encode(const fz_spec *s, uint8_t *out, size_t cap)
     i = wr8(out, cap, i, s->poison);
     i = wr8(out, cap, i,
             s->invalid >= FZ_N_INVALID_PLAIN && s->invalid < FZ_INVALID_API_FIRST
-                ? 1 + (unsigned)(s->invalid - FZ_N_INVALID_PLAIN) % FZ_N_INVALID_VARIANT : 0);
+                ? 1 + (unsigned)(s->invalid - FZ_N_INVALID_PLAIN) % FZ_N_INVALID_VARIANT
+                : 0);
     if (!has_api_bytes(s)) return i; /* the bytes of the format before the API fields */
     i = wr8(out, cap, i,
             api_format(s->k_format) | api_format(s->v_format) << 2 | (s->q8_scores & 1u) << 4 |
@@ -384,7 +426,9 @@ size_t fz_encode(const fz_spec *s, uint8_t *out, size_t cap)
     i = wr8(out, cap, i, s->merge_layout);
     i = wr8(out, cap, i, s->merge_refuse);
     i = wr8(out, cap, i,
-            s->invalid >= FZ_INVALID_API_FIRST ? 1 + (unsigned)(s->invalid - FZ_INVALID_API_FIRST) % FZ_N_INVALID_API : 0);
+            s->invalid >= FZ_INVALID_API_FIRST
+                ? 1 + (unsigned)(s->invalid - FZ_INVALID_API_FIRST) % FZ_N_INVALID_API
+                : 0);
     if (!has_format_byte(s)) return i; /* the bytes of the format before the block-format byte */
     return wr8(out, cap, i, byte_format(s->k_format) | byte_format(s->v_format) << 4);
 }
@@ -398,25 +442,64 @@ static void fz_effective(fz_spec *s)
 {
     s->k_format %= FZ_N_FORMATS + 1, s->v_format %= FZ_N_FORMATS + 1;
     switch (s->invalid - FZ_INVALID_API_FIRST) {
-    case BAD_TABLE_HIGH: case BAD_TABLE_NEG: case BAD_PAGE_SIZE_0: case BAD_N_PAGES_0: case BAD_LSE_TABLE:
+    case BAD_TABLE_HIGH:
+    case BAD_TABLE_NEG:
+    case BAD_PAGE_SIZE_0:
+    case BAD_N_PAGES_0:
+    case BAD_LSE_TABLE:
     case BAD_O_TABLE:
         s->paged |= 1;
         break;
-    case BAD_CU_KV_PAGED: case BAD_PAGES_SHORT: /* every sequence kv_len keys, at least 2 */
+    case BAD_CU_KV_PAGED:
+    case BAD_PAGES_SHORT: /* every sequence kv_len keys, at least 2 */
         s->paged |= 1, s->kv_form = 0;
         if (s->kv_len < 2) s->kv_len = 2;
         break;
-    case BAD_CU_Q_DEC: case BAD_CU_Q_0: case BAD_LSE_CU_Q: case BAD_O_CU_Q: s->q_form = 2; break;
-    case BAD_CU_KV_DEC: case BAD_CU_KV_LONG: case BAD_LSE_CU_KV: case BAD_O_CU_KV: s->kv_form = 2, s->paged &= 0xfe; break;
-    case BAD_Q_LENS: case BAD_Q_BOTH: case BAD_LSE_Q_LENS: case BAD_O_Q_LENS: s->q_form = 1; break;
-    case BAD_KV_LENS: case BAD_LSE_KV_LENS: case BAD_O_KV_LENS: s->kv_form = 1; break;
-    case BAD_Q8_FLOAT_K: s->k_format = 0; break;
-    case BAD_QK_STRIDE: if (!s->k_format) s->k_format = 1; break;
-    case BAD_QV_DIM: if (!s->v_format) s->v_format = 1; break;
-    case BAD_LSE_SINKS: case BAD_O_SINKS: if (!(s->sink_kind % 4)) s->sink_kind = 1; break;
-    case BAD_LSE_SLOPES: case BAD_O_SLOPES: if (!(s->alibi_kind % 4)) s->alibi_kind = 1; break;
-    case BAD_LSE_MASK: if (!s->mask) s->mask = 1; break;
-    default: break;
+    case BAD_CU_Q_DEC:
+    case BAD_CU_Q_0:
+    case BAD_LSE_CU_Q:
+    case BAD_O_CU_Q:
+        s->q_form = 2;
+        break;
+    case BAD_CU_KV_DEC:
+    case BAD_CU_KV_LONG:
+    case BAD_LSE_CU_KV:
+    case BAD_O_CU_KV:
+        s->kv_form = 2, s->paged &= 0xfe;
+        break;
+    case BAD_Q_LENS:
+    case BAD_Q_BOTH:
+    case BAD_LSE_Q_LENS:
+    case BAD_O_Q_LENS:
+        s->q_form = 1;
+        break;
+    case BAD_KV_LENS:
+    case BAD_LSE_KV_LENS:
+    case BAD_O_KV_LENS:
+        s->kv_form = 1;
+        break;
+    case BAD_Q8_FLOAT_K:
+        s->k_format = 0;
+        break;
+    case BAD_QK_STRIDE:
+        if (!s->k_format) s->k_format = 1;
+        break;
+    case BAD_QV_DIM:
+        if (!s->v_format) s->v_format = 1;
+        break;
+    case BAD_LSE_SINKS:
+    case BAD_O_SINKS:
+        if (!(s->sink_kind % 4)) s->sink_kind = 1;
+        break;
+    case BAD_LSE_SLOPES:
+    case BAD_O_SLOPES:
+        if (!(s->alibi_kind % 4)) s->alibi_kind = 1;
+        break;
+    case BAD_LSE_MASK:
+        if (!s->mask) s->mask = 1;
+        break;
+    default:
+        break;
     }
     if ((s->paged & 1) && s->kv_form == 2) s->kv_form = 1;
     if (s->k_format || (s->v_format && !s->v_dim)) s->head_dim = round32(s->head_dim);
@@ -431,7 +514,7 @@ static void fz_effective(fz_spec *s)
    budget keeps one input to a few milliseconds; kv_len, which decides the split, is kept. */
 #define FZ_BUDGET ((size_t)1 << 22)
 #define FZ_MARGIN 16 /* sentinel elements before and after every view */
-#define FZ_QK 32     /* elements per block of the block formats */
+#define FZ_QK     32 /* elements per block of the block formats */
 
 /* The block formats, as fz_spec.k_format numbers them (0: a float type) */
 static const sdpa_dtype fz_formats[FZ_N_FORMATS + 1] = {SDPA_F32,  SDPA_Q8_0, SDPA_Q4_0,  SDPA_Q4_1,
@@ -454,13 +537,21 @@ static size_t dt_block(sdpa_dtype t) { return dt_is_block(t) ? FZ_QK : 1; }
 static size_t dt_bytes(sdpa_dtype t)
 {
     switch (t) {
-    case SDPA_F32: return 4;
-    case SDPA_Q8_0: return 2 + FZ_QK;
-    case SDPA_Q4_0: case SDPA_IQ4_NL: return 2 + FZ_QK / 2;
-    case SDPA_Q4_1: return 4 + FZ_QK / 2;
-    case SDPA_Q5_0: return 6 + FZ_QK / 2;
-    case SDPA_Q5_1: return 8 + FZ_QK / 2;
-    default: return 2;
+    case SDPA_F32:
+        return 4;
+    case SDPA_Q8_0:
+        return 2 + FZ_QK;
+    case SDPA_Q4_0:
+    case SDPA_IQ4_NL:
+        return 2 + FZ_QK / 2;
+    case SDPA_Q4_1:
+        return 4 + FZ_QK / 2;
+    case SDPA_Q5_0:
+        return 6 + FZ_QK / 2;
+    case SDPA_Q5_1:
+        return 8 + FZ_QK / 2;
+    default:
+        return 2;
     }
 }
 static const char *dt_name(sdpa_dtype t) { return sdpa_dtype_name(t); }
@@ -477,7 +568,7 @@ typedef struct view {
     size_t es, blk;   /* bytes per block and elements per block (1 but for the block formats) */
     sdpa_dtype dt;
     unsigned char *buf;
-    float *sh;        /* a block format's values before quantization: what view_store writes */
+    float *sh; /* a block format's values before quantization: what view_store writes */
 } view;
 
 /* A view's origin and buffer length from its counts, row length D and strides: the lowest element
@@ -487,8 +578,10 @@ static void view_place(view *v, size_t margin)
     ptrdiff_t lo = 0, hi = (ptrdiff_t)v->D - 1;
     for (int a = 0; a < 3; a++) {
         const ptrdiff_t reach = (ptrdiff_t)(v->n[a] - 1) * v->st[a];
-        if (reach < 0) lo += reach;
-        else hi += reach;
+        if (reach < 0)
+            lo += reach;
+        else
+            hi += reach;
     }
     v->origin = (ptrdiff_t)margin - lo;
     v->n_elems = (size_t)(hi - lo + 1) + 2 * margin;
@@ -500,9 +593,11 @@ static void view_place(view *v, size_t margin)
    format) after each step, bit 7 (inputs only) broadcast: a zero stride for batch and for each
    axis whose sign bit is set. A block format's strides are then multiples of its block, and so
    is its origin (a margin of one block). */
-static void view_layout(view *v, size_t B, size_t H, size_t T, size_t D, sdpa_dtype dt, uint8_t sel, bool may_broadcast)
+static void view_layout(view *v, size_t B, size_t H, size_t T, size_t D, sdpa_dtype dt, uint8_t sel,
+                        bool may_broadcast)
 {
-    static const int orders[4][3] = {{2, 1, 0}, {1, 2, 0}, {2, 0, 1}, {0, 2, 1}}; /* axes 0 b, 1 h, 2 t */
+    static const int orders[4][3] = {
+        {2, 1, 0}, {1, 2, 0}, {2, 0, 1}, {0, 2, 1}}; /* axes 0 b, 1 h, 2 t */
     static const size_t pads[4] = {0, 1, 3, 8};
     memset(v, 0, sizeof *v);
     v->n[0] = B, v->n[1] = H, v->n[2] = T, v->D = D, v->dt = dt;
@@ -553,14 +648,17 @@ static void view_alloc(view *v, size_t min_elems)
 
 static ptrdiff_t view_index(const view *v, size_t b, size_t h, size_t t, size_t c)
 {
-    return v->origin + (ptrdiff_t)b * v->st[0] + (ptrdiff_t)h * v->st[1] + (ptrdiff_t)t * v->st[2] + (ptrdiff_t)c;
+    return v->origin + (ptrdiff_t)b * v->st[0] + (ptrdiff_t)h * v->st[1] + (ptrdiff_t)t * v->st[2] +
+           (ptrdiff_t)c;
 }
 
 /* A block format takes values into its shadow; view_quantize stores them. */
 static void view_store(view *v, ptrdiff_t i, float x)
 {
-    if (v->blk > 1) v->sh[i] = x;
-    else if (v->dt == SDPA_F32) memcpy(v->buf + (size_t)i * 4, &x, 4);
+    if (v->blk > 1)
+        v->sh[i] = x;
+    else if (v->dt == SDPA_F32)
+        memcpy(v->buf + (size_t)i * 4, &x, 4);
     else {
         const uint16_t h = v->dt == SDPA_F16 ? f16_encode(x) : bf16_encode(x);
         memcpy(v->buf + (size_t)i * 2, &h, 2);
@@ -588,7 +686,8 @@ static float block_decode(sdpa_dtype t, const unsigned char *b, size_t w)
 
 static float view_load(const view *v, ptrdiff_t i)
 {
-    if (v->blk > 1) return block_decode(v->dt, v->buf + (size_t)i / FZ_QK * v->es, (size_t)i % FZ_QK);
+    if (v->blk > 1)
+        return block_decode(v->dt, v->buf + (size_t)i / FZ_QK * v->es, (size_t)i % FZ_QK);
     if (v->dt == SDPA_F32) {
         float x;
         memcpy(&x, v->buf + (size_t)i * 4, 4);
@@ -641,20 +740,25 @@ static void view_quantize(view *v)
         float amax = 0.0f, m = 0.0f, lo = INFINITY, hi = -INFINITY;
         bool nan = false, pinf = false, ninf = false;
         for (size_t i = 0; i < FZ_QK; i++) {
-            if (x[i] != x[i]) nan = true;
-            else if (x[i] == INFINITY) pinf = true;
-            else if (x[i] == -INFINITY) ninf = true;
+            if (x[i] != x[i])
+                nan = true;
+            else if (x[i] == INFINITY)
+                pinf = true;
+            else if (x[i] == -INFINITY)
+                ninf = true;
             else {
                 if (fabsf(x[i]) > amax) amax = fabsf(x[i]), m = x[i];
                 lo = fminf(lo, x[i]), hi = fmaxf(hi, x[i]);
             }
         }
         uint16_t dh, mh = 0;
-        if (nan) dh = 0x7e00;
-        else if (pinf || ninf) dh = has_min && !pinf ? 0xfc00 : 0x7c00;
+        if (nan)
+            dh = 0x7e00;
+        else if (pinf || ninf)
+            dh = has_min && !pinf ? 0xfc00 : 0x7c00;
         else {
             const float d = q8 || iq4 ? amax / 127.0f
-                          : has_min   ? (hi - lo) / (float)top
+                            : has_min ? (hi - lo) / (float)top
                                       : m / (float)-half;
             dh = f16_encode(clamp_f16(d));
             if (has_min) mh = f16_encode(clamp_f16(lo == INFINITY ? 0.0f : lo));
@@ -664,13 +768,18 @@ static void view_quantize(view *v)
         const float d = f16_decode(dh), mn = f16_decode(mh);
         int n[FZ_QK];
         for (size_t i = 0; i < FZ_QK; i++) {
-            if (nan) n[i] = iq4 ? 8 : q8 || has_min ? 0 : half;
+            if (nan)
+                n[i] = iq4 ? 8 : q8 || has_min ? 0 : half;
             else if (pinf || ninf) {
                 const int sg = isinf(x[i]) ? (x[i] > 0 ? 1 : -1) : 0;
-                if (q8) n[i] = 127 * sg;
-                else if (has_min) n[i] = sg != 0;
-                else if (iq4) n[i] = sg < 0 ? 0 : sg > 0 ? 15 : 8; /* 8: the value 1, d itself */
-                else n[i] = sg > 0 ? 2 * half - 1 : sg < 0 ? 0 : half;
+                if (q8)
+                    n[i] = 127 * sg;
+                else if (has_min)
+                    n[i] = sg != 0;
+                else if (iq4)
+                    n[i] = sg < 0 ? 0 : sg > 0 ? 15 : 8; /* 8: the value 1, d itself */
+                else
+                    n[i] = sg > 0 ? 2 * half - 1 : sg < 0 ? 0 : half;
             } else if (iq4) {
                 int best = 0;
                 const float r = d == 0.0f ? 0.0f : x[i] / d;
@@ -679,9 +788,9 @@ static void view_quantize(view *v)
                 n[i] = best;
             } else {
                 const float r = d == 0.0f ? 0.0f : nearbyintf((x[i] - mn) / d);
-                n[i] = q8 ? (int)fminf(fmaxf(r, -127.0f), 127.0f)
-                     : has_min ? (int)fminf(fmaxf(r, 0.0f), (float)top)
-                               : half + (int)fminf(fmaxf(r, (float)-half), (float)(top - half));
+                n[i] = q8        ? (int)fminf(fmaxf(r, -127.0f), 127.0f)
+                       : has_min ? (int)fminf(fmaxf(r, 0.0f), (float)top)
+                                 : half + (int)fminf(fmaxf(r, (float)-half), (float)(top - half));
             }
         }
         block_pack(t, n, o);
@@ -713,19 +822,26 @@ static double fz_unit(uint64_t *s) { return (double)(fz_next(s) >> 11) * 0x1p-53
 static float fill_value(unsigned cls, unsigned param, uint64_t *s)
 {
     switch (cls) {
-    case 0: return (float)(2.0 * fz_unit(s) - 1.0);
-    case 1: return (float)ldexp(2.0 * fz_unit(s) - 1.0, (int)(param % 64) - 32);
-    case 2: return (float)((int)(fz_next(s) % 9) - 4);
-    case 3: return 0.0f;
+    case 0:
+        return (float)(2.0 * fz_unit(s) - 1.0);
+    case 1:
+        return (float)ldexp(2.0 * fz_unit(s) - 1.0, (int)(param % 64) - 32);
+    case 2:
+        return (float)((int)(fz_next(s) % 9) - 4);
+    case 3:
+        return 0.0f;
     case 4: {
         const int E = 1 + (int)(param % 60);
         const int e = (int)(fz_next(s) % (uint64_t)(2 * E + 1)) - E;
         const double m = 1.0 + fz_unit(s);
         return (float)((fz_next(s) & 1) ? -ldexp(m, e) : ldexp(m, e));
     }
-    case 5: return (float)ldexp(2.0 * fz_unit(s) - 1.0, (int)(param % 12));
-    case 6: return 0.5f * (float)((int)(param % 9) - 4);
-    default: return (float)fz_unit(s);
+    case 5:
+        return (float)ldexp(2.0 * fz_unit(s) - 1.0, (int)(param % 12));
+    case 6:
+        return 0.5f * (float)((int)(param % 9) - 4);
+    default:
+        return (float)fz_unit(s);
     }
 }
 
@@ -735,22 +851,38 @@ static float inject_value(const fz_inject *in)
     const float sign = (in->param & 128) ? -1.0f : 1.0f;
     const unsigned p = in->param & 127;
     switch (in->value & 15) {
-    case FZV_NAN: return fz_bits_f32(0x7fc00000u);
-    case FZV_PINF: return INFINITY;
-    case FZV_NINF: return -INFINITY;
-    case FZV_HUGE: return sign * (float)fmin(FLT_MAX, 1e30 * pow((double)FLT_MAX / 1e30, p / 127.0));
-    case FZV_DENORMAL: return sign * ldexpf((float)(p + 1), -149);
-    case FZV_TINY: return sign * ldexpf(1.0f, -126 + (int)(p % 27));
-    case FZV_ZERO: return 0.0f;
-    case FZV_NZERO: return -0.0f;
-    case FZV_RAW: return fz_bits_f32(in->raw);
-    case FZV_POW2: return sign * ldexpf(1.0f, (int)p - 64);
-    case FZV_FLTMAX: return sign * FLT_MAX;
-    case FZV_NAN_PAYLOAD: return fz_bits_f32(0x7f800000u | (uint32_t)(in->param + 1)); /* signalling */
-    case FZV_ONE: return sign;
-    case FZV_LARGE: return sign * ldexpf(1.0f, 20 + (int)(p % 40));
-    case FZV_NEG_NAN: return fz_bits_f32(0xffc00000u);
-    default: return (float)((int)(in->param % 9) - 4);
+    case FZV_NAN:
+        return fz_bits_f32(0x7fc00000u);
+    case FZV_PINF:
+        return INFINITY;
+    case FZV_NINF:
+        return -INFINITY;
+    case FZV_HUGE:
+        return sign * (float)fmin(FLT_MAX, 1e30 * pow((double)FLT_MAX / 1e30, p / 127.0));
+    case FZV_DENORMAL:
+        return sign * ldexpf((float)(p + 1), -149);
+    case FZV_TINY:
+        return sign * ldexpf(1.0f, -126 + (int)(p % 27));
+    case FZV_ZERO:
+        return 0.0f;
+    case FZV_NZERO:
+        return -0.0f;
+    case FZV_RAW:
+        return fz_bits_f32(in->raw);
+    case FZV_POW2:
+        return sign * ldexpf(1.0f, (int)p - 64);
+    case FZV_FLTMAX:
+        return sign * FLT_MAX;
+    case FZV_NAN_PAYLOAD:
+        return fz_bits_f32(0x7f800000u | (uint32_t)(in->param + 1)); /* signalling */
+    case FZV_ONE:
+        return sign;
+    case FZV_LARGE:
+        return sign * ldexpf(1.0f, 20 + (int)(p % 40));
+    case FZV_NEG_NAN:
+        return fz_bits_f32(0xffc00000u);
+    default:
+        return (float)((int)(in->param % 9) - 4);
     }
 }
 
@@ -782,7 +914,8 @@ static void apply_inject(view *v, const fz_inject *in)
         const size_t f = in->idx % (T * D), t0 = f / D, c = f % D;
         for (size_t b = 0; b < B; b++)
             for (size_t h = 0; h < H; h++)
-                for (size_t t = t0; t < T && t <= t0 + in->len; t++) view_store(v, view_index(v, b, h, t, c), x);
+                for (size_t t = t0; t < T && t <= t0 + in->len; t++)
+                    view_store(v, view_index(v, b, h, t, c), x);
         break;
     }
     }
@@ -796,7 +929,8 @@ static float *view_dense(const view *v)
     for (size_t b = 0; b < B; b++)
         for (size_t h = 0; h < H; h++)
             for (size_t t = 0; t < T; t++)
-                for (size_t c = 0; c < D; c++) d[((b * H + h) * T + t) * D + c] = view_load(v, view_index(v, b, h, t, c));
+                for (size_t c = 0; c < D; c++)
+                    d[((b * H + h) * T + t) * D + c] = view_load(v, view_index(v, b, h, t, c));
     return d;
 }
 
@@ -808,13 +942,20 @@ static float decode_scale(const fz_spec *s, size_t D)
         const float f = fz_bits_f32(p);
         return isfinite(f) ? f : 0.0f;
     }
-    case 2: return ldexpf(1.0f, (int)(p % 201) - 100);
-    case 3: return -ldexpf(1.0f, (int)(p % 201) - 100);
-    case 4: return (float)((1.0 + (p % 1000) / 1000.0) / sqrt((double)D));
-    case 5: return (float)(-(0.5 + (p % 1000) / 1000.0) / sqrt((double)D));
-    case 6: return 1.0f;
-    case 7: return (float)(4.0 * (double)p * 0x1p-32 * ((p & 1) ? -1.0 : 1.0));
-    default: return 0.0f;
+    case 2:
+        return ldexpf(1.0f, (int)(p % 201) - 100);
+    case 3:
+        return -ldexpf(1.0f, (int)(p % 201) - 100);
+    case 4:
+        return (float)((1.0 + (p % 1000) / 1000.0) / sqrt((double)D));
+    case 5:
+        return (float)(-(0.5 + (p % 1000) / 1000.0) / sqrt((double)D));
+    case 6:
+        return 1.0f;
+    case 7:
+        return (float)(4.0 * (double)p * 0x1p-32 * ((p & 1) ? -1.0 : 1.0));
+    default:
+        return 0.0f;
     }
 }
 
@@ -827,13 +968,20 @@ static float decode_softcap(const fz_spec *s)
         const float f = fabsf(fz_bits_f32(p));
         return isfinite(f) ? f : 0.0f;
     }
-    case 2: return ldexpf(1.0f, (int)(p % 277) - 149);
-    case 3: return 1.0f + (float)(p % 1000) / 10.0f;
-    case 4: return (float)(p % 1000 + 1) * 0.004f;
-    case 5: return fz_bits_f32(1 + p % 0x7fffffu); /* subnormal */
-    case 6: return (float)((double)FLT_MAX * (0.5 + (p % 1000) / 2000.0));
-    case 7: return ldexpf(1.0f, (int)(p % 41) - 20);
-    default: return 0.0f;
+    case 2:
+        return ldexpf(1.0f, (int)(p % 277) - 149);
+    case 3:
+        return 1.0f + (float)(p % 1000) / 10.0f;
+    case 4:
+        return (float)(p % 1000 + 1) * 0.004f;
+    case 5:
+        return fz_bits_f32(1 + p % 0x7fffffu); /* subnormal */
+    case 6:
+        return (float)((double)FLT_MAX * (0.5 + (p % 1000) / 2000.0));
+    case 7:
+        return ldexpf(1.0f, (int)(p % 41) - 20);
+    default:
+        return 0.0f;
     }
 }
 
@@ -854,14 +1002,21 @@ static void make_slopes(const fz_spec *s, size_t Hq, float *out)
                                     : exp2(-mb * (double)(2 * (h - n2) + 1) / (double)(2 * n2)));
             break;
         }
-        case 2: out[h] = (float)ldexp(u, (int)(p % 16) - 8); break;
+        case 2:
+            out[h] = (float)ldexp(u, (int)(p % 16) - 8);
+            break;
         case 3: {
             const unsigned c = (unsigned)(fz_next(&st) % 6);
-            out[h] = c == 0 ? 0.0f : c == 1 ? (float)(-2.0 * u) : c == 2 ? ldexpf(1.0f, (int)(fz_next(&st) % 31))
-                   : c == 3 ? 1e-30f : c == 4 ? (float)u : (float)ldexp(1.0 + u, (int)(fz_next(&st) % 100) - 60);
+            out[h] = c == 0   ? 0.0f
+                     : c == 1 ? (float)(-2.0 * u)
+                     : c == 2 ? ldexpf(1.0f, (int)(fz_next(&st) % 31))
+                     : c == 3 ? 1e-30f
+                     : c == 4 ? (float)u
+                              : (float)ldexp(1.0 + u, (int)(fz_next(&st) % 100) - 60);
             break;
         }
-        default: break;
+        default:
+            break;
         }
     }
 }
@@ -874,19 +1029,25 @@ static void make_sinks(const fz_spec *s, size_t Hq, float *out)
     for (size_t h = 0; h < Hq; h++) {
         const double u = 2.0 * fz_unit(&st) - 1.0;
         switch (s->sink_kind % 4) {
-        case 1: out[h] = (float)ldexp(8.0 * u, (int)(p % 6) - 2); break;
+        case 1:
+            out[h] = (float)ldexp(8.0 * u, (int)(p % 6) - 2);
+            break;
         case 2: {
             const unsigned c = (unsigned)(fz_next(&st) % 6);
-            out[h] = c == 0 ? -INFINITY : c == 1 ? (float)ldexp(1.0 + u, (int)(fz_next(&st) % 100))
-                   : c == 2 ? -(float)ldexp(1.0 + u, (int)(fz_next(&st) % 100)) : c == 3 ? 0.0f
-                   : c == 4 ? (float)(80.0 + 20.0 * u) : (float)(4.0 * u);
+            out[h] = c == 0   ? -INFINITY
+                     : c == 1 ? (float)ldexp(1.0 + u, (int)(fz_next(&st) % 100))
+                     : c == 2 ? -(float)ldexp(1.0 + u, (int)(fz_next(&st) % 100))
+                     : c == 3 ? 0.0f
+                     : c == 4 ? (float)(80.0 + 20.0 * u)
+                              : (float)(4.0 * u);
             break;
         }
-        default: out[h] = -INFINITY; break;
+        default:
+            out[h] = -INFINITY;
+            break;
         }
     }
 }
-
 
 typedef struct problem {
     size_t B, Hq, Hkv, G, Lq, Lk, D, Dv;
@@ -901,9 +1062,9 @@ typedef struct problem {
     float softcap;
     float *slopes, *sinks; /* [Hq] or NULL */
     bool has_mask;
-    view mask;             /* [B][Hq][Lq][Lk] */
-    sdpa_tensor mask_t;    /* the view as passed (a refused call may change it) */
-    float *maskd;          /* dense copy of what the mask holds */
+    view mask;          /* [B][Hq][Lq][Lk] */
+    sdpa_tensor mask_t; /* the view as passed (a refused call may change it) */
+    float *maskd;       /* dense copy of what the mask holds */
     /* ragged batches, paged K/V, fast scores */
     size_t *lq, *lk;          /* [B] each sequence's query and key counts */
     size_t *q_lens, *kv_lens; /* [B] the padded lengths passed, or NULL */
@@ -911,24 +1072,29 @@ typedef struct problem {
     size_t *cu_spare;         /* [B + 1] a valid cu of lk, for refused calls that add one */
     int32_t *table;           /* [B][max_pages] the block table, or NULL */
     size_t page_size, max_pages, n_pages;
-    bool q8;                  /* q8_scores */
-    unsigned char *arena;     /* a refused call's array copied with room for an output over it */
+    bool q8;              /* q8_scores */
+    unsigned char *arena; /* a refused call's array copied with room for an output over it */
     size_t arena_bytes;
 } problem;
 
 /* Query i of sequence b in the q and o views: its batch (0 when packed) and token. */
 static void q_at(const problem *P, size_t b, size_t i, size_t *vb, size_t *vt)
 {
-    if (P->cu_q) *vb = 0, *vt = P->cu_q[b] + i;
-    else *vb = b, *vt = i;
+    if (P->cu_q)
+        *vb = 0, *vt = P->cu_q[b] + i;
+    else
+        *vb = b, *vt = i;
 }
 
 /* Key j of sequence b in the k and v views: its page (or batch, 0 when packed) and token. */
 static void kv_at(const problem *P, size_t b, size_t j, size_t *vb, size_t *vt)
 {
-    if (P->table) *vb = (size_t)P->table[b * P->max_pages + j / P->page_size], *vt = j % P->page_size;
-    else if (P->cu_kv) *vb = 0, *vt = P->cu_kv[b] + j;
-    else *vb = b, *vt = j;
+    if (P->table)
+        *vb = (size_t)P->table[b * P->max_pages + j / P->page_size], *vt = j % P->page_size;
+    else if (P->cu_kv)
+        *vb = 0, *vt = P->cu_kv[b] + j;
+    else
+        *vb = b, *vt = j;
 }
 
 /* A row of a dense copy over a view's shape. */
@@ -992,9 +1158,12 @@ static float mask_value(unsigned cls, unsigned p, long long ip, size_t j, uint64
 {
     const double u = 2.0 * fz_unit(st) - 1.0;
     switch (cls % 8) {
-    case 0: return 0.0f;
-    case 1: return (float)ldexp(u, (int)(p % 8) - 2);
-    case 2: return (fz_next(st) & 255) < p ? -INFINITY : (float)u;
+    case 0:
+        return 0.0f;
+    case 1:
+        return (float)ldexp(u, (int)(p % 8) - 2);
+    case 2:
+        return (fz_next(st) & 255) < p ? -INFINITY : (float)u;
     case 3: { /* block-diagonal: query position and key in the same block of 1 + p % 64 */
         const long long bs = 1 + p % 64, jj = (long long)j;
         const long long bi = ip >= 0 ? ip / bs : -((-ip + bs - 1) / bs);
@@ -1013,7 +1182,10 @@ static float mask_value(unsigned cls, unsigned p, long long ip, size_t j, uint64
     }
     default: {
         const unsigned c = (unsigned)(fz_next(st) % 4);
-        return c == 0 ? -INFINITY : c == 1 ? 0.0f : c == 2 ? (float)(8.0 * u) : (float)(-100.0 * fabs(u));
+        return c == 0   ? -INFINITY
+               : c == 1 ? 0.0f
+               : c == 2 ? (float)(8.0 * u)
+                        : (float)(-100.0 * fabs(u));
     }
     }
 }
@@ -1030,7 +1202,8 @@ static void fill_mask(problem *P, const fz_spec *s, const unsigned char *need)
                 const long long ip = q_pos(P, b, i);
                 for (size_t j = 0; j < P->Lk; j++) {
                     const ptrdiff_t e = view_index(m, b, h, i, j);
-                    if (need[e]) view_store(m, e, mask_value(s->mask_class, s->mask_param, ip, j, &st));
+                    if (need[e])
+                        view_store(m, e, mask_value(s->mask_class, s->mask_param, ip, j, &st));
                 }
             }
     if (!s->mask_special) return;
@@ -1072,18 +1245,22 @@ static void poison_keys(problem *P, uint8_t poison)
                         all &= hid, any |= hid;
                     }
                 const size_t last = P->lq[b] ? P->lq[b] - 1 : 0;
-                bool hit = where == 0 ? all : where == 3 ? any
-                         : where == 1 ? P->lq[b] && !row_sees(P, b, kh * P->G, 0, j)
-                                      : P->lq[b] && !row_sees(P, b, kh * P->G + P->G - 1, last, j);
+                bool hit = where == 0   ? all
+                           : where == 3 ? any
+                           : where == 1
+                               ? P->lq[b] && !row_sees(P, b, kh * P->G, 0, j)
+                               : P->lq[b] && !row_sees(P, b, kh * P->G + P->G - 1, last, j);
                 if (!hit) continue;
                 size_t vb, vt;
                 kv_at(P, b, j, &vb, &vt);
                 if (what == 0 || what == 3)
                     for (size_t c = 0; c < P->D; c++)
-                        view_store(&P->k, view_index(&P->k, vb, kh, vt, c), what == 0 ? NAN : -INFINITY);
+                        view_store(&P->k, view_index(&P->k, vb, kh, vt, c),
+                                   what == 0 ? NAN : -INFINITY);
                 if (what != 0)
                     for (size_t c = 0; c < P->Dv; c++)
-                        view_store(&P->v, view_index(&P->v, vb, kh, vt, c), what == 1 ? INFINITY : NAN);
+                        view_store(&P->v, view_index(&P->v, vb, kh, vt, c),
+                                   what == 1 ? INFINITY : NAN);
             }
 }
 
@@ -1102,7 +1279,8 @@ typedef struct needs {
 
 static needs need_maps(const problem *P)
 {
-    unsigned char *nq = fz_xcalloc(P->q.n_elems), *nk = fz_xcalloc(P->k.n_elems), *nv = fz_xcalloc(P->v.n_elems);
+    unsigned char *nq = fz_xcalloc(P->q.n_elems), *nk = fz_xcalloc(P->k.n_elems),
+                  *nv = fz_xcalloc(P->v.n_elems);
     unsigned char *nm = P->has_mask ? fz_xcalloc(P->mask.n_elems) : NULL;
     for (size_t b = 0; b < P->B; b++) {
         for (size_t h = 0; h < P->Hq; h++)
@@ -1137,16 +1315,22 @@ static void poison_unread(problem *P, needs *n)
     free(n->q), free(n->k), free(n->v), free(n->m);
 }
 
-static void shrink_to_budget(size_t *B, size_t *Hkv, size_t *G, size_t *Lq, size_t Lk, size_t D, size_t Dv)
+static void shrink_to_budget(size_t *B, size_t *Hkv, size_t *G, size_t *Lq, size_t Lk, size_t D,
+                             size_t Dv)
 {
     for (;;) {
         const size_t cost = *B * *Hkv * *G * *Lq * Lk * (D + Dv);
         if (cost <= FZ_BUDGET) return;
-        if (*Lq > 1) *Lq = (*Lq + 1) / 2;
-        else if (*B > 1) (*B)--;
-        else if (*G > 1) (*G)--;
-        else if (*Hkv > 1) (*Hkv)--;
-        else return; /* one row: at most FZ_MAX_KV_LEN * 2 * FZ_MAX_DIM */
+        if (*Lq > 1)
+            *Lq = (*Lq + 1) / 2;
+        else if (*B > 1)
+            (*B)--;
+        else if (*G > 1)
+            (*G)--;
+        else if (*Hkv > 1)
+            (*Hkv)--;
+        else
+            return; /* one row: at most FZ_MAX_KV_LEN * 2 * FZ_MAX_DIM */
     }
 }
 
@@ -1161,14 +1345,30 @@ static void draw_lengths(unsigned cls, size_t bound, size_t B, uint64_t *st, siz
         const uint64_t u = fz_next(st), w = u >> 8;
         size_t n;
         switch (cls % 8) {
-        case 0: n = bound; break;
-        case 1: n = (size_t)(u % (bound + 1)); break;
-        case 2: n = u % 3 == 0 ? 0 : 1 + (size_t)(w % bound); break;
-        case 3: n = (size_t)(u % (lo4 + 1)); break;
-        case 4: n = bound - (size_t)(u % lo4); break;
-        case 5: n = u % 4 == 0 ? 0 : u % 4 == 1 ? 1 : u % 4 == 2 ? bound : (size_t)(w % (bound + 1)); break;
-        case 6: n = b == one ? 1 + (size_t)(u % bound) : 0; break;
-        default: n = 0; break;
+        case 0:
+            n = bound;
+            break;
+        case 1:
+            n = (size_t)(u % (bound + 1));
+            break;
+        case 2:
+            n = u % 3 == 0 ? 0 : 1 + (size_t)(w % bound);
+            break;
+        case 3:
+            n = (size_t)(u % (lo4 + 1));
+            break;
+        case 4:
+            n = bound - (size_t)(u % lo4);
+            break;
+        case 5:
+            n = u % 4 == 0 ? 0 : u % 4 == 1 ? 1 : u % 4 == 2 ? bound : (size_t)(w % (bound + 1));
+            break;
+        case 6:
+            n = b == one ? 1 + (size_t)(u % bound) : 0;
+            break;
+        default:
+            n = 0;
+            break;
         }
         len[b] = n;
     }
@@ -1203,9 +1403,12 @@ static void build_table(problem *P, uint8_t f, size_t ps, uint64_t *st)
         const size_t nb = (P->lk[b] + ps - 1) / ps;
         for (size_t e = 0; e < P->max_pages; e++) {
             int32_t *t = &P->table[b * P->max_pages + e];
-            if (e >= nb) *t = -1;
-            else if ((f & 2) && distinct && fz_next(st) % 4 == 0) *t = (int32_t)(fz_next(st) % distinct);
-            else *t = (int32_t)distinct++;
+            if (e >= nb)
+                *t = -1;
+            else if ((f & 2) && distinct && fz_next(st) % 4 == 0)
+                *t = (int32_t)(fz_next(st) % distinct);
+            else
+                *t = (int32_t)distinct++;
         }
     }
     P->n_pages = distinct + ((f >> 4) & 3);
@@ -1225,9 +1428,14 @@ static void build_table(problem *P, uint8_t f, size_t ps, uint64_t *st)
             continue;
         }
         const uint64_t u = fz_next(st);
-        if (!(f & 4)) *t = (int32_t)(u % P->n_pages);
+        if (!(f & 4))
+            *t = (int32_t)(u % P->n_pages);
         else {
-            const int32_t junk[6] = {-1, np, INT32_MIN, INT32_MAX, np + (int32_t)((u >> 8) % 1000),
+            const int32_t junk[6] = {-1,
+                                     np,
+                                     INT32_MIN,
+                                     INT32_MAX,
+                                     np + (int32_t)((u >> 8) % 1000),
                                      -1 - (int32_t)((u >> 8) % 1000)};
             *t = junk[u % 6];
         }
@@ -1305,7 +1513,7 @@ enum { ROW_VALUE = 0, ROW_NAN, ROW_ZERO, ROW_SKIP, ROW_ABSENT /* i >= lq_b: neve
 enum { COL_FINITE = 0, COL_NONFINITE = 1, COL_MAY_NONFINITE = 2 };
 
 typedef struct oracle {
-    unsigned char *row_kind; /* [rows] */
+    unsigned char *row_kind;   /* [rows] */
     double *lse_ref, *lse_tol; /* [rows] */
     double *ref, *tol;         /* [rows * Dv] */
     unsigned char *col;        /* [rows * Dv] COL_* */
@@ -1318,7 +1526,6 @@ static size_t visible(const problem *P, size_t b, size_t i)
     key_range(P, b, i, &lo, &hi);
     return hi - lo;
 }
-
 
 /* The largest error bound any supported implementation states for its tanh, in ULPs. */
 static double tanh_ulp(void)
@@ -1338,12 +1545,14 @@ static double tanh_ulp(void)
 /* Error bound of one computed score after the modifiers (README, Tolerance): raw score raw
    (scale q.k, exact) computed with error e0; softcap c (0: off) gives sc; ALiBi adds a; the mask
    gives the final score fin. */
-static double score_error(double raw, double e0, double c, double sc, bool alibi, double a, bool masked, double fin)
+static double score_error(double raw, double e0, double c, double sc, bool alibi, double a,
+                          bool masked, double fin)
 {
     double e = e0;
     if (c > 0) {
         const double ut = tanh_ulp();
-        if (isinf(raw)) e = c * 0x1p-22 * (1.0 + ut) + 0x1p-148;
+        if (isinf(raw))
+            e = c * 0x1p-22 * (1.0 + ut) + 0x1p-148;
         else {
             const double x = raw / c;
             /* raw / c as raw * (1 / c): two roundings, and 1 / c loses bits when subnormal */
@@ -1352,8 +1561,10 @@ static double score_error(double raw, double e0, double c, double sc, bool alibi
             const double x0 = fabs(x) > dx ? fabs(x) - dx : 0.0;
             const double ch = cosh(x0), sech2 = isinf(ch) ? 0.0 : 1.0 / (ch * ch);
             const double y = fmin(1.0, fabs(x) + dx);
-            /* c tanh moves by at most c sech^2 dx over the argument's error, and stays in [-c, c] */
-            e = fmin(2.0 * c, c * dx * sech2) + c * ut * (0x1p-23 * y + 0x1p-149) + 0x1p-24 * c * y + 0x1p-149;
+            /* c tanh moves by at most c sech^2 dx over the argument's error, and stays in [-c, c]
+             */
+            e = fmin(2.0 * c, c * dx * sech2) + c * ut * (0x1p-23 * y + 0x1p-149) +
+                0x1p-24 * c * y + 0x1p-149;
         }
     }
     if (alibi) e = e * (1.0 + 0x1p-23) + 0x1p-23 * (fabs(a) + fabs(sc + a)) + 0x1p-148;
@@ -1377,10 +1588,12 @@ static void oracle_run(const problem *P, oracle *O)
     double *dl = fz_xmalloc(Lk * sizeof(double)), *wm = fz_xmalloc(Lk * sizeof(double));
     double *sq = fz_xmalloc(D * sizeof(double));
     double *rs = fz_xmalloc(Lk * sizeof(double)), *eq = fz_xmalloc(Lk * sizeof(double));
-    double *qb_err = fz_xmalloc((D / FZ_QK + 1) * sizeof(double)), *qb_top = fz_xmalloc((D / FZ_QK + 1) * sizeof(double));
+    double *qb_err = fz_xmalloc((D / FZ_QK + 1) * sizeof(double)),
+           *qb_top = fz_xmalloc((D / FZ_QK + 1) * sizeof(double));
     size_t *seen = fz_xmalloc(Lk * sizeof(size_t));
     const float **krows = fz_xmalloc(Lk * sizeof *krows), **vrows = fz_xmalloc(Lk * sizeof *vrows);
-    double *cacc = fz_xmalloc(5 * Dv * sizeof(double)), *cvsum = cacc + Dv, *cwpv = cvsum + Dv, *caccm = cwpv + Dv;
+    double *cacc = fz_xmalloc(5 * Dv * sizeof(double)), *cvsum = cacc + Dv, *cwpv = cvsum + Dv,
+           *caccm = cwpv + Dv;
     double *cdev = caccm + Dv;
     unsigned char *cflag = fz_xmalloc(Dv);
     memset(O->row_kind, ROW_ABSENT, rows);
@@ -1430,7 +1643,8 @@ static void oracle_run(const problem *P, oracle *O)
                     if (isinf(q[c])) q_inf = true;
                 }
                 /* an infinite q_c leaves nothing to normalise by: scale q is then formed plainly */
-                const bool in_range = q_inf ? M <= 0x1p127 : M == 0 || (M >= 0x1p-252 && M < 0x1p255);
+                const bool in_range =
+                    q_inf ? M <= 0x1p127 : M == 0 || (M >= 0x1p-252 && M < 0x1p255);
                 /* the library's per-row factor f = 2^-e on scale q (sdpa.h): 1 unless M leaves
                    float's normal range, then M f just under 2^127 (M > FLT_MAX) or in [1, 2) */
                 const bool normalised = !q_inf && M != 0 && (M < 0x1p-126 || M > FLT_MAX);
@@ -1444,10 +1658,11 @@ static void oracle_run(const problem *P, oracle *O)
                     f = ldexp(1.0, -ex);
                     /* an element that f makes subnormal may lose what sdpa.h says it may */
                     for (size_t c = 0; c < D; c++)
-                        if (isfinite(q[c]) && q[c] != 0.0f && fabs(sq[c]) * f < 0x1p-126) fragile = true;
+                        if (isfinite(q[c]) && q[c] != 0.0f && fabs(sq[c]) * f < 0x1p-126)
+                            fragile = true;
                 }
-                if (P->q8) /* each block's share of the fast scores' bound, per unit of sum |k|, and its
-                              largest |x f| */
+                if (P->q8) /* each block's share of the fast scores' bound, per unit of sum |k|, and
+                              its largest |x f| */
                     for (size_t c0 = 0; c0 < D; c0 += FZ_QK) {
                         double amax = 0;
                         for (size_t c = c0; c < c0 + FZ_QK; c++) amax = fmax(amax, fabs(sq[c]));
@@ -1455,7 +1670,8 @@ static void oracle_run(const problem *P, oracle *O)
                         qb_top[c0 / FZ_QK] = amax * f;
                     }
                 bool nan = false, beyond = false, k_inf = false, q8_big = false;
-                double S = 0, smax = 0, Emax = 0; /* smax: the largest finite raw score (beyond float: unchecked) */
+                double S = 0, smax = 0,
+                       Emax = 0; /* smax: the largest finite raw score (beyond float: unchecked) */
                 for (size_t x = 0; x < n; x++) {
                     const size_t j = seen[x];
                     const float *k = krows[x];
@@ -1470,7 +1686,8 @@ static void oracle_run(const problem *P, oracle *O)
                             const double t = (double)q[c] * (double)k[c];
                             acc += t;
                             if (isfinite(t)) mag += fabs(t);
-                            if (isinf(k[c]) && isfinite(q[c]) && q[c] != 0.0f && fabs(sq[c]) * f < 0x1p-148)
+                            if (isinf(k[c]) && isfinite(q[c]) && q[c] != 0.0f &&
+                                fabs(sq[c]) * f < 0x1p-148)
                                 fragile = true;
                             k_inf |= isinf(k[c]);
                         }
@@ -1530,7 +1747,8 @@ static void oracle_run(const problem *P, oracle *O)
                    product of d_q, d_k and the int32 dot, and, in units that stage K as f32 (x86,
                    more than 8 rows), d_q q where max |x f| is within rounding of FLT_MAX */
                 const bool q8_top = P->q8 && (q8_big || M * f > (double)FLT_MAX * (1.0 - 0x1p-20));
-                if (!in_range || kinf_unchecked || q8_top || S * f > 0x1p126 || smax > 0x1p127 || fragile || beyond) {
+                if (!in_range || kinf_unchecked || q8_top || S * f > 0x1p126 || smax > 0x1p127 ||
+                    fragile || beyond) {
                     O->row_kind[row] = ROW_SKIP;
                     continue;
                 }
@@ -1545,8 +1763,10 @@ static void oracle_run(const problem *P, oracle *O)
                 const double delta = FZ_C * 0x1p-24 * ((double)D + 16.0) * (1.0 + S + Emax);
                 bool bad_bound = false;
                 for (size_t x = 0; x < n; x++) {
-                    dl[x] = s[x] == -INFINITY ? 0.0
-                          : score_error(rs[x], delta + eq[x], cap, wm[x], P->slopes != NULL, dl[x], mrow != NULL, s[x]);
+                    dl[x] = s[x] == -INFINITY
+                                ? 0.0
+                                : score_error(rs[x], delta + eq[x], cap, wm[x], P->slopes != NULL,
+                                              dl[x], mrow != NULL, s[x]);
                     if (!isfinite(dl[x]) || fabs(s[x]) + dl[x] >= FLT_MAX) bad_bound = true;
                 }
                 if (bad_bound) { /* a score that may round beyond float */
@@ -1595,7 +1815,8 @@ static void oracle_run(const problem *P, oracle *O)
                     Llo += exp(xs - dsink);
                     esink = fmin(1.0, exp(xs + (Dx > 40 ? Dx : log(expm1(Dx)))));
                 }
-                /* the keys' weights times e^(m - sink) may be subnormal: absolute rounding of acc */
+                /* the keys' weights times e^(m - sink) may be subnormal: absolute rounding of acc
+                 */
                 const bool tiny_keys = sink != -INFINITY && sink - m + dmu > 80.0;
                 const double Lden = fmax(1.0, Lmin);
                 O->lse_ref[row] = Mx + log(L);
@@ -1607,7 +1828,8 @@ static void oracle_run(const problem *P, oracle *O)
                     vrows[x] = dense_row(P->vd, &P->v, vb, hk, vt);
                 }
                 /* per column, over the keys in order (keys outer: each V row read once) */
-                for (size_t c = 0; c < Dv; c++) cacc[c] = cvsum[c] = cwpv[c] = caccm[c] = cdev[c] = 0, cflag[c] = 0;
+                for (size_t c = 0; c < Dv; c++)
+                    cacc[c] = cvsum[c] = cwpv[c] = caccm[c] = cdev[c] = 0, cflag[c] = 0;
                 for (size_t x = 0; x < n; x++) {
                     const float *vr = vrows[x];
                     if (s[x] == -INFINITY) { /* weight 0: only a non-finite value counts */
@@ -1628,7 +1850,9 @@ static void oracle_run(const problem *P, oracle *O)
                         if (tiny_keys) caccm[c] += tk * fabs(vv);
                     }
                 }
-                for (size_t c = 0; c < Dv; c++) ref[c] = cacc[c] / L, cdev[c] = esink * fabs(ref[c]); /* the sink's value is 0 */
+                for (size_t c = 0; c < Dv; c++)
+                    ref[c] = cacc[c] / L,
+                    cdev[c] = esink * fabs(ref[c]); /* the sink's value is 0 */
                 for (size_t x = 0; x < n; x++) {
                     if (s[x] == -INFINITY) continue;
                     const float *vr = vrows[x];
@@ -1639,7 +1863,8 @@ static void oracle_run(const problem *P, oracle *O)
                         col[c] = COL_NONFINITE;
                         continue;
                     }
-                    tol[c] = (1 + 0x1p-10) * cdev[c] / Lden + FZ_C * 0x1p-24 * ((double)n + 16.0) * (cwpv[c] / Lden) +
+                    tol[c] = (1 + 0x1p-10) * cdev[c] / Lden +
+                             FZ_C * 0x1p-24 * ((double)n + 16.0) * (cwpv[c] / Lden) +
                              FZ_C * ((double)n + 16.0) * 0x1p-149 + 0x1p-146 * caccm[c];
                     if (cvsum[c] > 0x1p126) col[c] = COL_MAY_NONFINITE;
                 }
@@ -1685,14 +1910,18 @@ static void fill_sentinel(float *x, size_t n)
 }
 
 /* Equal bits, or both NaN (payloads may differ). */
-static bool same_float(float a, float b) { return fz_f32_bits(a) == fz_f32_bits(b) || (a != a && b != b); }
+static bool same_float(float a, float b)
+{
+    return fz_f32_bits(a) == fz_f32_bits(b) || (a != a && b != b);
+}
 
 static void check_result(size_t impl, const char *how, const problem *P, const oracle *O)
 {
     const size_t Dv = P->Dv;
     const float *ob = (const float *)(const void *)P->o.buf;
     unsigned char *in_view = fz_xcalloc(P->o.n_elems), *in_lse = fz_xcalloc(P->lse_elems);
-    int reported = 0; /* one message per row kind at most: a wrong row usually is wrong throughout */
+    int reported =
+        0; /* one message per row kind at most: a wrong row usually is wrong throughout */
     for (size_t b = 0; b < P->B; b++)
         for (size_t h = 0; h < P->Hq; h++)
             for (size_t i = 0; i < P->lq[b]; i++) {
@@ -1712,14 +1941,18 @@ static void check_result(size_t impl, const char *how, const problem *P, const o
                         if (!isnan(got)) {
                             bad = true;
                             if (reported++ < 3)
-                                fz_fail(impl, "%s: b=%zu h=%zu i=%zu: a NaN or +inf score is seen, o[%zu]=%.9g, want NaN", how, b,
-                                        h, i, c, got);
+                                fz_fail(impl,
+                                        "%s: b=%zu h=%zu i=%zu: a NaN or +inf score is seen, "
+                                        "o[%zu]=%.9g, want NaN",
+                                        how, b, h, i, c, got);
                         }
                     } else if (kind == ROW_ZERO) {
                         if (got != 0.0f) {
                             bad = true;
                             if (reported++ < 3)
-                                fz_fail(impl, "%s: b=%zu h=%zu i=%zu sees no key of score above -inf (%zu keys): o[%zu]=%.9g, want 0",
+                                fz_fail(impl,
+                                        "%s: b=%zu h=%zu i=%zu sees no key of score above -inf "
+                                        "(%zu keys): o[%zu]=%.9g, want 0",
                                         how, b, h, i, visible(P, b, i), c, got);
                         }
                     } else {
@@ -1728,34 +1961,46 @@ static void check_result(size_t impl, const char *how, const problem *P, const o
                             if (isfinite(got)) {
                                 bad = true;
                                 if (reported++ < 3)
-                                    fz_fail(impl, "%s: b=%zu h=%zu i=%zu: a seen key of finite score has a non-finite v[.][%zu]:"
-                                            " o[%zu]=%.9g, want inf or NaN", how, b, h, i, c, c, got);
+                                    fz_fail(impl,
+                                            "%s: b=%zu h=%zu i=%zu: a seen key of finite score has "
+                                            "a non-finite v[.][%zu]:"
+                                            " o[%zu]=%.9g, want inf or NaN",
+                                            how, b, h, i, c, c, got);
                             }
                             continue;
                         }
                         if (!isfinite(got) && O->col[e] == COL_MAY_NONFINITE) continue;
                         const double err = fabs((double)got - O->ref[e]);
-                        if (isfinite(got) && O->tol[e] > 0 && err / O->tol[e] > fz_counts.worst_ratio)
+                        if (isfinite(got) && O->tol[e] > 0 &&
+                            err / O->tol[e] > fz_counts.worst_ratio)
                             fz_counts.worst_ratio = err / O->tol[e];
                         if (!(err <= O->tol[e])) {
                             bad = true;
                             if (reported++ < 3)
-                                fz_fail(impl, "%s: b=%zu h=%zu i=%zu (sees %zu keys): o[%zu]=%.9g, float64 %.9g, |err| %.3g > tol %.3g",
-                                        how, b, h, i, visible(P, b, i), c, got, O->ref[e], err, O->tol[e]);
+                                fz_fail(impl,
+                                        "%s: b=%zu h=%zu i=%zu (sees %zu keys): o[%zu]=%.9g, "
+                                        "float64 %.9g, |err| %.3g > tol %.3g",
+                                        how, b, h, i, visible(P, b, i), c, got, O->ref[e], err,
+                                        O->tol[e]);
                         }
                     }
                 }
                 if (!P->lse || kind == ROW_SKIP || bad) continue;
                 if (kind == ROW_NAN && !isnan(lse)) {
-                    if (reported++ < 3) fz_fail(impl, "%s: b=%zu h=%zu i=%zu: lse=%.9g, want NaN", how, b, h, i, lse);
+                    if (reported++ < 3)
+                        fz_fail(impl, "%s: b=%zu h=%zu i=%zu: lse=%.9g, want NaN", how, b, h, i,
+                                lse);
                 } else if (kind == ROW_ZERO && lse != (float)O->lse_ref[row]) {
                     if (reported++ < 3)
-                        fz_fail(impl, "%s: b=%zu h=%zu i=%zu: lse=%.9g, want %.9g (no key: the sink or -inf)", how, b, h, i,
-                                lse, O->lse_ref[row]);
-                } else if (kind == ROW_VALUE && !(fabs((double)lse - O->lse_ref[row]) <= O->lse_tol[row])) {
+                        fz_fail(
+                            impl,
+                            "%s: b=%zu h=%zu i=%zu: lse=%.9g, want %.9g (no key: the sink or -inf)",
+                            how, b, h, i, lse, O->lse_ref[row]);
+                } else if (kind == ROW_VALUE &&
+                           !(fabs((double)lse - O->lse_ref[row]) <= O->lse_tol[row])) {
                     if (reported++ < 3)
-                        fz_fail(impl, "%s: b=%zu h=%zu i=%zu: lse=%.9g, float64 %.9g, tol %.3g", how, b, h, i, lse,
-                                O->lse_ref[row], O->lse_tol[row]);
+                        fz_fail(impl, "%s: b=%zu h=%zu i=%zu: lse=%.9g, float64 %.9g, tol %.3g",
+                                how, b, h, i, lse, O->lse_ref[row], O->lse_tol[row]);
                 }
             }
     /* every element of o's buffer and of lse's that no row owns: rows past a sequence's length,
@@ -1764,15 +2009,17 @@ static void check_result(size_t impl, const char *how, const problem *P, const o
     for (size_t e = 0; e < P->o.n_elems; e++)
         if (!in_view[e] && fz_f32_bits(ob[e]) != FZ_SENTINEL && outside++ == 0) first = e;
     if (outside)
-        fz_fail(impl, "%s: %zu elements of o's buffer outside the rows were written (first at element %td of [0][0][0][0])",
+        fz_fail(impl,
+                "%s: %zu elements of o's buffer outside the rows were written (first at element "
+                "%td of [0][0][0][0])",
                 how, outside, (ptrdiff_t)first - P->o.origin);
     if (P->lse) {
         size_t bad = 0, at = 0;
         for (size_t e = 0; e < P->lse_elems; e++)
             if (!in_lse[e] && fz_f32_bits(P->lse[e]) != FZ_SENTINEL && bad++ == 0) at = e;
         if (bad)
-            fz_fail(impl, "%s: %zu elements of lse outside the rows were written (first at %td)", how, bad,
-                    (ptrdiff_t)at - FZ_MARGIN);
+            fz_fail(impl, "%s: %zu elements of lse outside the rows were written (first at %td)",
+                    how, bad, (ptrdiff_t)at - FZ_MARGIN);
     }
     free(in_view);
     free(in_lse);
@@ -1787,7 +2034,9 @@ static bench_pool *get_pool(unsigned threads)
 {
     bench_pool **slot = &fz_pools[threads == 3 ? 1 : 0];
     if (!*slot) {
-        const bench_pool_options o = {.n_threads = threads, .order = BENCH_POOL_SHUFFLE, .check = true,
+        const bench_pool_options o = {.n_threads = threads,
+                                      .order = BENCH_POOL_SHUFFLE,
+                                      .check = true,
                                       .seed = 0x5eedf00du + threads};
         *slot = bench_pool_create_opts(&o);
         if (!*slot) {
@@ -1839,7 +2088,8 @@ static void free_snapshot(snapshot *s)
 {
     free(s->q), free(s->k), free(s->v), free(s->o), free(s->lse);
     free(s->mask), free(s->slopes), free(s->sinks);
-    free(s->q_lens), free(s->kv_lens), free(s->cu_q), free(s->cu_kv), free(s->table), free(s->arena);
+    free(s->q_lens), free(s->kv_lens), free(s->cu_q), free(s->cu_kv), free(s->table),
+        free(s->arena);
 }
 
 /* Names the buffers that differ from the snapshot (NULL: none). */
@@ -1857,7 +2107,8 @@ static const char *changed(const problem *P, const snapshot *s, bool inputs_only
     if (s->cu_q && memcmp(s->cu_q, P->cu_q, cb)) return "cu_q";
     if (s->cu_kv && memcmp(s->cu_kv, P->cu_kv, cb)) return "cu_kv";
     if (s->table && memcmp(s->table, P->table, table_bytes(P))) return "block_table";
-    if (s->arena && memcmp(s->arena, P->arena, P->arena_bytes)) return "the array an output was placed over";
+    if (s->arena && memcmp(s->arena, P->arena, P->arena_bytes))
+        return "the array an output was placed over";
     if (inputs_only) return NULL;
     if (memcmp(s->o, P->o.buf, P->o.n_elems * 4)) return "o";
     if (P->lse && memcmp(s->lse, P->lse, P->lse_elems * 4)) return "lse";
@@ -1873,8 +2124,9 @@ static void reset_outputs(problem *P)
 /* One call of impl on P; workspace mode 1 passes exactly the reported size, 2 half of it; misc
    bit 0 tells the library 2 more threads than the pool has, bit 1 offsets the workspace by 4
    bytes from malloc's alignment. */
-static sdpa_status run_call(size_t impl_i, const sdpa_impl *impl, problem *P, const sdpa_params *base, const fz_spec *spec,
-                            bench_pool *pool, const char *how)
+static sdpa_status run_call(size_t impl_i, const sdpa_impl *impl, problem *P,
+                            const sdpa_params *base, const fz_spec *spec, bench_pool *pool,
+                            const char *how)
 {
     sdpa_params p = *base;
     if (pool) {
@@ -1882,12 +2134,14 @@ static sdpa_status run_call(size_t impl_i, const sdpa_impl *impl, problem *P, co
         p.pool = pool;
         p.n_threads = bench_pool_threads(pool) + ((spec->misc & 1) ? 2 : 0);
     }
-    const sdpa_tensor q = view_tensor(&P->q), k = view_tensor(&P->k), v = view_tensor(&P->v), o = view_tensor(&P->o);
+    const sdpa_tensor q = view_tensor(&P->q), k = view_tensor(&P->k), v = view_tensor(&P->v),
+                      o = view_tensor(&P->o);
     char *ws = NULL;
     if (spec->workspace) {
         size_t bytes = 0;
         const sdpa_status s = sdpa_impl_workspace_size(impl, &p, &q, &k, &v, &o, &bytes);
-        if (s != SDPA_OK) fz_fail(impl_i, "%s: sdpa_impl_workspace_size: %s", how, sdpa_status_str(s));
+        if (s != SDPA_OK)
+            fz_fail(impl_i, "%s: sdpa_impl_workspace_size: %s", how, sdpa_status_str(s));
         if (spec->workspace == 2) bytes /= 2;
         const size_t off = (spec->misc & 2) ? 4 : 0;
         ws = fz_xmalloc(bytes + off);
@@ -1899,7 +2153,8 @@ static sdpa_status run_call(size_t impl_i, const sdpa_impl *impl, problem *P, co
     const sdpa_status s = sdpa_impl_forward(impl, &p, &q, &k, &v, &o);
     if (pool) {
         const bench_pool_stats after = bench_pool_get_stats(pool);
-        if (after.bad_thread != before.bad_thread || after.overlaps != before.overlaps || after.miscounts != before.miscounts)
+        if (after.bad_thread != before.bad_thread || after.overlaps != before.overlaps ||
+            after.miscounts != before.miscounts)
             fz_fail(impl_i, "%s: the pool's contract checks failed (a test harness problem)", how);
     }
     free(ws);
@@ -1907,14 +2162,16 @@ static sdpa_status run_call(size_t impl_i, const sdpa_impl *impl, problem *P, co
 }
 
 /* A valid call on impl, serially and pooled; snap holds the inputs as they were. */
-static void run_valid(size_t impl_i, const sdpa_impl *impl, problem *P, const sdpa_params *base, const fz_spec *spec,
-                      const oracle *O, const snapshot *snap)
+static void run_valid(size_t impl_i, const sdpa_impl *impl, problem *P, const sdpa_params *base,
+                      const fz_spec *spec, const oracle *O, const snapshot *snap)
 {
     char msg[256];
     {
-        const sdpa_tensor q = view_tensor(&P->q), k = view_tensor(&P->k), v = view_tensor(&P->v), o = view_tensor(&P->o);
+        const sdpa_tensor q = view_tensor(&P->q), k = view_tensor(&P->k), v = view_tensor(&P->v),
+                          o = view_tensor(&P->o);
         const sdpa_status s = sdpa_validate(base, &q, &k, &v, &o, msg, sizeof msg);
-        if (s != SDPA_OK || strcmp(msg, "ok") != 0) fz_fail(impl_i, "sdpa_validate refused a valid call: %s (%s)", msg, sdpa_status_str(s));
+        if (s != SDPA_OK || strcmp(msg, "ok") != 0)
+            fz_fail(impl_i, "sdpa_validate refused a valid call: %s (%s)", msg, sdpa_status_str(s));
     }
     reset_outputs(P);
     sdpa_status s = run_call(impl_i, impl, P, base, spec, NULL, "serial");
@@ -1931,20 +2188,23 @@ static void run_valid(size_t impl_i, const sdpa_impl *impl, problem *P, const sd
     char how[32];
     snprintf(how, sizeof how, "pool of %u", spec->threads);
     s = run_call(impl_i, impl, P, base, spec, get_pool(spec->threads), how);
-    if (s != SDPA_OK) fz_fail(impl_i, "%s: a valid call was refused: %s", how, sdpa_status_str(s));
+    if (s != SDPA_OK)
+        fz_fail(impl_i, "%s: a valid call was refused: %s", how, sdpa_status_str(s));
     else {
         const float *o2 = (const float *)(const void *)P->o.buf;
         for (size_t e = 0; e < P->o.n_elems; e++)
             if (!same_float(o1[e], o2[e])) {
-                fz_fail(impl_i, "%s: o differs from the serial run at element %td of [0][0][0][0]: %.9g (0x%08x) vs %.9g (0x%08x)",
+                fz_fail(impl_i,
+                        "%s: o differs from the serial run at element %td of [0][0][0][0]: %.9g "
+                        "(0x%08x) vs %.9g (0x%08x)",
                         how, (ptrdiff_t)e - P->o.origin, o2[e], (unsigned)fz_f32_bits(o2[e]), o1[e],
                         (unsigned)fz_f32_bits(o1[e]));
                 break;
             }
         for (size_t e = 0; l1 && e < P->lse_elems; e++)
             if (!same_float(l1[e], P->lse[e])) {
-                fz_fail(impl_i, "%s: lse differs from the serial run at row %td: %.9g vs %.9g", how, (ptrdiff_t)e - FZ_MARGIN,
-                        P->lse[e], l1[e]);
+                fz_fail(impl_i, "%s: lse differs from the serial run at row %td: %.9g vs %.9g", how,
+                        (ptrdiff_t)e - FZ_MARGIN, P->lse[e], l1[e]);
                 break;
             }
         ch = changed(P, snap, true);
@@ -1955,19 +2215,23 @@ static void run_valid(size_t impl_i, const sdpa_impl *impl, problem *P, const sd
 }
 
 static const char *const invalid_names[FZ_N_INVALID] = {
-    "batch 0", "q_heads 0", "kv_heads 0", "q_len 0", "kv_len 0", "head_dim 0", "q_heads not a multiple of kv_heads",
-    "NaN scale", "+inf scale", "-inf scale", "o overlaps q", "o rows overlap", "lse overlaps o", "q in f16",
-    "k of an unknown dtype", "v data NULL", "NaN softcap", "negative softcap", "+inf softcap", "NaN ALiBi slope",
-    "infinite ALiBi slope", "NaN sink", "+inf sink", "mask data NULL", "mask overlaps o", "mask of an unknown dtype",
+    "batch 0", "q_heads 0", "kv_heads 0", "q_len 0", "kv_len 0", "head_dim 0",
+    "q_heads not a multiple of kv_heads", "NaN scale", "+inf scale", "-inf scale", "o overlaps q",
+    "o rows overlap", "lse overlaps o", "q in f16", "k of an unknown dtype", "v data NULL",
+    "NaN softcap", "negative softcap", "+inf softcap", "NaN ALiBi slope", "infinite ALiBi slope",
+    "NaN sink", "+inf sink", "mask data NULL", "mask overlaps o", "mask of an unknown dtype",
     /* the API's */
-    "block_table entry n_pages", "block_table entry negative", "cu_q decreasing", "cu_kv decreasing", "cu_q[0] not 0",
-    "q_lens above q_len", "kv_lens above kv_len", "a packed key sequence longer than kv_len", "q_lens and cu_q both",
-    "cu_kv with block_table", "page_size 0", "n_pages 0", "max_pages x page_size shorter than a sequence",
-    "q8_scores with a float K", "q8_scores 2", "q8_0/q4_0 K with a token stride not a multiple of 32",
+    "block_table entry n_pages", "block_table entry negative", "cu_q decreasing",
+    "cu_kv decreasing", "cu_q[0] not 0", "q_lens above q_len", "kv_lens above kv_len",
+    "a packed key sequence longer than kv_len", "q_lens and cu_q both", "cu_kv with block_table",
+    "page_size 0", "n_pages 0", "max_pages x page_size shorter than a sequence",
+    "q8_scores with a float K", "q8_scores 2",
+    "q8_0/q4_0 K with a token stride not a multiple of 32",
     "q8_0/q4_0 V with a v_dim not a multiple of 32", "q in q8_0", "o in q4_0",
-    "lse overlaps block_table", "lse overlaps q_lens", "lse overlaps kv_lens", "lse overlaps cu_q", "lse overlaps cu_kv",
-    "lse overlaps sinks", "lse overlaps alibi_slopes", "lse overlaps the mask", "lse overlaps the workspace",
-    "o overlaps block_table", "o overlaps q_lens", "o overlaps kv_lens", "o overlaps cu_q", "o overlaps cu_kv",
+    "lse overlaps block_table", "lse overlaps q_lens", "lse overlaps kv_lens", "lse overlaps cu_q",
+    "lse overlaps cu_kv", "lse overlaps sinks", "lse overlaps alibi_slopes",
+    "lse overlaps the mask", "lse overlaps the workspace", "o overlaps block_table",
+    "o overlaps q_lens", "o overlaps kv_lens", "o overlaps cu_q", "o overlaps cu_kv",
     "o overlaps sinks", "o overlaps alibi_slopes", "o overlaps the workspace"};
 
 /* For a refused call of an output over an array the call reads (API kinds BAD_LSE_* and
@@ -1976,51 +2240,79 @@ static const char *const invalid_names[FZ_N_INVALID] = {
    placed on its first byte; nothing may change. */
 static void place_over_array(problem *P, sdpa_params *p, sdpa_tensor *o, int api)
 {
-    static const int lse_targets[] = {BAD_LSE_TABLE, BAD_LSE_Q_LENS, BAD_LSE_KV_LENS, BAD_LSE_CU_Q, BAD_LSE_CU_KV,
-                                      BAD_LSE_SINKS, BAD_LSE_SLOPES, -1, BAD_LSE_WS};
+    static const int lse_targets[] = {BAD_LSE_TABLE, BAD_LSE_Q_LENS, BAD_LSE_KV_LENS, BAD_LSE_CU_Q,
+                                      BAD_LSE_CU_KV, BAD_LSE_SINKS,  BAD_LSE_SLOPES,  -1,
+                                      BAD_LSE_WS};
     const bool on_lse = api <= BAD_LSE_WS;
-    int which = 0; /* 0 table, 1 q_lens, 2 kv_lens, 3 cu_q, 4 cu_kv, 5 sinks, 6 slopes, 8 workspace */
+    int which =
+        0; /* 0 table, 1 q_lens, 2 kv_lens, 3 cu_q, 4 cu_kv, 5 sinks, 6 slopes, 8 workspace */
     if (on_lse)
         while (lse_targets[which] != api) which++;
     else
         which = api == BAD_O_WS ? 8 : api - BAD_O_TABLE;
-    const size_t lb = P->B * sizeof(size_t), cb = (P->B + 1) * sizeof(size_t), hb = P->Hq * sizeof(float);
-    const void *src[9] = {P->table, P->q_lens, P->kv_lens, P->cu_q, P->cu_kv, P->sinks, P->slopes, NULL, NULL};
+    const size_t lb = P->B * sizeof(size_t), cb = (P->B + 1) * sizeof(size_t),
+                 hb = P->Hq * sizeof(float);
+    const void *src[9] = {P->table, P->q_lens, P->kv_lens, P->cu_q, P->cu_kv,
+                          P->sinks, P->slopes, NULL,       NULL};
     const size_t bytes[9] = {table_bytes(P), lb, lb, cb, cb, hb, hb, 0, 256};
     /* o's extent from its data pointer, in bytes: what it reaches below and from there up */
     ptrdiff_t below = 0, above = (ptrdiff_t)P->Dv;
     for (int a = 0; a < 3; a++) {
         const ptrdiff_t reach = (ptrdiff_t)(P->o.n[a] - 1) * P->o.st[a];
-        if (reach < 0) below -= reach;
-        else above += reach;
+        if (reach < 0)
+            below -= reach;
+        else
+            above += reach;
     }
     const size_t rows = P->B * P->Hq * P->Lq;
-    const size_t before = on_lse ? 0 : (size_t)below * 4, after = on_lse ? rows * 4 : (size_t)above * 4;
+    const size_t before = on_lse ? 0 : (size_t)below * 4,
+                 after = on_lse ? rows * 4 : (size_t)above * 4;
     const size_t at = 64 + (before + 63) / 64 * 64;
     free(P->arena);
     P->arena_bytes = at + bytes[which] + after + 64;
     P->arena = fz_xcalloc(P->arena_bytes);
-    unsigned char *dst = P->arena + at; /* malloc's alignment, and 64 more: aligned for every array */
+    unsigned char *dst =
+        P->arena + at; /* malloc's alignment, and 64 more: aligned for every array */
     if (src[which]) memcpy(dst, src[which], bytes[which]);
     switch (which) {
-    case 0: p->block_table = (const int32_t *)(void *)dst; break;
-    case 1: p->q_lens = (const size_t *)(void *)dst; break;
-    case 2: p->kv_lens = (const size_t *)(void *)dst; break;
-    case 3: p->cu_q = (const size_t *)(void *)dst; break;
-    case 4: p->cu_kv = (const size_t *)(void *)dst; break;
-    case 5: p->sinks = (const float *)(void *)dst; break;
-    case 6: p->alibi_slopes = (const float *)(void *)dst; break;
-    default: p->workspace = dst, p->workspace_bytes = bytes[8]; break;
+    case 0:
+        p->block_table = (const int32_t *)(void *)dst;
+        break;
+    case 1:
+        p->q_lens = (const size_t *)(void *)dst;
+        break;
+    case 2:
+        p->kv_lens = (const size_t *)(void *)dst;
+        break;
+    case 3:
+        p->cu_q = (const size_t *)(void *)dst;
+        break;
+    case 4:
+        p->cu_kv = (const size_t *)(void *)dst;
+        break;
+    case 5:
+        p->sinks = (const float *)(void *)dst;
+        break;
+    case 6:
+        p->alibi_slopes = (const float *)(void *)dst;
+        break;
+    default:
+        p->workspace = dst, p->workspace_bytes = bytes[8];
+        break;
     }
-    if (on_lse) p->lse = (float *)(void *)dst;
-    else o->data = dst;
+    if (on_lse)
+        p->lse = (float *)(void *)dst;
+    else
+        o->data = dst;
 }
 
 /* A refused API call (kind api, README): the problem was built with the feature it needs. */
-static void make_invalid_api(problem *P, sdpa_params *p, sdpa_tensor *q, sdpa_tensor *k, sdpa_tensor *o, int api)
+static void make_invalid_api(problem *P, sdpa_params *p, sdpa_tensor *q, sdpa_tensor *k,
+                             sdpa_tensor *o, int api)
 {
     switch (api) {
-    case BAD_TABLE_HIGH: case BAD_TABLE_NEG: { /* the last entry the first sequence with keys uses */
+    case BAD_TABLE_HIGH:
+    case BAD_TABLE_NEG: { /* the last entry the first sequence with keys uses */
         size_t b = 0;
         while (b < P->B && P->lk[b] == 0) b++;
         if (b == P->B) { /* no keys anywhere: padded lengths all 0; give the first sequence one */
@@ -2028,92 +2320,179 @@ static void make_invalid_api(problem *P, sdpa_params *p, sdpa_tensor *q, sdpa_te
             P->kv_lens[0] = 1;
         }
         const size_t len = P->kv_lens ? P->kv_lens[b] : P->Lk;
-        P->table[b * P->max_pages + (len - 1) / P->page_size] = api == BAD_TABLE_HIGH ? (int32_t)P->n_pages : -1;
+        P->table[b * P->max_pages + (len - 1) / P->page_size] =
+            api == BAD_TABLE_HIGH ? (int32_t)P->n_pages : -1;
         break;
     }
-    case BAD_CU_Q_DEC: case BAD_CU_KV_DEC: { /* sequence 1 ends before it starts (batch >= 2) */
+    case BAD_CU_Q_DEC:
+    case BAD_CU_KV_DEC: { /* sequence 1 ends before it starts (batch >= 2) */
         size_t *cu = api == BAD_CU_Q_DEC ? P->cu_q : P->cu_kv;
-        if (cu[1] >= 1) cu[2] = cu[1] - 1;
-        else cu[1] = 1, cu[2] = 0;
+        if (cu[1] >= 1)
+            cu[2] = cu[1] - 1;
+        else
+            cu[1] = 1, cu[2] = 0;
         break;
     }
-    case BAD_CU_Q_0: P->cu_q[0] = 1; break;
-    case BAD_Q_LENS: P->q_lens[P->B - 1] = P->Lq + 1; break;
-    case BAD_KV_LENS: P->kv_lens[0] = P->Lk + 1; break;
-    case BAD_CU_KV_LONG: P->cu_kv[P->B] = P->cu_kv[P->B - 1] + P->Lk + 1; break;
-    case BAD_Q_BOTH: p->cu_q = P->cu_spare; break;
-    case BAD_CU_KV_PAGED: p->cu_kv = P->cu_spare; break;
-    case BAD_PAGE_SIZE_0: p->page_size = 0; break;
-    case BAD_N_PAGES_0: p->n_pages = 0; break;
-    case BAD_PAGES_SHORT: p->page_size = 1, p->max_pages = P->Lk - 1; break; /* kv_len >= 2, every sequence */
-    case BAD_Q8_FLOAT_K: p->q8_scores = 1; break;
-    case BAD_Q8_2: p->q8_scores = 2; break;
-    case BAD_QK_STRIDE: k->token_stride += 1; break;
-    case BAD_QV_DIM: p->v_dim = P->Dv + 1; break;
-    case BAD_Q_Q8: q->dtype = SDPA_Q8_0; break;
-    case BAD_O_Q4: o->dtype = SDPA_Q4_0; break;
+    case BAD_CU_Q_0:
+        P->cu_q[0] = 1;
+        break;
+    case BAD_Q_LENS:
+        P->q_lens[P->B - 1] = P->Lq + 1;
+        break;
+    case BAD_KV_LENS:
+        P->kv_lens[0] = P->Lk + 1;
+        break;
+    case BAD_CU_KV_LONG:
+        P->cu_kv[P->B] = P->cu_kv[P->B - 1] + P->Lk + 1;
+        break;
+    case BAD_Q_BOTH:
+        p->cu_q = P->cu_spare;
+        break;
+    case BAD_CU_KV_PAGED:
+        p->cu_kv = P->cu_spare;
+        break;
+    case BAD_PAGE_SIZE_0:
+        p->page_size = 0;
+        break;
+    case BAD_N_PAGES_0:
+        p->n_pages = 0;
+        break;
+    case BAD_PAGES_SHORT:
+        p->page_size = 1, p->max_pages = P->Lk - 1;
+        break; /* kv_len >= 2, every sequence */
+    case BAD_Q8_FLOAT_K:
+        p->q8_scores = 1;
+        break;
+    case BAD_Q8_2:
+        p->q8_scores = 2;
+        break;
+    case BAD_QK_STRIDE:
+        k->token_stride += 1;
+        break;
+    case BAD_QV_DIM:
+        p->v_dim = P->Dv + 1;
+        break;
+    case BAD_Q_Q8:
+        q->dtype = SDPA_Q8_0;
+        break;
+    case BAD_O_Q4:
+        o->dtype = SDPA_Q4_0;
+        break;
     case BAD_LSE_MASK: { /* lse on the mask's first element, rounded down to a float */
         const uintptr_t a = (uintptr_t)P->mask_t.data;
         p->mask = &P->mask_t;
         p->lse = (float *)(void *)(a - a % 4);
         break;
     }
-    default: place_over_array(P, p, o, api); break;
+    default:
+        place_over_array(P, p, o, api);
+        break;
     }
 }
 
 /* A refused call: kind per README; P was allocated for it (o inside q's buffer for kind 10). */
-static void run_invalid(size_t impl_i, const sdpa_impl *impl, problem *P, const sdpa_params *base, int kind)
+static void run_invalid(size_t impl_i, const sdpa_impl *impl, problem *P, const sdpa_params *base,
+                        int kind)
 {
     sdpa_params p = *base;
-    sdpa_tensor q = view_tensor(&P->q), k = view_tensor(&P->k), v = view_tensor(&P->v), o = view_tensor(&P->o);
+    sdpa_tensor q = view_tensor(&P->q), k = view_tensor(&P->k), v = view_tensor(&P->v),
+                o = view_tensor(&P->o);
     switch (kind) {
-    case 0: p.batch = 0; break;
-    case 1: p.q_heads = 0; break;
-    case 2: p.kv_heads = 0; break;
-    case 3: p.q_len = 0; break;
-    case 4: p.kv_len = 0; break;
-    case 5: p.head_dim = 0; break;
-    case 6:
-        if (p.kv_heads >= 2) p.q_heads = p.q_heads - 1;
-        else p.q_heads = 1, p.kv_heads = 2;
+    case 0:
+        p.batch = 0;
         break;
-    case 7: p.scale = fz_bits_f32(0x7fc00000u); break;
-    case 8: p.scale = INFINITY; break;
-    case 9: p.scale = -INFINITY; break;
+    case 1:
+        p.q_heads = 0;
+        break;
+    case 2:
+        p.kv_heads = 0;
+        break;
+    case 3:
+        p.q_len = 0;
+        break;
+    case 4:
+        p.kv_len = 0;
+        break;
+    case 5:
+        p.head_dim = 0;
+        break;
+    case 6:
+        if (p.kv_heads >= 2)
+            p.q_heads = p.q_heads - 1;
+        else
+            p.q_heads = 1, p.kv_heads = 2;
+        break;
+    case 7:
+        p.scale = fz_bits_f32(0x7fc00000u);
+        break;
+    case 8:
+        p.scale = INFINITY;
+        break;
+    case 9:
+        p.scale = -INFINITY;
+        break;
     case 10: /* o's [0][0][0][0] on q's, with o's strides: q's buffer has room for o either side */
         o.data = q.data;
         break;
     case 11: /* rows of o as the library counts them: packed, the tokens of every sequence */
-        if (P->Dv >= 2 && (P->cu_q ? P->cu_q[P->B] : P->Lq) >= 2) o.token_stride = 1;
-        else if (P->Hq >= 2) o.head_stride = 0;
-        else if (!P->cu_q && P->B >= 2) o.batch_stride = 0;
-        else p.lse = (float *)o.data; /* a single row cannot overlap itself: lse over o instead */
+        if (P->Dv >= 2 && (P->cu_q ? P->cu_q[P->B] : P->Lq) >= 2)
+            o.token_stride = 1;
+        else if (P->Hq >= 2)
+            o.head_stride = 0;
+        else if (!P->cu_q && P->B >= 2)
+            o.batch_stride = 0;
+        else
+            p.lse = (float *)o.data; /* a single row cannot overlap itself: lse over o instead */
         break;
-    case 12: p.lse = (float *)o.data; break;
-    case 13: q.dtype = SDPA_F16; break;
-    case 14: k.dtype = (sdpa_dtype)99; break;
-    case 15: v.data = NULL; break;
-    case 16: p.softcap = fz_bits_f32(0x7fc00000u); break;
-    case 17: p.softcap = P->softcap > 0 ? -P->softcap : -1.0f; break;
-    case 18: p.softcap = INFINITY; break;
-    case 19: case 20: /* one head's slope; the array was allocated for these kinds */
+    case 12:
+        p.lse = (float *)o.data;
+        break;
+    case 13:
+        q.dtype = SDPA_F16;
+        break;
+    case 14:
+        k.dtype = (sdpa_dtype)99;
+        break;
+    case 15:
+        v.data = NULL;
+        break;
+    case 16:
+        p.softcap = fz_bits_f32(0x7fc00000u);
+        break;
+    case 17:
+        p.softcap = P->softcap > 0 ? -P->softcap : -1.0f;
+        break;
+    case 18:
+        p.softcap = INFINITY;
+        break;
+    case 19:
+    case 20: /* one head's slope; the array was allocated for these kinds */
         P->slopes[P->Hq - 1] = kind == 19 ? fz_bits_f32(0x7fc00000u) : -INFINITY;
         p.alibi_slopes = P->slopes;
         break;
-    case 21: case 22:
+    case 21:
+    case 22:
         P->sinks[0] = kind == 21 ? fz_bits_f32(0x7fc00000u) : INFINITY;
         p.sinks = P->sinks;
         break;
-    case 23: P->mask_t.data = NULL; p.mask = &P->mask_t; break;
+    case 23:
+        P->mask_t.data = NULL;
+        p.mask = &P->mask_t;
+        break;
     case 24: /* the mask over o's buffer, which was made large enough */
         P->mask_t.data = P->o.buf + P->o.origin * 4;
         P->mask_t.dtype = SDPA_F32;
-        P->mask_t.batch_stride = P->o.st[0], P->mask_t.head_stride = P->o.st[1], P->mask_t.token_stride = P->o.st[2];
+        P->mask_t.batch_stride = P->o.st[0], P->mask_t.head_stride = P->o.st[1],
+        P->mask_t.token_stride = P->o.st[2];
         p.mask = &P->mask_t;
         break;
-    case 25: P->mask_t.dtype = (sdpa_dtype)99; p.mask = &P->mask_t; break;
-    default: make_invalid_api(P, &p, &q, &k, &o, kind - FZ_INVALID_API_FIRST); break;
+    case 25:
+        P->mask_t.dtype = (sdpa_dtype)99;
+        p.mask = &P->mask_t;
+        break;
+    default:
+        make_invalid_api(P, &p, &q, &k, &o, kind - FZ_INVALID_API_FIRST);
+        break;
     }
     reset_outputs(P);
     const snapshot snap = take_snapshot(P);
@@ -2123,17 +2502,20 @@ static void run_invalid(size_t impl_i, const sdpa_impl *impl, problem *P, const 
     const sdpa_status s = sdpa_impl_forward(impl, &p, &q, &k, &v, &o);
     if (s == SDPA_OK) fz_fail(impl_i, "invalid call (%s) accepted", invalid_names[kind]);
     if (sv != s)
-        fz_fail(impl_i, "invalid call (%s): sdpa_validate says %s, sdpa_impl_forward %s", invalid_names[kind],
-                sdpa_status_str(sv), sdpa_status_str(s));
+        fz_fail(impl_i, "invalid call (%s): sdpa_validate says %s, sdpa_impl_forward %s",
+                invalid_names[kind], sdpa_status_str(sv), sdpa_status_str(s));
     if (msg[0] == 0 || strcmp(msg, "ok") == 0)
-        fz_fail(impl_i, "invalid call (%s): sdpa_validate's message is \"%s\"", invalid_names[kind], msg);
+        fz_fail(impl_i, "invalid call (%s): sdpa_validate's message is \"%s\"", invalid_names[kind],
+                msg);
     const char *ch = changed(P, &snap, false);
-    if (ch) fz_fail(impl_i, "invalid call (%s, refused: %s): %s was written", invalid_names[kind], sdpa_status_str(s), ch);
+    if (ch)
+        fz_fail(impl_i, "invalid call (%s, refused: %s): %s was written", invalid_names[kind],
+                sdpa_status_str(s), ch);
     size_t bytes = 0;
     const sdpa_status sw = sdpa_impl_workspace_size(impl, &p, &q, &k, &v, &o, &bytes);
     if (sw != sv)
-        fz_fail(impl_i, "invalid call (%s): sdpa_impl_workspace_size says %s, sdpa_validate %s", invalid_names[kind],
-                sdpa_status_str(sw), sdpa_status_str(sv));
+        fz_fail(impl_i, "invalid call (%s): sdpa_impl_workspace_size says %s, sdpa_validate %s",
+                invalid_names[kind], sdpa_status_str(sw), sdpa_status_str(sv));
     free_snapshot((snapshot *)&snap);
 }
 
@@ -2152,36 +2534,72 @@ static void run_invalid(size_t impl_i, const sdpa_impl *impl, problem *P, const 
  * 2^-21; the computed sum is at least 1 (M's own weight is exp(0)); then as for a row of the
  * forward call, the parts standing for keys:
  *   |o_c - ref_c| <= (1 + 2^-10) sum_i e_i |o_ic - ref_c| / max(1, L_min)
- *                    + C 2^-24 (n + 8) sum_i min(1, w_i e^delta_i) |o_ic| / max(1, L_min) + C (n + 8) 2^-149,
- *   e_i = min(1, w_i (e^delta_i - 1)) + 2^-149,
- *   |lse - ref| <= max_i delta_i + C 2^-24 (n + 8 + |ref|).
+ *                    + C 2^-24 (n + 8) sum_i min(1, w_i e^delta_i) |o_ic| / max(1, L_min) + C (n +
+ * 8) 2^-149, e_i = min(1, w_i (e^delta_i - 1)) + 2^-149, |lse - ref| <= max_i delta_i + C 2^-24 (n
+ * + 8 + |ref|).
  */
 enum {
-    MERGE_PARTS_0, MERGE_ROWS_0, MERGE_DV_0, MERGE_O_PARTS_NULL, MERGE_LSE_PARTS_NULL, MERGE_O_NULL, MERGE_PART_NULL,
-    MERGE_LSE_PART_NULL, MERGE_STRIDE, MERGE_OUT_STRIDE, MERGE_O_OVER_PART, MERGE_IN_PLACE_STRIDE, MERGE_LSE_OVER_O,
-    MERGE_LSE_OVER_LSE_PART, MERGE_LSE_OVER_PART, MERGE_O_OVER_LSE_PART, MERGE_OVERFLOW, N_MERGE_BAD
+    MERGE_PARTS_0,
+    MERGE_ROWS_0,
+    MERGE_DV_0,
+    MERGE_O_PARTS_NULL,
+    MERGE_LSE_PARTS_NULL,
+    MERGE_O_NULL,
+    MERGE_PART_NULL,
+    MERGE_LSE_PART_NULL,
+    MERGE_STRIDE,
+    MERGE_OUT_STRIDE,
+    MERGE_O_OVER_PART,
+    MERGE_IN_PLACE_STRIDE,
+    MERGE_LSE_OVER_O,
+    MERGE_LSE_OVER_LSE_PART,
+    MERGE_LSE_OVER_PART,
+    MERGE_O_OVER_LSE_PART,
+    MERGE_OVERFLOW,
+    N_MERGE_BAD
 };
 _Static_assert(N_MERGE_BAD == FZ_N_MERGE_REFUSED, "the merge refusals of fuzz_forward.h");
 
-static const char *const merge_bad_names[N_MERGE_BAD] = {
-    "n_parts 0", "rows 0", "dv 0", "o_parts NULL", "lse_parts NULL", "o NULL", "a part's o NULL", "a part's lse NULL",
-    "o_stride < dv", "o_out_stride < dv", "o over a part", "o a part's rows with another stride", "lse over o",
-    "lse over a part's lse", "lse over a part's o", "o over a part's lse", "an extent overflows"};
+static const char *const merge_bad_names[N_MERGE_BAD] = {"n_parts 0",
+                                                         "rows 0",
+                                                         "dv 0",
+                                                         "o_parts NULL",
+                                                         "lse_parts NULL",
+                                                         "o NULL",
+                                                         "a part's o NULL",
+                                                         "a part's lse NULL",
+                                                         "o_stride < dv",
+                                                         "o_out_stride < dv",
+                                                         "o over a part",
+                                                         "o a part's rows with another stride",
+                                                         "lse over o",
+                                                         "lse over a part's lse",
+                                                         "lse over a part's o",
+                                                         "o over a part's lse",
+                                                         "an extent overflows"};
 
 /* One lse of class cls (README) for a part's row. */
 static float merge_lse(unsigned cls, uint64_t *st)
 {
     const double u = fz_unit(st);
     switch (cls & 3) {
-    case 0: return (float)(16.0 * u - 8.0);
-    case 1: return u < 0.15 ? -INFINITY : (float)(200.0 * u - 100.0);
+    case 0:
+        return (float)(16.0 * u - 8.0);
+    case 1:
+        return u < 0.15 ? -INFINITY : (float)(200.0 * u - 100.0);
     case 2: {
         const unsigned c = (unsigned)(fz_next(st) % 12);
         const float sg = (fz_next(st) & 1) ? -1.0f : 1.0f;
-        return c < 3 ? -INFINITY : c == 3 ? fz_bits_f32(0x7fc00000u) : c == 4 ? INFINITY : c == 5 ? sg * 1e30f
-             : c == 6 ? sg * FLT_MAX : c == 7 ? (float)(-90.0 - 30.0 * u) : (float)(400.0 * u - 200.0);
+        return c < 3    ? -INFINITY
+               : c == 3 ? fz_bits_f32(0x7fc00000u)
+               : c == 4 ? INFINITY
+               : c == 5 ? sg * 1e30f
+               : c == 6 ? sg * FLT_MAX
+               : c == 7 ? (float)(-90.0 - 30.0 * u)
+                        : (float)(400.0 * u - 200.0);
     }
-    default: return (float)(4.0 * u - 2.0);
+    default:
+        return (float)(4.0 * u - 2.0);
     }
 }
 
@@ -2192,7 +2610,8 @@ static void fuzz_merge(const fz_spec *s, size_t dv)
     const int bad = s->merge_refuse ? (int)((s->merge_refuse - 1u) % N_MERGE_BAD) : -1;
     const size_t n = 1 + (m & 7);
     size_t rows = 1 + s->merge_rows % 64;
-    if (bad == MERGE_LSE_OVER_LSE_PART && rows < 2) rows = 2; /* one row over the same row is in place */
+    if (bad == MERGE_LSE_OVER_LSE_PART && rows < 2)
+        rows = 2; /* one row over the same row is in place */
     static const size_t pads[4] = {0, 1, 3, 8};
     const bool o_in = m & 8, with_lse = !(s->merge_layout & 16), l_in = (m & 16) && with_lse;
     const size_t os = dv + pads[s->merge_layout & 3];
@@ -2229,17 +2648,22 @@ static void fuzz_merge(const fz_spec *s, size_t dv)
     }
     /* the oracle, from the parts as they are before the call */
     unsigned char *kind = fz_xmalloc(rows), *col = fz_xmalloc(rows * dv);
-    double *ref = fz_xmalloc(rows * dv * sizeof(double)), *tol = fz_xmalloc(rows * dv * sizeof(double));
+    double *ref = fz_xmalloc(rows * dv * sizeof(double)),
+           *tol = fz_xmalloc(rows * dv * sizeof(double));
     double *lref = fz_xmalloc(rows * sizeof(double)), *ltol = fz_xmalloc(rows * sizeof(double));
-    double *w = fz_xmalloc(n * sizeof(double)), *ew = fz_xmalloc(n * sizeof(double)), *wp = fz_xmalloc(n * sizeof(double));
+    double *w = fz_xmalloc(n * sizeof(double)), *ew = fz_xmalloc(n * sizeof(double)),
+           *wp = fz_xmalloc(n * sizeof(double));
     for (size_t r = 0; r < rows && bad < 0; r++) {
         bool any_nan = false, any_pinf = false;
         double M = -INFINITY;
         for (size_t i = 0; i < n; i++) {
             const double l = lp[i][r];
-            if (l != l) any_nan = true;
-            else if (l == INFINITY) any_pinf = true;
-            else if (l > M) M = l;
+            if (l != l)
+                any_nan = true;
+            else if (l == INFINITY)
+                any_pinf = true;
+            else if (l > M)
+                M = l;
         }
         kind[r] = any_nan ? ROW_NAN : any_pinf ? ROW_SKIP : M == -INFINITY ? ROW_ZERO : ROW_VALUE;
         if (kind[r] != ROW_VALUE) continue;
@@ -2259,15 +2683,18 @@ static void fuzz_merge(const fz_spec *s, size_t dv)
         }
         const double Lden = fmax(1.0, Lmin);
         lref[r] = M + log(L);
-        ltol[r] = fmax(log(Lhi / L), log(L / Llo)) + dmax + FZ_C * 0x1p-24 * ((double)n + 8.0 + fabs(lref[r]));
+        ltol[r] = fmax(log(Lhi / L), log(L / Llo)) + dmax +
+                  FZ_C * 0x1p-24 * ((double)n + 8.0 + fabs(lref[r]));
         for (size_t c = 0; c < dv; c++) {
             double acc = 0, mag = 0, wpv = 0;
             bool nonfinite = false;
             for (size_t i = 0; i < n; i++) {
                 if (lp[i][r] == -INFINITY) continue;
                 const double x = op[i][r * os + c];
-                if (!isfinite(x)) nonfinite = true;
-                else acc += w[i] * x, mag += fabs(x), wpv += wp[i] * fabs(x);
+                if (!isfinite(x))
+                    nonfinite = true;
+                else
+                    acc += w[i] * x, mag += fabs(x), wpv += wp[i] * fabs(x);
             }
             const size_t e = r * dv + c;
             col[e] = nonfinite ? COL_NONFINITE : mag > 0x1p126 ? COL_MAY_NONFINITE : COL_FINITE;
@@ -2275,12 +2702,14 @@ static void fuzz_merge(const fz_spec *s, size_t dv)
             double dev = 0;
             for (size_t i = 0; i < n && !nonfinite; i++)
                 if (lp[i][r] != -INFINITY) dev += ew[i] * fabs(op[i][r * os + c] - ref[e]);
-            tol[e] = (1 + 0x1p-10) * dev / Lden + FZ_C * 0x1p-24 * ((double)n + 8.0) * (wpv / Lden) +
+            tol[e] = (1 + 0x1p-10) * dev / Lden +
+                     FZ_C * 0x1p-24 * ((double)n + 8.0) * (wpv / Lden) +
                      FZ_C * ((double)n + 8.0) * 0x1p-149;
         }
     }
     /* the outputs: separate sentinel-filled buffers, or a part's own (in place) */
-    float *o_own = fz_xmalloc(oob * sizeof(float)), *l_own = fz_xmalloc((rows + 2 * M0) * sizeof(float));
+    float *o_own = fz_xmalloc(oob * sizeof(float)),
+          *l_own = fz_xmalloc((rows + 2 * M0) * sizeof(float));
     fill_sentinel(o_own, oob);
     fill_sentinel(l_own, rows + 2 * M0);
     float *obuf = o_in ? ob_p[k_in] : o_own, *lbuf = l_in ? lb_p[k_in] : l_own;
@@ -2288,7 +2717,8 @@ static void fuzz_merge(const fz_spec *s, size_t dv)
     float *o = obuf + M0, *lse = with_lse ? lbuf + M0 : NULL;
     /* what every buffer holds before the call */
     float **pre_o = fz_xmalloc(n * sizeof *pre_o), **pre_l = fz_xmalloc(n * sizeof *pre_l);
-    for (size_t i = 0; i < n; i++) pre_o[i] = dup_bytes(ob_p[i], ob * 4), pre_l[i] = dup_bytes(lb_p[i], lb * 4);
+    for (size_t i = 0; i < n; i++)
+        pre_o[i] = dup_bytes(ob_p[i], ob * 4), pre_l[i] = dup_bytes(lb_p[i], lb * 4);
     float *pre_oo = dup_bytes(o_own, oob * 4), *pre_ll = dup_bytes(l_own, (rows + 2 * M0) * 4);
     /* a refused call: one argument spoiled */
     size_t a_n = n, a_rows = rows, a_dv = dv, a_os = os, a_oos = oos;
@@ -2297,36 +2727,74 @@ static void fuzz_merge(const fz_spec *s, size_t dv)
     sdpa_status want = SDPA_ERR_INVALID_ARGUMENT;
     const float *saved_o = op[n - 1], *saved_l = lp[n - 1];
     switch (bad) {
-    case MERGE_PARTS_0: a_n = 0; break;
-    case MERGE_ROWS_0: a_rows = 0; break;
-    case MERGE_DV_0: a_dv = 0; break;
-    case MERGE_O_PARTS_NULL: a_op = NULL; break;
-    case MERGE_LSE_PARTS_NULL: a_lp = NULL; break;
-    case MERGE_O_NULL: a_o = NULL; break;
-    case MERGE_PART_NULL: op[n - 1] = NULL; break;
-    case MERGE_LSE_PART_NULL: lp[n - 1] = NULL; break;
-    case MERGE_STRIDE: a_os = dv - 1; break;
-    case MERGE_OUT_STRIDE: a_oos = dv - 1; break;
-    case MERGE_O_OVER_PART: a_o = ob_p[0] + M0 + 1, a_oos = os; break;
-    case MERGE_IN_PLACE_STRIDE: a_o = ob_p[0] + M0, a_oos = os + 1; break;
-    case MERGE_LSE_OVER_O: a_lse = o; break;
-    case MERGE_LSE_OVER_LSE_PART: a_lse = lb_p[0] + M0 + 1; break;
-    case MERGE_LSE_OVER_PART: a_lse = ob_p[0] + M0; break;
-    case MERGE_O_OVER_LSE_PART: a_o = lb_p[0] + M0; break;
-    case MERGE_OVERFLOW: a_rows = SIZE_MAX / 2, want = SDPA_ERR_OVERFLOW; break;
-    default: break;
+    case MERGE_PARTS_0:
+        a_n = 0;
+        break;
+    case MERGE_ROWS_0:
+        a_rows = 0;
+        break;
+    case MERGE_DV_0:
+        a_dv = 0;
+        break;
+    case MERGE_O_PARTS_NULL:
+        a_op = NULL;
+        break;
+    case MERGE_LSE_PARTS_NULL:
+        a_lp = NULL;
+        break;
+    case MERGE_O_NULL:
+        a_o = NULL;
+        break;
+    case MERGE_PART_NULL:
+        op[n - 1] = NULL;
+        break;
+    case MERGE_LSE_PART_NULL:
+        lp[n - 1] = NULL;
+        break;
+    case MERGE_STRIDE:
+        a_os = dv - 1;
+        break;
+    case MERGE_OUT_STRIDE:
+        a_oos = dv - 1;
+        break;
+    case MERGE_O_OVER_PART:
+        a_o = ob_p[0] + M0 + 1, a_oos = os;
+        break;
+    case MERGE_IN_PLACE_STRIDE:
+        a_o = ob_p[0] + M0, a_oos = os + 1;
+        break;
+    case MERGE_LSE_OVER_O:
+        a_lse = o;
+        break;
+    case MERGE_LSE_OVER_LSE_PART:
+        a_lse = lb_p[0] + M0 + 1;
+        break;
+    case MERGE_LSE_OVER_PART:
+        a_lse = ob_p[0] + M0;
+        break;
+    case MERGE_O_OVER_LSE_PART:
+        a_o = lb_p[0] + M0;
+        break;
+    case MERGE_OVERFLOW:
+        a_rows = SIZE_MAX / 2, want = SDPA_ERR_OVERFLOW;
+        break;
+    default:
+        break;
     }
-    if (bad >= 0) fz_counts.merge_refused++;
-    else fz_counts.merge_calls++;
+    if (bad >= 0)
+        fz_counts.merge_refused++;
+    else
+        fz_counts.merge_calls++;
     const sdpa_status got = sdpa_merge(a_n, a_rows, a_dv, a_op, a_os, a_lp, a_o, a_oos, a_lse);
     op[n - 1] = saved_o, lp[n - 1] = saved_l;
     unsigned char *own_o = fz_xcalloc(obn), *own_l = fz_xcalloc(lbn);
     if (bad >= 0) {
         if (got != want)
-            fz_fail(FZ_WHO_MERGE, "refused call (%s): %s, want %s", merge_bad_names[bad], sdpa_status_str(got),
-                    sdpa_status_str(want));
+            fz_fail(FZ_WHO_MERGE, "refused call (%s): %s, want %s", merge_bad_names[bad],
+                    sdpa_status_str(got), sdpa_status_str(want));
     } else if (got != SDPA_OK) {
-        fz_fail(FZ_WHO_MERGE, "%zu parts, %zu rows, dv %zu: a valid call was refused: %s", n, rows, dv, sdpa_status_str(got));
+        fz_fail(FZ_WHO_MERGE, "%zu parts, %zu rows, dv %zu: a valid call was refused: %s", n, rows,
+                dv, sdpa_status_str(got));
     } else {
         int reported = 0;
         for (size_t r = 0; r < rows; r++) {
@@ -2336,32 +2804,51 @@ static void fuzz_merge(const fz_spec *s, size_t dv)
                 const float g = o[r * oos + c];
                 const size_t e = r * dv + c;
                 if (wrong || kind[r] == ROW_SKIP) continue;
-                if (kind[r] == ROW_NAN) wrong = !isnan(g);
-                else if (kind[r] == ROW_ZERO) wrong = g != 0.0f;
-                else if (col[e] == COL_NONFINITE) wrong = isfinite(g);
-                else if (!(isfinite(g) ? fabs((double)g - ref[e]) <= tol[e] : col[e] == COL_MAY_NONFINITE)) wrong = true;
+                if (kind[r] == ROW_NAN)
+                    wrong = !isnan(g);
+                else if (kind[r] == ROW_ZERO)
+                    wrong = g != 0.0f;
+                else if (col[e] == COL_NONFINITE)
+                    wrong = isfinite(g);
+                else if (!(isfinite(g) ? fabs((double)g - ref[e]) <= tol[e]
+                                       : col[e] == COL_MAY_NONFINITE))
+                    wrong = true;
                 if (wrong && reported++ < 3)
-                    fz_fail(FZ_WHO_MERGE, "%zu parts, row %zu of %zu, dv %zu: o[%zu] = %.9g, float64 %.9g, tol %.3g (row %s)", n,
-                            r, rows, dv, c, g, kind[r] == ROW_VALUE ? ref[e] : 0.0, kind[r] == ROW_VALUE ? tol[e] : 0.0,
-                            kind[r] == ROW_NAN ? "NaN" : kind[r] == ROW_ZERO ? "zeros" : "of values");
+                    fz_fail(FZ_WHO_MERGE,
+                            "%zu parts, row %zu of %zu, dv %zu: o[%zu] = %.9g, float64 %.9g, tol "
+                            "%.3g (row %s)",
+                            n, r, rows, dv, c, g, kind[r] == ROW_VALUE ? ref[e] : 0.0,
+                            kind[r] == ROW_VALUE ? tol[e] : 0.0,
+                            kind[r] == ROW_NAN    ? "NaN"
+                            : kind[r] == ROW_ZERO ? "zeros"
+                                                  : "of values");
             }
             if (!lse) continue;
             own_l[M0 + r] = 1;
             const float g = lse[r];
-            const bool lwrong = kind[r] == ROW_NAN ? !isnan(g) : kind[r] == ROW_ZERO ? g != -INFINITY
-                              : kind[r] == ROW_VALUE ? !(fabs((double)g - lref[r]) <= ltol[r]) : false;
+            const bool lwrong = kind[r] == ROW_NAN     ? !isnan(g)
+                                : kind[r] == ROW_ZERO  ? g != -INFINITY
+                                : kind[r] == ROW_VALUE ? !(fabs((double)g - lref[r]) <= ltol[r])
+                                                       : false;
             if (lwrong && reported++ < 3)
-                fz_fail(FZ_WHO_MERGE, "%zu parts, row %zu of %zu: lse = %.9g, float64 %.9g, tol %.3g", n, r, rows, g,
-                        kind[r] == ROW_VALUE ? lref[r] : kind[r] == ROW_ZERO ? -INFINITY : NAN, kind[r] == ROW_VALUE ? ltol[r] : 0.0);
+                fz_fail(FZ_WHO_MERGE,
+                        "%zu parts, row %zu of %zu: lse = %.9g, float64 %.9g, tol %.3g", n, r, rows,
+                        g,
+                        kind[r] == ROW_VALUE  ? lref[r]
+                        : kind[r] == ROW_ZERO ? -INFINITY
+                                              : NAN,
+                        kind[r] == ROW_VALUE ? ltol[r] : 0.0);
         }
     }
     /* nothing else may change: the parts (but the rows merged in place), the outputs' margins
        and padding, and everything of a refused call */
     const char *what = NULL;
     for (size_t e = 0; e < obn && !what; e++)
-        if (!own_o[e] && !same_float(obuf[e], o_in ? pre_o[k_in][e] : pre_oo[e])) what = "o's buffer outside its rows";
+        if (!own_o[e] && !same_float(obuf[e], o_in ? pre_o[k_in][e] : pre_oo[e]))
+            what = "o's buffer outside its rows";
     for (size_t e = 0; e < lbn && !what; e++)
-        if (!own_l[e] && !same_float(lbuf[e], l_in ? pre_l[k_in][e] : pre_ll[e])) what = "lse's buffer outside its rows";
+        if (!own_l[e] && !same_float(lbuf[e], l_in ? pre_l[k_in][e] : pre_ll[e]))
+            what = "lse's buffer outside its rows";
     for (size_t i = 0; i < n && !what; i++) {
         if (!(o_in && i == k_in) && memcmp(ob_p[i], pre_o[i], ob * 4)) what = "a part's o";
         if (!(l_in && i == k_in) && memcmp(lb_p[i], pre_l[i], lb * 4)) what = "a part's lse";
@@ -2370,8 +2857,10 @@ static void fuzz_merge(const fz_spec *s, size_t dv)
         fz_fail(FZ_WHO_MERGE, "%s%s: %s was written", bad >= 0 ? "refused call " : "valid call",
                 bad >= 0 ? merge_bad_names[bad] : "", what);
     for (size_t i = 0; i < n; i++) free(ob_p[i]), free(lb_p[i]), free(pre_o[i]), free(pre_l[i]);
-    free(ob_p), free(lb_p), free(op), free(lp), free(pre_o), free(pre_l), free(pre_oo), free(pre_ll);
-    free(kind), free(col), free(ref), free(tol), free(lref), free(ltol), free(w), free(ew), free(wp);
+    free(ob_p), free(lb_p), free(op), free(lp), free(pre_o), free(pre_l), free(pre_oo),
+        free(pre_ll);
+    free(kind), free(col), free(ref), free(tol), free(lref), free(ltol), free(w), free(ew),
+        free(wp);
     free(o_own), free(l_own), free(own_o), free(own_l);
 }
 
@@ -2406,7 +2895,8 @@ static void problem_free(problem *P)
     free(P->q.sh), free(P->k.sh), free(P->v.sh);
     free(P->qd), free(P->kd), free(P->vd), free(P->lse);
     free(P->slopes), free(P->sinks), free(P->mask.buf), free(P->maskd);
-    free(P->lq), free(P->lk), free(P->q_lens), free(P->kv_lens), free(P->cu_q), free(P->cu_kv), free(P->cu_spare);
+    free(P->lq), free(P->lk), free(P->q_lens), free(P->kv_lens), free(P->cu_q), free(P->cu_kv),
+        free(P->cu_spare);
     free(P->table), free(P->arena);
 }
 
@@ -2417,9 +2907,11 @@ static void problem_shape(problem *P, const fz_spec *spec)
     memset(P, 0, sizeof *P);
     const int invalid = spec->invalid, api = invalid - FZ_INVALID_API_FIRST;
     size_t B = spec->batch, Hkv = spec->kv_heads, G = spec->group, Lq = spec->q_len;
-    const size_t Lk = spec->kv_len, D = spec->head_dim, Dv = spec->v_dim ? spec->v_dim : spec->head_dim;
+    const size_t Lk = spec->kv_len, D = spec->head_dim,
+                 Dv = spec->v_dim ? spec->v_dim : spec->head_dim;
     shrink_to_budget(&B, &Hkv, &G, &Lq, Lk, D, Dv);
-    if ((api == BAD_CU_Q_DEC || api == BAD_CU_KV_DEC) && B < 2) B = 2; /* a decrease takes two sequences */
+    if ((api == BAD_CU_Q_DEC || api == BAD_CU_KV_DEC) && B < 2)
+        B = 2; /* a decrease takes two sequences */
     P->B = B, P->Hkv = Hkv, P->G = G, P->Hq = Hkv * G, P->Lq = Lq, P->Lk = Lk, P->D = D, P->Dv = Dv;
     P->causal = spec->causal;
     P->scale = decode_scale(spec, D);
@@ -2438,7 +2930,8 @@ static void problem_shape(problem *P, const fz_spec *spec)
     if (spec->q_form == 2) P->cu_q = cumulative(P->lq, B);
     if (spec->kv_form == 1) P->kv_lens = dup_bytes(P->lk, B * sizeof(size_t));
     if (spec->kv_form == 2) P->cu_kv = cumulative(P->lk, B);
-    if (api == BAD_Q_BOTH || api == BAD_CU_KV_PAGED) P->cu_spare = cumulative(api == BAD_Q_BOTH ? P->lq : P->lk, B);
+    if (api == BAD_Q_BOTH || api == BAD_CU_KV_PAGED)
+        P->cu_spare = cumulative(api == BAD_Q_BOTH ? P->lq : P->lk, B);
     if (spec->paged & 1) build_table(P, spec->paged, spec->page_size ? spec->page_size : 1, &ls);
 }
 
@@ -2450,8 +2943,10 @@ static void problem_views(problem *P, const fz_spec *spec)
     const size_t slack = spec->slack & 3;
     size_t qn0 = B, qn2 = Lq, kn0 = B, kn2 = Lk;
     if (P->cu_q) qn0 = 1, qn2 = (P->cu_q[B] ? P->cu_q[B] : 1) + slack;
-    if (P->table) kn0 = P->n_pages, kn2 = P->page_size;
-    else if (P->cu_kv) kn0 = 1, kn2 = (P->cu_kv[B] ? P->cu_kv[B] : 1) + slack;
+    if (P->table)
+        kn0 = P->n_pages, kn2 = P->page_size;
+    else if (P->cu_kv)
+        kn0 = 1, kn2 = (P->cu_kv[B] ? P->cu_kv[B] : 1) + slack;
     const sdpa_dtype kdt =
         spec->k_format ? fz_formats[spec->k_format % 7] : float_types[spec->k_dtype % 3];
     const sdpa_dtype vdt =
@@ -2483,7 +2978,8 @@ static void problem_fill(problem *P, const fz_spec *spec)
     view_alloc(&P->k, 0);
     view_alloc(&P->v, 0);
     size_t o_min = 0;
-    if (invalid == 11 || invalid == 12) o_min = (size_t)P->o.origin + rows + FZ_MARGIN; /* room for lse over o */
+    if (invalid == 11 || invalid == 12)
+        o_min = (size_t)P->o.origin + rows + FZ_MARGIN; /* room for lse over o */
     if (invalid == 24) { /* room for a mask of o's strides and kv_len elements a row */
         o_min = (size_t)P->o.origin + Lk + FZ_MARGIN;
         const size_t mn[3] = {B, Hq, Lq};
@@ -2495,7 +2991,9 @@ static void problem_fill(problem *P, const fz_spec *spec)
         mask_layout(&P->mask, B, Hq, Lq, Lk, float_types[(spec->mask ? spec->mask - 1u : 0u) % 3],
                     spec->mask_layout);
         /* room for lse (rows floats) from the mask's first element */
-        view_alloc(&P->mask, api == BAD_LSE_MASK ? (size_t)P->mask.origin + rows * 4 / P->mask.es + FZ_MARGIN : 0);
+        view_alloc(&P->mask, api == BAD_LSE_MASK
+                                 ? (size_t)P->mask.origin + rows * 4 / P->mask.es + FZ_MARGIN
+                                 : 0);
         P->mask_t = view_tensor(&P->mask);
     }
     if (spec->lse || invalid == 11 || invalid == 12) {
@@ -2516,10 +3014,12 @@ static void problem_fill(problem *P, const fz_spec *spec)
                     const ptrdiff_t e = view_index(x, b, h, j, 0);
                     if (!need[t][e]) continue;
                     for (size_t c = 0; c < x->D; c++)
-                        view_store(x, e + (ptrdiff_t)c, fill_value(spec->fill[t], spec->fill_param[t], &st));
+                        view_store(x, e + (ptrdiff_t)c,
+                                   fill_value(spec->fill[t], spec->fill_param[t], &st));
                 }
     }
-    for (unsigned i = 0; i < spec->n_inject; i++) apply_inject(in[spec->inject[i].tensor % 3], &spec->inject[i]);
+    for (unsigned i = 0; i < spec->n_inject; i++)
+        apply_inject(in[spec->inject[i].tensor % 3], &spec->inject[i]);
     if (P->has_mask) {
         fill_mask(P, spec, nd.m);
         P->maskd = view_dense(&P->mask);
@@ -2550,7 +3050,8 @@ int sdpa_fuzz_one(const uint8_t *data, size_t size)
 
     sdpa_params base;
     memset(&base, 0, sizeof base);
-    base.batch = P.B, base.q_heads = P.Hq, base.kv_heads = P.Hkv, base.q_len = P.Lq, base.kv_len = P.Lk;
+    base.batch = P.B, base.q_heads = P.Hq, base.kv_heads = P.Hkv, base.q_len = P.Lq,
+    base.kv_len = P.Lk;
     base.head_dim = P.D;
     base.v_dim = spec.v_dim ? P.Dv : 0;
     base.scale = P.scale;
@@ -2564,7 +3065,8 @@ int sdpa_fuzz_one(const uint8_t *data, size_t size)
     base.q_lens = P.q_lens, base.kv_lens = P.kv_lens;
     base.cu_q = P.cu_q, base.cu_kv = P.cu_kv;
     base.block_table = P.table;
-    if (P.table) base.page_size = P.page_size, base.max_pages = P.max_pages, base.n_pages = P.n_pages;
+    if (P.table)
+        base.page_size = P.page_size, base.max_pages = P.max_pages, base.n_pages = P.n_pages;
     base.q8_scores = P.q8;
 
     oracle O;
@@ -2584,10 +3086,14 @@ int sdpa_fuzz_one(const uint8_t *data, size_t size)
         oracle_run(&P, &O);
         for (size_t r = 0; r < rows; r++) {
             const int kd = O.row_kind[r];
-            if (kd == ROW_VALUE) fz_counts.rows_value++;
-            else if (kd == ROW_NAN) fz_counts.rows_nan++;
-            else if (kd == ROW_ZERO) fz_counts.rows_zero++;
-            else if (kd == ROW_SKIP) fz_counts.rows_unchecked++;
+            if (kd == ROW_VALUE)
+                fz_counts.rows_value++;
+            else if (kd == ROW_NAN)
+                fz_counts.rows_nan++;
+            else if (kd == ROW_ZERO)
+                fz_counts.rows_zero++;
+            else if (kd == ROW_SKIP)
+                fz_counts.rows_unchecked++;
         }
     } else {
         fz_counts.invalid_calls++;
@@ -2599,8 +3105,10 @@ int sdpa_fuzz_one(const uint8_t *data, size_t size)
     for (size_t i = 0; i < n_impl && i < SDPA_FUZZ_MAX_IMPLS; i++) {
         const sdpa_impl *impl = sdpa_impl_at(i);
         if (!sdpa_impl_supported(impl) || !sdpa_test_selected(sdpa_impl_name(impl))) continue;
-        if (invalid < 0) run_valid(i, impl, &P, &base, &spec, &O, &snap);
-        else run_invalid(i, impl, &P, &base, invalid);
+        if (invalid < 0)
+            run_valid(i, impl, &P, &base, &spec, &O, &snap);
+        else
+            run_invalid(i, impl, &P, &base, invalid);
     }
     if (invalid < 0) oracle_free(&O), free_snapshot(&snap);
     if (spec.merge || spec.merge_refuse) fuzz_merge(&spec, P.Dv);
@@ -2608,8 +3116,9 @@ int sdpa_fuzz_one(const uint8_t *data, size_t size)
     return fz_failed;
 }
 
-static const char *const value_names[16] = {"NaN", "+inf", "-inf", "huge", "denormal", "tiny", "0", "-0", "raw", "2^k",
-                                            "FLT_MAX", "sNaN", "+-1", "large", "-NaN", "small int"};
+static const char *const value_names[16] = {"NaN", "+inf",  "-inf", "huge",     "denormal", "tiny",
+                                            "0",   "-0",    "raw",  "2^k",      "FLT_MAX",  "sNaN",
+                                            "+-1", "large", "-NaN", "small int"};
 static const char *const shape_names[4] = {"element", "row", "rows", "column"};
 
 static void print_sizes(FILE *f, const char *what, const size_t *x, size_t n)
@@ -2638,32 +3147,38 @@ void sdpa_fuzz_describe(const uint8_t *data, size_t size, FILE *f)
     const view *vs[4] = {&P.q, &P.k, &P.v, &P.o};
     for (int t = 0; t < 4; t++) {
         const view *v = vs[t];
-        fprintf(f, "  %s: [%zu][%zu][%zu][%zu], strides (%td, %td, %td)", tn[t], v->n[0], v->n[1], v->n[2], v->D, v->st[0],
-                v->st[1], v->st[2]);
+        fprintf(f, "  %s: [%zu][%zu][%zu][%zu], strides (%td, %td, %td)", tn[t], v->n[0], v->n[1],
+                v->n[2], v->D, v->st[0], v->st[1], v->st[2]);
         if (t < 3) fprintf(f, ", fill class %u param %u", s.fill[t], s.fill_param[t]);
         fputc('\n', f);
     }
     fprintf(f, "  workspace mode %u%s, pool of %u threads%s, seed %u%s\n", s.workspace,
-            (s.misc & 2) ? " (misaligned)" : "", s.threads, (s.misc & 1) ? " (n_threads + 2)" : "", (unsigned)s.seed,
-            s.invalid >= 0 ? ", REFUSED CALL" : "");
-    if (s.invalid >= 0) fprintf(f, "  refused call kind %d: %s\n", s.invalid, invalid_names[s.invalid % FZ_N_INVALID]);
+            (s.misc & 2) ? " (misaligned)" : "", s.threads, (s.misc & 1) ? " (n_threads + 2)" : "",
+            (unsigned)s.seed, s.invalid >= 0 ? ", REFUSED CALL" : "");
+    if (s.invalid >= 0)
+        fprintf(f, "  refused call kind %d: %s\n", s.invalid,
+                invalid_names[s.invalid % FZ_N_INVALID]);
     if (P.q_lens || P.cu_q || P.kv_lens || P.cu_kv) {
         fprintf(f, " ");
         if (P.q_lens) print_sizes(f, "q_lens", P.q_lens, B);
-        if (P.cu_q) print_sizes(f, "cu_q", P.cu_q, B + 1), fprintf(f, " (+%u unused tokens)", s.slack);
+        if (P.cu_q)
+            print_sizes(f, "cu_q", P.cu_q, B + 1), fprintf(f, " (+%u unused tokens)", s.slack);
         if (P.kv_lens) print_sizes(f, "kv_lens", P.kv_lens, B);
-        if (P.cu_kv) print_sizes(f, "cu_kv", P.cu_kv, B + 1), fprintf(f, " (+%u unused tokens)", s.slack);
+        if (P.cu_kv)
+            print_sizes(f, "cu_kv", P.cu_kv, B + 1), fprintf(f, " (+%u unused tokens)", s.slack);
         fputc('\n', f);
     }
     if (P.table) {
-        fprintf(f, "  paged: page_size %zu, max_pages %zu, n_pages %zu%s%s%s, table", P.page_size, P.max_pages, P.n_pages,
-                (s.paged & 2) ? ", shared pages" : "", (s.paged & 4) ? ", junk in unused entries" : "",
-                (s.paged & 8) ? ", shuffled" : "");
-        for (size_t e = 0; e < B * P.max_pages && e < 64; e++) fprintf(f, "%s%d", e ? "," : " ", (int)P.table[e]);
+        fprintf(f, "  paged: page_size %zu, max_pages %zu, n_pages %zu%s%s%s, table", P.page_size,
+                P.max_pages, P.n_pages, (s.paged & 2) ? ", shared pages" : "",
+                (s.paged & 4) ? ", junk in unused entries" : "", (s.paged & 8) ? ", shuffled" : "");
+        for (size_t e = 0; e < B * P.max_pages && e < 64; e++)
+            fprintf(f, "%s%d", e ? "," : " ", (int)P.table[e]);
         fprintf(f, "%s\n", B * P.max_pages > 64 ? ",..." : "");
     }
     if (P.window) fprintf(f, "  window %zu\n", P.window);
-    if (s.softcap_kind) fprintf(f, "  softcap %.9g (class %u)\n", (double)P.softcap, s.softcap_kind);
+    if (s.softcap_kind)
+        fprintf(f, "  softcap %.9g (class %u)\n", (double)P.softcap, s.softcap_kind);
     const size_t Hq = Hkv * G;
     float *arr = fz_xmalloc(Hq * sizeof(float));
     if (s.alibi_kind) {
@@ -2691,16 +3206,19 @@ void sdpa_fuzz_describe(const uint8_t *data, size_t size, FILE *f)
         static const char *const what[4] = {"K NaN", "V +inf", "V NaN", "K -inf, V NaN"};
         static const char *const where[4] = {"hidden from every row", "hidden from the first row",
                                              "hidden from the last row", "hidden from some row"};
-        fprintf(f, "  poison: %s on keys %s\n", what[(s.poison - 1u) & 3], where[((s.poison - 1u) >> 2) & 3]);
+        fprintf(f, "  poison: %s on keys %s\n", what[(s.poison - 1u) & 3],
+                where[((s.poison - 1u) >> 2) & 3]);
     }
     for (unsigned i = 0; i < s.n_inject; i++) {
         const fz_inject *in = &s.inject[i];
-        fprintf(f, "  inject %s %s idx %u len %u: %s (%.9g)\n", tn[in->tensor % 3], shape_names[in->shape & 3],
-                (unsigned)in->idx, (unsigned)in->len, value_names[in->value & 15], (double)inject_value(in));
+        fprintf(f, "  inject %s %s idx %u len %u: %s (%.9g)\n", tn[in->tensor % 3],
+                shape_names[in->shape & 3], (unsigned)in->idx, (unsigned)in->len,
+                value_names[in->value & 15], (double)inject_value(in));
     }
     if (s.merge || s.merge_refuse)
-        fprintf(f, "  sdpa_merge: %u parts, %u rows, dv %zu, mode 0x%02x, layout 0x%02x%s%s\n", 1 + ((s.merge ? s.merge - 1u : 0u) & 7),
-                1 + s.merge_rows % 64, Dv, s.merge, s.merge_layout, s.merge_refuse ? ", refused: " : "",
+        fprintf(f, "  sdpa_merge: %u parts, %u rows, dv %zu, mode 0x%02x, layout 0x%02x%s%s\n",
+                1 + ((s.merge ? s.merge - 1u : 0u) & 7), 1 + s.merge_rows % 64, Dv, s.merge,
+                s.merge_layout, s.merge_refuse ? ", refused: " : "",
                 s.merge_refuse ? merge_bad_names[(s.merge_refuse - 1u) % N_MERGE_BAD] : "");
     problem_free(&P);
 }

@@ -1,4 +1,5 @@
-/* fuzz_libfuzzer.c -- the libFuzzer entry point of the fuzz target (built by tools/fuzz.sh with clang) */
+/* fuzz_libfuzzer.c -- the libFuzzer entry point of the fuzz target (built by tools/fuzz.sh with
+ * clang) */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>

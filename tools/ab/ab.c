@@ -21,38 +21,38 @@ typedef enum ab_dtype { AB_F32 = 0, AB_F16, AB_BF16 } ab_dtype;
 
 /* One dense attention call: tensors [batch][head][token][dim], f32 Q and O, K/V in kv_type. */
 typedef struct ab_call {
-    size_t      batch, q_heads, kv_heads, q_len, kv_len, head_dim;
-    bool        causal;
-    ab_dtype    kv_type;
+    size_t batch, q_heads, kv_heads, q_len, kv_len, head_dim;
+    bool causal;
+    ab_dtype kv_type;
     const float *q;
-    const void  *k, *v;
-    float       *o;
+    const void *k, *v;
+    float *o;
 } ab_call;
 
 /* One build, as the harness sees it: its registry by index, and sdpa_impl_forward on one thread. */
 typedef struct ab_side {
-    size_t      (*count)(void);
+    size_t (*count)(void);
     const char *(*name)(size_t impl);
-    bool        (*supported)(size_t impl);
+    bool (*supported)(size_t impl);
     /* 0 when the call succeeded; otherwise the status, with the build's explanation in msg */
-    int         (*forward)(size_t impl, const ab_call *c, char *msg, size_t msg_len);
+    int (*forward)(size_t impl, const ab_call *c, char *msg, size_t msg_len);
 } ab_side;
 
 #define AB_CAT2(x, y) x##y
-#define AB_CAT(x, y) AB_CAT2(x, y)
+#define AB_CAT(x, y)  AB_CAT2(x, y)
 
 #ifdef AB_SIDE_PREFIX
 /* ---- one side: the build's header, with the names it declares renamed as its archive was ---- */
 #include <stdio.h>
 #include <string.h>
 
-#define sdpa_impl_count AB_CAT(AB_SIDE_PREFIX, sdpa_impl_count)
-#define sdpa_impl_at AB_CAT(AB_SIDE_PREFIX, sdpa_impl_at)
-#define sdpa_impl_name AB_CAT(AB_SIDE_PREFIX, sdpa_impl_name)
+#define sdpa_impl_count     AB_CAT(AB_SIDE_PREFIX, sdpa_impl_count)
+#define sdpa_impl_at        AB_CAT(AB_SIDE_PREFIX, sdpa_impl_at)
+#define sdpa_impl_name      AB_CAT(AB_SIDE_PREFIX, sdpa_impl_name)
 #define sdpa_impl_supported AB_CAT(AB_SIDE_PREFIX, sdpa_impl_supported)
-#define sdpa_impl_forward AB_CAT(AB_SIDE_PREFIX, sdpa_impl_forward)
-#define sdpa_validate AB_CAT(AB_SIDE_PREFIX, sdpa_validate)
-#define sdpa_status_str AB_CAT(AB_SIDE_PREFIX, sdpa_status_str)
+#define sdpa_impl_forward   AB_CAT(AB_SIDE_PREFIX, sdpa_impl_forward)
+#define sdpa_validate       AB_CAT(AB_SIDE_PREFIX, sdpa_validate)
+#define sdpa_status_str     AB_CAT(AB_SIDE_PREFIX, sdpa_status_str)
 #include "sdpa.h"
 
 static size_t side_count(void) { return sdpa_impl_count(); }
@@ -132,9 +132,9 @@ static double now_s(void)
 /* ---- shapes: those of bench/sdpa_bench.cc, with the same names ----------------------------- */
 typedef struct shape {
     const char *kind, *name;
-    size_t      batch, q_heads, kv_heads, q_len, kv_len, head_dim;
-    bool        causal;
-    ab_dtype    kv_type;
+    size_t batch, q_heads, kv_heads, q_len, kv_len, head_dim;
+    bool causal;
+    ab_dtype kv_type;
 } shape;
 
 static const shape shapes[] = {
@@ -230,35 +230,35 @@ static void *alloc_random(ab_dtype t, size_t n, uint64_t seed)
 typedef float ab_v16 __attribute__((vector_size(64)));
 typedef float (*read_fn)(const float *p, size_t n);
 
-#define AB_READ_KERNELS(kind, attr)                                                               \
-    attr static float read1_##kind(const float *p, size_t n)                                      \
-    {                                                                                             \
-        const ab_v16 *a = (const ab_v16 *)p;                                                      \
-        ab_v16 s0 = {0}, s1 = {0};                                                                \
-        for (size_t i = 0; i + 2 <= n / 16; i += 2) {                                             \
-            s0 += a[i];                                                                           \
-            s1 += a[i + 1];                                                                       \
-        }                                                                                         \
-        s0 += s1;                                                                                 \
-        float r = 0;                                                                              \
-        for (int k = 0; k < 16; k++) r += s0[k];                                                  \
-        return r;                                                                                 \
-    }                                                                                             \
-    attr static float read2_##kind(const float *p, size_t n)                                      \
-    {                                                                                             \
-        const size_t h = n / 64 * 2; /* vectors in each half, whole steps */                      \
-        const ab_v16 *a = (const ab_v16 *)p, *b = a + h;                                          \
-        ab_v16 s0 = {0}, s1 = {0}, t0 = {0}, t1 = {0};                                            \
-        for (size_t i = 0; i < h; i += 2) {                                                       \
-            s0 += a[i];                                                                           \
-            s1 += a[i + 1];                                                                       \
-            t0 += b[i];                                                                           \
-            t1 += b[i + 1];                                                                       \
-        }                                                                                         \
-        s0 += s1 + t0 + t1;                                                                       \
-        float r = 0;                                                                              \
-        for (int k = 0; k < 16; k++) r += s0[k];                                                  \
-        return r;                                                                                 \
+#define AB_READ_KERNELS(kind, attr)                                                                \
+    attr static float read1_##kind(const float *p, size_t n)                                       \
+    {                                                                                              \
+        const ab_v16 *a = (const ab_v16 *)p;                                                       \
+        ab_v16 s0 = {0}, s1 = {0};                                                                 \
+        for (size_t i = 0; i + 2 <= n / 16; i += 2) {                                              \
+            s0 += a[i];                                                                            \
+            s1 += a[i + 1];                                                                        \
+        }                                                                                          \
+        s0 += s1;                                                                                  \
+        float r = 0;                                                                               \
+        for (int k = 0; k < 16; k++) r += s0[k];                                                   \
+        return r;                                                                                  \
+    }                                                                                              \
+    attr static float read2_##kind(const float *p, size_t n)                                       \
+    {                                                                                              \
+        const size_t h = n / 64 * 2; /* vectors in each half, whole steps */                       \
+        const ab_v16 *a = (const ab_v16 *)p, *b = a + h;                                           \
+        ab_v16 s0 = {0}, s1 = {0}, t0 = {0}, t1 = {0};                                             \
+        for (size_t i = 0; i < h; i += 2) {                                                        \
+            s0 += a[i];                                                                            \
+            s1 += a[i + 1];                                                                        \
+            t0 += b[i];                                                                            \
+            t1 += b[i + 1];                                                                        \
+        }                                                                                          \
+        s0 += s1 + t0 + t1;                                                                        \
+        float r = 0;                                                                               \
+        for (int k = 0; k < 16; k++) r += s0[k];                                                   \
+        return r;                                                                                  \
     }
 
 AB_READ_KERNELS(base, )
@@ -271,9 +271,9 @@ AB_READ_KERNELS(w512, __attribute__((target("avx512f"))))
 #endif
 
 typedef struct reader {
-    float      *buf;
-    size_t      floats;
-    read_fn     fn;
+    float *buf;
+    size_t floats;
+    read_fn fn;
     const char *desc;
 } reader;
 
@@ -358,15 +358,15 @@ static double max_abs_diff(const float *a, const float *b, size_t n)
 
 /* ---- options ------------------------------------------------------------------------------ */
 typedef struct options {
-    int         calls;
-    double      row_seconds; /* 0: no cap */
-    FILE       *csv;
-    bool        abba, list;
+    int calls;
+    double row_seconds; /* 0: no cap */
+    FILE *csv;
+    bool abba, list;
     const char *impls; /* comma-separated, or NULL: every implementation both builds run */
-    regex_t     filter;
-    bool        has_filter;
-    size_t      read_mib;
-    double      tolerance;
+    regex_t filter;
+    bool has_filter;
+    size_t read_mib;
+    double tolerance;
     const char *label[2];
 } options;
 
@@ -405,15 +405,15 @@ static bool impl_wanted(const options *o, const char *name)
 
 /* ---- one row: a shape on an implementation, A and B in turn ---------------------------------- */
 typedef struct row_result {
-    int    calls;          /* timed calls per build */
-    double ms[2];          /* median call, wall time */
-    double ratio, q1, q3;  /* median and quartiles over the pairs of B's wall time over A's */
-    double cpu_ratio;      /* median over the pairs of B's thread CPU time over A's */
-    double on_cpu;         /* the timed calls' CPU time over their wall time */
-    double perf[2];        /* GFLOP/s (prefill) or % of the read bandwidth (decode) */
-    double read_bw;        /* median read, bytes/s (decode) */
-    double diff;           /* largest |B - A| over the checked calls */
-    bool   identical;
+    int calls;            /* timed calls per build */
+    double ms[2];         /* median call, wall time */
+    double ratio, q1, q3; /* median and quartiles over the pairs of B's wall time over A's */
+    double cpu_ratio;     /* median over the pairs of B's thread CPU time over A's */
+    double on_cpu;        /* the timed calls' CPU time over their wall time */
+    double perf[2];       /* GFLOP/s (prefill) or % of the read bandwidth (decode) */
+    double read_bw;       /* median read, bytes/s (decode) */
+    double diff;          /* largest |B - A| over the checked calls */
+    bool identical;
 } row_result;
 
 /* the implementation's index in each build, or false when either lacks it or cannot run it */
@@ -437,9 +437,8 @@ static double thread_cpu_s(void)
 
 /* One call of one build, its output poisoned first (NaN: a build that writes nothing cannot
    agree), for a decode call after the read; wall and thread CPU time of the call alone. */
-static int timed_call(const shape *s, const size_t idx[2], int side,
-                      const ab_call *c, size_t n_out, const reader *rd, double *wall, double *cpu,
-                      double *bw)
+static int timed_call(const shape *s, const size_t idx[2], int side, const ab_call *c, size_t n_out,
+                      const reader *rd, double *wall, double *cpu, double *bw)
 {
     char msg[256] = "";
     memset(c->o, 0xff, n_out * sizeof(float));
@@ -627,8 +626,8 @@ int main(int argc, char **argv)
     /* the rows: every shape on every implementation both builds can run (and the user named) */
     typedef struct row {
         const shape *s;
-        const char  *impl;
-        size_t       idx[2];
+        const char *impl;
+        size_t idx[2];
     } row;
     row rows[N_SHAPES * 16];
     size_t n_rows = 0;
@@ -710,8 +709,8 @@ int main(int argc, char **argv)
         const size_t hd = s->head_dim;
         const size_t n_q = s->batch * s->q_heads * s->q_len * hd;
         const size_t n_kv = s->batch * s->kv_heads * s->kv_len * hd;
-        ab_call base = {s->batch, s->q_heads, s->kv_heads, s->q_len, s->kv_len, hd, s->causal,
-                        s->kv_type, NULL, NULL, NULL, NULL};
+        ab_call base = {s->batch,  s->q_heads, s->kv_heads, s->q_len, s->kv_len, hd,
+                        s->causal, s->kv_type, NULL,        NULL,     NULL,      NULL};
         float *q = alloc_random(AB_F32, n_q, 1);
         void *kk = alloc_random(s->kv_type, n_kv, 2), *vv = alloc_random(s->kv_type, n_kv, 3);
         float *out[2] = {ab_alloc(n_q * sizeof(float)), ab_alloc(n_q * sizeof(float))};
@@ -753,7 +752,9 @@ int main(int argc, char **argv)
         for (int side = 0; side < 2; side++) free(out[side]), free(first[side]);
     }
     printf("\n%zu row%s in %.0f s; %s\n", n_rows, n_rows == 1 ? "" : "s", now_s() - start,
-           failed ? "some rows FAILED" : differ ? "some outputs DIFFER" : "all outputs agree");
+           failed   ? "some rows FAILED"
+           : differ ? "some outputs DIFFER"
+                    : "all outputs agree");
     free(rd.buf);
     if (opt.csv) fclose(opt.csv);
     return failed || differ ? 1 : 0;

@@ -23,23 +23,22 @@
    same dimension of 4 consecutive keys: a score tile is then broadcast-q x K-vector FMAs.
    The layout needs exactly nb * d floats. */
 #define SDPA_KPAD(d) (d)
-#define TILE_MR 4 /* query rows per micro-kernel */
-#define SCORE_MR TILE_MR
-#define SCORE_NR 16
-#define PV_MR TILE_MR
-#define PV_NR 16
-#define PAGED_ROWS SIZE_MAX /* paged units: every one (rows_loop.h) */
-#define QUANT_ROWS SIZE_MAX /* block-format K and V, and fast scores: every unit */
+#define TILE_MR      4 /* query rows per micro-kernel */
+#define SCORE_MR     TILE_MR
+#define SCORE_NR     16
+#define PV_MR        TILE_MR
+#define PV_NR        16
+#define PAGED_ROWS   SIZE_MAX /* paged units: every one (rows_loop.h) */
+#define QUANT_ROWS   SIZE_MAX /* block-format K and V, and fast scores: every unit */
 
 /* The packed path (packed.c: rows_loop.h over packed_path.h) and its scratch size in floats. */
-void   sdpa_packed_neon(const sdpa_rows *w);
+void sdpa_packed_neon(const sdpa_rows *w);
 size_t sdpa_packed_ws_neon(size_t rows, size_t d, size_t dv, size_t block);
 /* Fast scores (q8_scores.c): packed_path.h's pack_kq and score_q8_tile. */
-void   sdpa_pack_kq_neon(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd,
-                         float *km);
-void   sdpa_score_q8_neon(const int8_t *qq, const float *qd, const float *qs, size_t ra, size_t d,
-                          const int8_t *kq, const float *kd, const float *km, size_t nb, float *S,
-                          size_t lds);
+void sdpa_pack_kq_neon(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd, float *km);
+void sdpa_score_q8_neon(const int8_t *qq, const float *qd, const float *qs, size_t ra, size_t d,
+                        const int8_t *kq, const float *kd, const float *km, size_t nb, float *S,
+                        size_t lds);
 
 /* ------------------------------------------------------------------------------------------ */
 /* exp and the primitives the packed path shares                                               */
@@ -91,8 +90,8 @@ SDPA_INLINE void store_partial_neon(float *p, size_t n, float32x4_t x)
 
 /* s[j] = scale * dot(q, key j) for one query row and n keys (k_stride floats apart): four keys
    at a time, in four independent FMA chains that hide FMA latency, then key by key. */
-SDPA_INLINE void score_neon_1xn(const float *q, const float *k, size_t k_stride, size_t n,
-                                size_t d, float scale, float *s)
+SDPA_INLINE void score_neon_1xn(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+                                float scale, float *s)
 {
     const size_t d4 = d & ~(size_t)3, dr = d - d4;
     size_t j = 0;
@@ -275,10 +274,9 @@ SDPA_INLINE void widen_q_neon(int8x16_t q, float32x4_t d, float32x4_t m, const i
                               float32x4_t *y)
 {
     const int16x8_t a = vmovl_s8(vget_low_s8(q)), b = vmovl_high_s8(q);
-    const float32x4_t f[4] = {vcvtq_f32_s32(vmovl_s16(vget_low_s16(a))),
-                              vcvtq_f32_s32(vmovl_high_s16(a)),
-                              vcvtq_f32_s32(vmovl_s16(vget_low_s16(b))),
-                              vcvtq_f32_s32(vmovl_high_s16(b))};
+    const float32x4_t f[4] = {
+        vcvtq_f32_s32(vmovl_s16(vget_low_s16(a))), vcvtq_f32_s32(vmovl_high_s16(a)),
+        vcvtq_f32_s32(vmovl_s16(vget_low_s16(b))), vcvtq_f32_s32(vmovl_high_s16(b))};
     for (int i = 0; i < 4; i++) y[i] = has_min ? vfmaq_f32(m, f[i], d) : vmulq_f32(f[i], d);
 }
 
@@ -296,8 +294,7 @@ SDPA_INLINE void dequant_neon_block(const unsigned char *p, sdpa_dtype t, float3
 
 /* One row of n elements (element offset off) converted to f32; for the block formats n and off
    are multiples of 32. */
-SDPA_INLINE void row_to_f32_neon(const void *src, ptrdiff_t off, size_t n, sdpa_dtype t,
-                                 float *dst)
+SDPA_INLINE void row_to_f32_neon(const void *src, ptrdiff_t off, size_t n, sdpa_dtype t, float *dst)
 {
     if (sdpa_dtype_quantized(t)) {
         const unsigned char *p = (const unsigned char *)src + sdpa_off_bytes(t, off);

@@ -21,8 +21,8 @@ SDPA_INLINE void store_neon_4x4t(float32x4_t r0, float32x4_t r1, float32x4_t r2,
 }
 
 /* Transposes the 4x4 block of keys c..c+3, dimensions dd..dd+3 into the panel (width W). */
-SDPA_INLINE void pack_neon_4x4(const void *k, ptrdiff_t ks, ptrdiff_t row0, size_t dd,
-                               sdpa_dtype t, float *dst, size_t W)
+SDPA_INLINE void pack_neon_4x4(const void *k, ptrdiff_t ks, ptrdiff_t row0, size_t dd, sdpa_dtype t,
+                               float *dst, size_t W)
 {
     const ptrdiff_t o = row0 * ks + (ptrdiff_t)dd;
     store_neon_4x4t(load_neon_1x4(k, o, t), load_neon_1x4(k, o + ks, t),
@@ -91,8 +91,7 @@ SDPA_INLINE void pack_k_neon_typed(const sdpa_rows *w, size_t j0, size_t nb, flo
     size_t c = 0;
     for (; c + 16 <= nb; c += 16)
         pack_neon_panel(w->k, ks, (ptrdiff_t)(j0 + c), d, t, 16, kp + c * d);
-    for (; c + 4 <= nb; c += 4)
-        pack_neon_panel(w->k, ks, (ptrdiff_t)(j0 + c), d, t, 4, kp + c * d);
+    for (; c + 4 <= nb; c += 4) pack_neon_panel(w->k, ks, (ptrdiff_t)(j0 + c), d, t, 4, kp + c * d);
     for (; c < nb; c++) row_to_f32_neon(w->k, (ptrdiff_t)(j0 + c) * ks, d, t, kp + c * d);
 }
 
@@ -100,15 +99,33 @@ static void pack_k(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
 {
     /* one specialised copy per storage type, so the per-element conversion is branch-free */
     switch (w->k_type) {
-    case SDPA_F16: pack_k_neon_typed(w, j0, nb, kp, SDPA_F16); break;
-    case SDPA_BF16: pack_k_neon_typed(w, j0, nb, kp, SDPA_BF16); break;
-    case SDPA_Q8_0: pack_k_neon_typed(w, j0, nb, kp, SDPA_Q8_0); break;
-    case SDPA_Q4_0: pack_k_neon_typed(w, j0, nb, kp, SDPA_Q4_0); break;
-    case SDPA_Q4_1: pack_k_neon_typed(w, j0, nb, kp, SDPA_Q4_1); break;
-    case SDPA_Q5_0: pack_k_neon_typed(w, j0, nb, kp, SDPA_Q5_0); break;
-    case SDPA_Q5_1: pack_k_neon_typed(w, j0, nb, kp, SDPA_Q5_1); break;
-    case SDPA_IQ4_NL: pack_k_neon_typed(w, j0, nb, kp, SDPA_IQ4_NL); break;
-    default: pack_k_neon_typed(w, j0, nb, kp, SDPA_F32); break;
+    case SDPA_F16:
+        pack_k_neon_typed(w, j0, nb, kp, SDPA_F16);
+        break;
+    case SDPA_BF16:
+        pack_k_neon_typed(w, j0, nb, kp, SDPA_BF16);
+        break;
+    case SDPA_Q8_0:
+        pack_k_neon_typed(w, j0, nb, kp, SDPA_Q8_0);
+        break;
+    case SDPA_Q4_0:
+        pack_k_neon_typed(w, j0, nb, kp, SDPA_Q4_0);
+        break;
+    case SDPA_Q4_1:
+        pack_k_neon_typed(w, j0, nb, kp, SDPA_Q4_1);
+        break;
+    case SDPA_Q5_0:
+        pack_k_neon_typed(w, j0, nb, kp, SDPA_Q5_0);
+        break;
+    case SDPA_Q5_1:
+        pack_k_neon_typed(w, j0, nb, kp, SDPA_Q5_1);
+        break;
+    case SDPA_IQ4_NL:
+        pack_k_neon_typed(w, j0, nb, kp, SDPA_IQ4_NL);
+        break;
+    default:
+        pack_k_neon_typed(w, j0, nb, kp, SDPA_F32);
+        break;
     }
 }
 
@@ -130,13 +147,13 @@ SDPA_INLINE void score_neon_mxn(const float *q, size_t d, const float *kp, float
     for (; dd + 4 <= d; dd += 4) {
         float32x4_t qv[TILE_MR];
         for (int r = 0; r < mr; r++) qv[r] = vld1q_f32(q + r * d + dd);
-#define SCORE_STEP(L)                                                                          \
-    do {                                                                                       \
-        const float *kr = kp + (dd + (L)) * W;                                                 \
-        for (int v = 0; v < NV; v++) {                                                         \
-            const float32x4_t kv = vld1q_f32(kr + 4 * v);                                      \
-            for (int r = 0; r < mr; r++) acc[r][v] = vfmaq_laneq_f32(acc[r][v], kv, qv[r], L); \
-        }                                                                                      \
+#define SCORE_STEP(L)                                                                              \
+    do {                                                                                           \
+        const float *kr = kp + (dd + (L)) * W;                                                     \
+        for (int v = 0; v < NV; v++) {                                                             \
+            const float32x4_t kv = vld1q_f32(kr + 4 * v);                                          \
+            for (int r = 0; r < mr; r++) acc[r][v] = vfmaq_laneq_f32(acc[r][v], kv, qv[r], L);     \
+        }                                                                                          \
     } while (0)
         SCORE_STEP(0);
         SCORE_STEP(1);
@@ -168,17 +185,33 @@ static void score_neon_panel(const float *q, size_t mr, size_t d, const float *k
 {
     if (W == 16) {
         switch (mr) {
-        case 4: score_neon_4x16(q, d, kp, S, lds); break;
-        case 3: score_neon_mxn(q, d, kp, S, lds, 3, 4); break;
-        case 2: score_neon_mxn(q, d, kp, S, lds, 2, 4); break;
-        default: score_neon_mxn(q, d, kp, S, lds, 1, 4); break;
+        case 4:
+            score_neon_4x16(q, d, kp, S, lds);
+            break;
+        case 3:
+            score_neon_mxn(q, d, kp, S, lds, 3, 4);
+            break;
+        case 2:
+            score_neon_mxn(q, d, kp, S, lds, 2, 4);
+            break;
+        default:
+            score_neon_mxn(q, d, kp, S, lds, 1, 4);
+            break;
         }
     } else {
         switch (mr) {
-        case 4: score_neon_4x4(q, d, kp, S, lds); break;
-        case 3: score_neon_mxn(q, d, kp, S, lds, 3, 1); break;
-        case 2: score_neon_mxn(q, d, kp, S, lds, 2, 1); break;
-        default: score_neon_mxn(q, d, kp, S, lds, 1, 1); break;
+        case 4:
+            score_neon_4x4(q, d, kp, S, lds);
+            break;
+        case 3:
+            score_neon_mxn(q, d, kp, S, lds, 3, 1);
+            break;
+        case 2:
+            score_neon_mxn(q, d, kp, S, lds, 2, 1);
+            break;
+        default:
+            score_neon_mxn(q, d, kp, S, lds, 1, 1);
+            break;
         }
     }
 }
@@ -209,9 +242,8 @@ static void score_tile(const float *q, size_t ra, size_t d, const float *kp, siz
 /* acc[r][c..c+4*NV) = alpha[r] * acc + sum_j P[r][j] * v[j][c..] for r < mr: the column block of
    mr rows stays in registers over all nb keys; four keys per step, each P[r][j..j+3] loaded once
    and used lane by lane. */
-SDPA_INLINE void pv_neon_mxn(float *acc, size_t dv, const float *alpha, const float *P,
-                             size_t lds, const float *v, ptrdiff_t vs, size_t nb, const int mr,
-                             const int NV)
+SDPA_INLINE void pv_neon_mxn(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,
+                             const float *v, ptrdiff_t vs, size_t nb, const int mr, const int NV)
 {
     float32x4_t a[TILE_MR][4];
     for (int r = 0; r < mr; r++)
@@ -221,13 +253,13 @@ SDPA_INLINE void pv_neon_mxn(float *acc, size_t dv, const float *alpha, const fl
     for (; j + 4 <= nb; j += 4) {
         float32x4_t pv[TILE_MR];
         for (int r = 0; r < mr; r++) pv[r] = vld1q_f32(P + r * lds + j);
-#define PV_STEP(L)                                                                             \
-    do {                                                                                       \
-        const float *vr = v + (ptrdiff_t)(j + (L)) * vs;                                       \
-        for (int x = 0; x < NV; x++) {                                                         \
-            const float32x4_t vv = vld1q_f32(vr + 4 * x);                                      \
-            for (int r = 0; r < mr; r++) a[r][x] = vfmaq_laneq_f32(a[r][x], vv, pv[r], L);     \
-        }                                                                                      \
+#define PV_STEP(L)                                                                                 \
+    do {                                                                                           \
+        const float *vr = v + (ptrdiff_t)(j + (L)) * vs;                                           \
+        for (int x = 0; x < NV; x++) {                                                             \
+            const float32x4_t vv = vld1q_f32(vr + 4 * x);                                          \
+            for (int r = 0; r < mr; r++) a[r][x] = vfmaq_laneq_f32(a[r][x], vv, pv[r], L);         \
+        }                                                                                          \
     } while (0)
         PV_STEP(0);
         PV_STEP(1);
@@ -255,17 +287,33 @@ static void pv_neon_block(float *acc, size_t dv, const float *alpha, const float
 {
     if (W == 16) {
         switch (mr) {
-        case 4: pv_neon_4x16(acc, dv, alpha, P, lds, v, vs, nb); break;
-        case 3: pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 3, 4); break;
-        case 2: pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 2, 4); break;
-        default: pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 1, 4); break;
+        case 4:
+            pv_neon_4x16(acc, dv, alpha, P, lds, v, vs, nb);
+            break;
+        case 3:
+            pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 3, 4);
+            break;
+        case 2:
+            pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 2, 4);
+            break;
+        default:
+            pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 1, 4);
+            break;
         }
     } else {
         switch (mr) {
-        case 4: pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 4, 1); break;
-        case 3: pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 3, 1); break;
-        case 2: pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 2, 1); break;
-        default: pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 1, 1); break;
+        case 4:
+            pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 4, 1);
+            break;
+        case 3:
+            pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 3, 1);
+            break;
+        case 2:
+            pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 2, 1);
+            break;
+        default:
+            pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 1, 1);
+            break;
         }
     }
 }
@@ -281,8 +329,7 @@ static void pv_tile(float *acc, size_t dv, const float *alpha, const float *P, s
         size_t c = 0;
         for (; c < c16; c += 16)
             pv_neon_block(ar + c, dv, alpha + r0, Pr, lds, v + c, vs, nb, mr, 16);
-        for (; c < c4; c += 4)
-            pv_neon_block(ar + c, dv, alpha + r0, Pr, lds, v + c, vs, nb, mr, 4);
+        for (; c < c4; c += 4) pv_neon_block(ar + c, dv, alpha + r0, Pr, lds, v + c, vs, nb, mr, 4);
         if (c < dv) /* the last dv % 4 columns, one row at a time through padded vectors */
             for (size_t r = 0; r < mr; r++) {
                 const size_t rem = dv - c;
@@ -301,11 +348,11 @@ static void pv_tile(float *acc, size_t dv, const float *alpha, const float *P, s
 /* ------------------------------------------------------------------------------------------ */
 
 /* fast scores: q8_scores.c */
-#define pack_kq sdpa_pack_kq_neon
+#define pack_kq       sdpa_pack_kq_neon
 #define score_q8_tile sdpa_score_q8_neon
 
 #define SDPA_ROWS_FN packed_neon
-#define SDPA_WS_FN packed_ws_neon
+#define SDPA_WS_FN   packed_ws_neon
 #include "packed_path.h"
 
 void sdpa_packed_neon(const sdpa_rows *w) { packed_neon(w); }

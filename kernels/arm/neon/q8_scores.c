@@ -4,13 +4,13 @@
 /* Fast scores (sdpa_rows.qq). Key j's 32-quant blocks at kq + j * d as int8 (quants_neon),
    its block scales at kd[b * nb + j] and minima (q4_1, q5_1) at km[b * nb + j], so that four
    keys' scales of a block are one load. Every query row of the unit reuses them. */
-SDPA_INLINE void pack_kq_neon_typed(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq,
-                                    float *kd, float *km, sdpa_dtype t)
+SDPA_INLINE void pack_kq_neon_typed(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd,
+                                    float *km, sdpa_dtype t)
 {
     const size_t d = w->d, bb = sdpa_block_bytes(t);
     for (size_t j = 0; j < nb; j++) {
-        const unsigned char *p = (const unsigned char *)w->k +
-                                 sdpa_off_bytes(t, (ptrdiff_t)(j0 + j) * w->k_stride);
+        const unsigned char *p =
+            (const unsigned char *)w->k + sdpa_off_bytes(t, (ptrdiff_t)(j0 + j) * w->k_stride);
         int8_t *q = kq + j * d;
         for (size_t b = 0; b < d / SDPA_QK; b++, p += bb, q += SDPA_QK) {
             kd[b * nb + j] = qscale_neon(p);
@@ -23,16 +23,27 @@ SDPA_INLINE void pack_kq_neon_typed(const sdpa_rows *w, size_t j0, size_t nb, in
     }
 }
 
-void sdpa_pack_kq_neon(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd,
-                       float *km)
+void sdpa_pack_kq_neon(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd, float *km)
 {
     switch (w->k_type) {
-    case SDPA_Q4_0: pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_Q4_0); break;
-    case SDPA_Q4_1: pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_Q4_1); break;
-    case SDPA_Q5_0: pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_Q5_0); break;
-    case SDPA_Q5_1: pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_Q5_1); break;
-    case SDPA_IQ4_NL: pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_IQ4_NL); break;
-    default: pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_Q8_0); break;
+    case SDPA_Q4_0:
+        pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_Q4_0);
+        break;
+    case SDPA_Q4_1:
+        pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_Q4_1);
+        break;
+    case SDPA_Q5_0:
+        pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_Q5_0);
+        break;
+    case SDPA_Q5_1:
+        pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_Q5_1);
+        break;
+    case SDPA_IQ4_NL:
+        pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_IQ4_NL);
+        break;
+    default:
+        pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_Q8_0);
+        break;
     }
 }
 
@@ -52,8 +63,8 @@ SDPA_INLINE int32x4_t dot_q8_neon(int32x4_t s, int8x16_t qa, int8x16_t qb, int8x
    then s += (qd d_k) sum and, with a minimum (hm, a constant), s += (qd m_k) qs in f32, blocks
    in order (the scalar reference's arithmetic, op for op). */
 SDPA_INLINE void score_q8_neon_mx4(const int8_t *qq, const float *qd, const float *qs, size_t d,
-                                   const int8_t *kq, const float *kd, const float *km,
-                                   size_t ldk, float *S, size_t lds, const int mr, const int hm)
+                                   const int8_t *kq, const float *kd, const float *km, size_t ldk,
+                                   float *S, size_t lds, const int mr, const int hm)
 {
     const size_t nblk = d / SDPA_QK;
     float32x4_t acc[2] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
@@ -90,8 +101,7 @@ SDPA_INLINE void score_q8_neon_mx4(const int8_t *qq, const float *qd, const floa
 
 /* One row against one key, as score_q8_neon_mx4 (qs NULL: no minimum). */
 SDPA_INLINE float score_q8_neon_1x1(const int8_t *qq, const float *qd, const float *qs, size_t d,
-                                    const int8_t *kq, const float *kd, const float *km,
-                                    size_t ldk)
+                                    const int8_t *kq, const float *kd, const float *km, size_t ldk)
 {
     float acc = 0.0f;
     for (size_t b = 0; b < d / SDPA_QK; b++) {
@@ -132,7 +142,6 @@ void sdpa_score_q8_neon(const int8_t *qq, const float *qd, const float *qs, size
         score_q8_neon_cols(qq, qd, qs, ra, d, kq, kd, km, nb, S, lds, 0);
     for (size_t r = 0; r < ra; r++)
         for (size_t j = n4; j < nb; j++)
-            S[r * lds + j] = score_q8_neon_1x1(qq + r * d, qd + r * nblk,
-                                               qs ? qs + r * nblk : NULL, d, kq + j * d, kd + j,
-                                               km + j, nb);
+            S[r * lds + j] = score_q8_neon_1x1(qq + r * d, qd + r * nblk, qs ? qs + r * nblk : NULL,
+                                               d, kq + j * d, kd + j, km + j, nb);
 }

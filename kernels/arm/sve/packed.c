@@ -24,8 +24,8 @@ SDPA_INLINE void pack_k_sve_q(const sdpa_rows *w, size_t j0, size_t nb, float *k
                 float *col = panel + b * SDPA_QK * W + c;
                 for (size_t i = 0; i < half; i += vl) {
                     const svbool_t pg = svwhilelt_b32_u64(i, half);
-                    svst1_scatter_s32index_f32(
-                        pg, col + i * W, idx, deq_sve(pg, quants_sve(pg, p, i, t, 0), dq, mq, hm));
+                    svst1_scatter_s32index_f32(pg, col + i * W, idx,
+                                               deq_sve(pg, quants_sve(pg, p, i, t, 0), dq, mq, hm));
                     if (t != SDPA_Q8_0)
                         svst1_scatter_s32index_f32(
                             pg, col + (SDPA_QK / 2 + i) * W, idx,
@@ -39,7 +39,7 @@ SDPA_INLINE void pack_k_sve_q(const sdpa_rows *w, size_t j0, size_t nb, float *k
 /* Lanes [0, W) of a panel column: element dd of W consecutive keys, gathered with a signed
    32-bit index of lane * ks (the caller checks it fits). */
 SDPA_INLINE svfloat32_t gather_sve(svbool_t pg, const void *src, ptrdiff_t off, svint32_t idx,
-                                  sdpa_dtype t)
+                                   sdpa_dtype t)
 {
     if (t == SDPA_F32) return svld1_gather_s32index_f32(pg, (const float *)src + off, idx);
     return widen_sve(pg, svld1uh_gather_s32index_u32(pg, (const uint16_t *)src + off, idx), t);
@@ -88,15 +88,33 @@ static void pack_k(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
 {
     /* one specialised copy per storage type, so the per-element conversion is branch-free */
     switch (w->k_type) {
-    case SDPA_F16: pack_k_sve_typed(w, j0, nb, kp, SDPA_F16); break;
-    case SDPA_BF16: pack_k_sve_typed(w, j0, nb, kp, SDPA_BF16); break;
-    case SDPA_Q8_0: pack_k_sve_q(w, j0, nb, kp, SDPA_Q8_0); break;
-    case SDPA_Q4_0: pack_k_sve_q(w, j0, nb, kp, SDPA_Q4_0); break;
-    case SDPA_Q4_1: pack_k_sve_q(w, j0, nb, kp, SDPA_Q4_1); break;
-    case SDPA_Q5_0: pack_k_sve_q(w, j0, nb, kp, SDPA_Q5_0); break;
-    case SDPA_Q5_1: pack_k_sve_q(w, j0, nb, kp, SDPA_Q5_1); break;
-    case SDPA_IQ4_NL: pack_k_sve_q(w, j0, nb, kp, SDPA_IQ4_NL); break;
-    default: pack_k_sve_typed(w, j0, nb, kp, SDPA_F32); break;
+    case SDPA_F16:
+        pack_k_sve_typed(w, j0, nb, kp, SDPA_F16);
+        break;
+    case SDPA_BF16:
+        pack_k_sve_typed(w, j0, nb, kp, SDPA_BF16);
+        break;
+    case SDPA_Q8_0:
+        pack_k_sve_q(w, j0, nb, kp, SDPA_Q8_0);
+        break;
+    case SDPA_Q4_0:
+        pack_k_sve_q(w, j0, nb, kp, SDPA_Q4_0);
+        break;
+    case SDPA_Q4_1:
+        pack_k_sve_q(w, j0, nb, kp, SDPA_Q4_1);
+        break;
+    case SDPA_Q5_0:
+        pack_k_sve_q(w, j0, nb, kp, SDPA_Q5_0);
+        break;
+    case SDPA_Q5_1:
+        pack_k_sve_q(w, j0, nb, kp, SDPA_Q5_1);
+        break;
+    case SDPA_IQ4_NL:
+        pack_k_sve_q(w, j0, nb, kp, SDPA_IQ4_NL);
+        break;
+    default:
+        pack_k_sve_typed(w, j0, nb, kp, SDPA_F32);
+        break;
     }
 }
 
@@ -108,7 +126,7 @@ static void pack_k(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
    step: LD1RQ puts q_r[dd..dd+3] in every 128-bit segment and FMLA (indexed) multiplies the K
    vectors by one of them. */
 SDPA_INLINE void score_sve_mxn(const float *q, size_t d, const float *kp, size_t W, float *S,
-                              size_t lds, const int mr, const int NV)
+                               size_t lds, const int mr, const int NV)
 {
     const svbool_t all = svptrue_b32();
     const uint64_t vl = svcntw();
@@ -123,10 +141,10 @@ SDPA_INLINE void score_sve_mxn(const float *q, size_t d, const float *kp, size_t
         if (mr > 1) q1 = svld1rq_f32(all, q + d + dd);
         if (mr > 2) q2 = svld1rq_f32(all, q + 2 * d + dd);
         if (mr > 3) q3 = svld1rq_f32(all, q + 3 * d + dd);
-#define SC_STEP(L)                                                                            \
-    do {                                                                                      \
-        k0 = svld1_f32(p0, kp + (dd + (L)) * W);                                              \
-        if (NV > 1) k1 = svld1_f32(p1, kp + (dd + (L)) * W + vl);                             \
+#define SC_STEP(L)                                                                                 \
+    do {                                                                                           \
+        k0 = svld1_f32(p0, kp + (dd + (L)) * W);                                                   \
+        if (NV > 1) k1 = svld1_f32(p1, kp + (dd + (L)) * W + vl);                                  \
     } while (0)
 #define SC_OP0(r, x) SC_FMA_LANE(r, x, 0)
 #define SC_OP1(r, x) SC_FMA_LANE(r, x, 1)
@@ -144,10 +162,10 @@ SDPA_INLINE void score_sve_mxn(const float *q, size_t d, const float *kp, size_t
     for (; dd < d; dd++) {
         k0 = svld1_f32(p0, kp + dd * W);
         if (NV > 1) k1 = svld1_f32(p1, kp + dd * W + vl);
-#define SC_OPN(r, x) a##r##x = svmla_n_f32_x(all, a##r##x, k##x, q[(r) * d + dd])
+#define SC_OPN(r, x) a##r##x = svmla_n_f32_x(all, a##r##x, k##x, q[(r)*d + dd])
         SVE_FOR_BLOCK(SC_OPN);
     }
-#define SC_STORE(r, x) svst1_f32(x ? p1 : p0, S + (r) * lds + (x) * vl, a##r##x)
+#define SC_STORE(r, x) svst1_f32(x ? p1 : p0, S + (r)*lds + (x)*vl, a##r##x)
     SVE_FOR_BLOCK(SC_STORE);
 #undef SC_FMA_LANE
 #undef SC_STEP
@@ -180,17 +198,33 @@ static void score_tile(const float *q, size_t ra, size_t d, const float *kp, siz
             const float *panel = kp + c0 * d;
             if (W > vl) {
                 switch (mr) {
-                case 4: score_sve_4x2v(qr, d, panel, W, Sr + c0, lds); break;
-                case 3: score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 3, 2); break;
-                case 2: score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 2, 2); break;
-                default: score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 1, 2); break;
+                case 4:
+                    score_sve_4x2v(qr, d, panel, W, Sr + c0, lds);
+                    break;
+                case 3:
+                    score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 3, 2);
+                    break;
+                case 2:
+                    score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 2, 2);
+                    break;
+                default:
+                    score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 1, 2);
+                    break;
                 }
             } else { /* a narrow last panel needs one vector of keys */
                 switch (mr) {
-                case 4: score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 4, 1); break;
-                case 3: score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 3, 1); break;
-                case 2: score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 2, 1); break;
-                default: score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 1, 1); break;
+                case 4:
+                    score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 4, 1);
+                    break;
+                case 3:
+                    score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 3, 1);
+                    break;
+                case 2:
+                    score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 2, 1);
+                    break;
+                default:
+                    score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 1, 1);
+                    break;
                 }
             }
         }
@@ -206,8 +240,8 @@ static void score_tile(const float *q, size_t ra, size_t d, const float *kp, siz
    masked off): the block stays in registers over all nb keys; four keys per step, P[r][j..j+3]
    replicated per 128-bit segment and used by indexed FMLA. */
 SDPA_INLINE void pv_sve_mxn(float *acc, size_t dv, size_t c, const float *alpha, const float *P,
-                           size_t lds, const float *v, ptrdiff_t vs, size_t nb, const int mr,
-                           const int NV)
+                            size_t lds, const float *v, ptrdiff_t vs, size_t nb, const int mr,
+                            const int NV)
 {
     const svbool_t all = svptrue_b32();
     const uint64_t vl = svcntw();
@@ -215,19 +249,19 @@ SDPA_INLINE void pv_sve_mxn(float *acc, size_t dv, size_t c, const float *alpha,
     const svfloat32_t z = svdup_n_f32(0.0f);
     svfloat32_t a00 = z, a01 = z, a10 = z, a11 = z, a20 = z, a21 = z, a30 = z, a31 = z;
     svfloat32_t q0 = z, q1 = z, q2 = z, q3 = z, k0 = z, k1 = z; /* q: P values, k: V rows */
-#define PV_LOAD(r, x)                                                                         \
-    a##r##x = svmul_n_f32_x(all, svld1_f32(x ? p1 : p0, acc + (r) * dv + c + (x) * vl), alpha[r])
+#define PV_LOAD(r, x)                                                                              \
+    a##r##x = svmul_n_f32_x(all, svld1_f32(x ? p1 : p0, acc + (r)*dv + c + (x)*vl), alpha[r])
     SVE_FOR_BLOCK(PV_LOAD);
     size_t j = 0;
 #define PV_FMA_LANE(r, x, L) a##r##x = svmla_lane_f32(a##r##x, k##x, q##r, L)
-#define PV_OP0(r, x) PV_FMA_LANE(r, x, 0)
-#define PV_OP1(r, x) PV_FMA_LANE(r, x, 1)
-#define PV_OP2(r, x) PV_FMA_LANE(r, x, 2)
-#define PV_OP3(r, x) PV_FMA_LANE(r, x, 3)
-#define PV_ROW(L)                                                                             \
-    do {                                                                                      \
-        k0 = svld1_f32(p0, v + (ptrdiff_t)(j + (L)) * vs + c);                                \
-        if (NV > 1) k1 = svld1_f32(p1, v + (ptrdiff_t)(j + (L)) * vs + c + vl);               \
+#define PV_OP0(r, x)         PV_FMA_LANE(r, x, 0)
+#define PV_OP1(r, x)         PV_FMA_LANE(r, x, 1)
+#define PV_OP2(r, x)         PV_FMA_LANE(r, x, 2)
+#define PV_OP3(r, x)         PV_FMA_LANE(r, x, 3)
+#define PV_ROW(L)                                                                                  \
+    do {                                                                                           \
+        k0 = svld1_f32(p0, v + (ptrdiff_t)(j + (L)) * vs + c);                                     \
+        if (NV > 1) k1 = svld1_f32(p1, v + (ptrdiff_t)(j + (L)) * vs + c + vl);                    \
     } while (0)
     for (; j + 4 <= nb; j += 4) {
         q0 = svld1rq_f32(all, P + j);
@@ -245,10 +279,10 @@ SDPA_INLINE void pv_sve_mxn(float *acc, size_t dv, size_t c, const float *alpha,
     }
     for (; j < nb; j++) {
         PV_ROW(0);
-#define PV_OPN(r, x) a##r##x = svmla_n_f32_x(all, a##r##x, k##x, P[(r) * lds + j])
+#define PV_OPN(r, x) a##r##x = svmla_n_f32_x(all, a##r##x, k##x, P[(r)*lds + j])
         SVE_FOR_BLOCK(PV_OPN);
     }
-#define PV_STORE(r, x) svst1_f32(x ? p1 : p0, acc + (r) * dv + c + (x) * vl, a##r##x)
+#define PV_STORE(r, x) svst1_f32(x ? p1 : p0, acc + (r)*dv + c + (x)*vl, a##r##x)
     SVE_FOR_BLOCK(PV_STORE);
 #undef PV_LOAD
 #undef PV_FMA_LANE
@@ -279,17 +313,33 @@ static void pv_tile(float *acc, size_t dv, const float *alpha, const float *P, s
         for (size_t c = 0; c < dv; c += 2 * vl) {
             if (dv - c > vl) {
                 switch (mr) {
-                case 4: pv_sve_4x2v(ar, dv, c, al, Pr, lds, v, vs, nb); break;
-                case 3: pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 3, 2); break;
-                case 2: pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 2, 2); break;
-                default: pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 1, 2); break;
+                case 4:
+                    pv_sve_4x2v(ar, dv, c, al, Pr, lds, v, vs, nb);
+                    break;
+                case 3:
+                    pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 3, 2);
+                    break;
+                case 2:
+                    pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 2, 2);
+                    break;
+                default:
+                    pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 1, 2);
+                    break;
                 }
             } else { /* the last columns fit one vector */
                 switch (mr) {
-                case 4: pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 4, 1); break;
-                case 3: pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 3, 1); break;
-                case 2: pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 2, 1); break;
-                default: pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 1, 1); break;
+                case 4:
+                    pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 4, 1);
+                    break;
+                case 3:
+                    pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 3, 1);
+                    break;
+                case 2:
+                    pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 2, 1);
+                    break;
+                default:
+                    pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 1, 1);
+                    break;
                 }
             }
         }
@@ -301,11 +351,11 @@ static void pv_tile(float *acc, size_t dv, const float *alpha, const float *P, s
 /* ------------------------------------------------------------------------------------------ */
 
 /* fast scores: q8_scores.c */
-#define pack_kq sdpa_pack_kq_sve
+#define pack_kq       sdpa_pack_kq_sve
 #define score_q8_tile sdpa_score_q8_sve
 
 #define SDPA_ROWS_FN packed_sve
-#define SDPA_WS_FN packed_ws_sve
+#define SDPA_WS_FN   packed_ws_sve
 #include "packed_path.h"
 
 void sdpa_packed_sve(const sdpa_rows *w) { packed_sve(w); }

@@ -12,7 +12,7 @@ static void exp_f32_sve(const float *x, float *y, size_t n)
 /* Four keys at a time, four independent FMA chains over d; the d tail is a predicated step
    (inactive lanes load as 0 and leave the merging FMA's accumulator as it was). */
 static void score_f32_sve(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
-                      float scale, float *s)
+                          float scale, float *s)
 {
     const svbool_t all = svptrue_b32();
     const uint64_t vl = svcntw();
@@ -51,7 +51,7 @@ static float softmax_online_f32_sve(float *s, size_t n, float *m, float *l)
 }
 
 static void accumulate_f32_sve(float *o, float alpha, const float *p, const float *v,
-                           size_t v_stride, size_t n, size_t dv)
+                               size_t v_stride, size_t n, size_t dv)
 {
     const svbool_t all = svptrue_b32();
     const uint64_t vl = svcntw();

@@ -6,8 +6,8 @@
    int32 [g * W + c], so one vector holds a word of consecutive keys and SDOT (indexed) takes
    the row's word from a replicated quadword; block b's scales at kd + c0 * d / 32 + b * W + c,
    its minima (q4_1, q5_1) likewise in km. Every query row of the unit reuses them. */
-SDPA_INLINE void pack_kq_sve_typed(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq,
-                                   float *kd, float *km, sdpa_dtype t)
+SDPA_INLINE void pack_kq_sve_typed(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd,
+                                   float *km, sdpa_dtype t)
 {
     const size_t d = w->d, nblk = d / SDPA_QK, bb = sdpa_block_bytes(t), half = qhalf_sve(t);
     const uint64_t vl = svcntw(), vb = svcntb();
@@ -46,12 +46,24 @@ SDPA_INLINE void pack_kq_sve_typed(const sdpa_rows *w, size_t j0, size_t nb, int
 void sdpa_pack_kq_sve(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd, float *km)
 {
     switch (w->k_type) {
-    case SDPA_Q4_0: pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q4_0); break;
-    case SDPA_Q4_1: pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q4_1); break;
-    case SDPA_Q5_0: pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q5_0); break;
-    case SDPA_Q5_1: pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q5_1); break;
-    case SDPA_IQ4_NL: pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_IQ4_NL); break;
-    default: pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q8_0); break;
+    case SDPA_Q4_0:
+        pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q4_0);
+        break;
+    case SDPA_Q4_1:
+        pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q4_1);
+        break;
+    case SDPA_Q5_0:
+        pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q5_0);
+        break;
+    case SDPA_Q5_1:
+        pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q5_1);
+        break;
+    case SDPA_IQ4_NL:
+        pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_IQ4_NL);
+        break;
+    default:
+        pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q8_0);
+        break;
     }
 }
 
@@ -79,19 +91,19 @@ SDPA_INLINE void score_q8_sve_mxn(const int8_t *qq, const float *qd, const float
 #define Q8_DOT1(r, x) i##r##x = svdot_lane_s32(i##r##x, k##x, q##r, 1)
 #define Q8_DOT2(r, x) i##r##x = svdot_lane_s32(i##r##x, k##x, q##r, 2)
 #define Q8_DOT3(r, x) i##r##x = svdot_lane_s32(i##r##x, k##x, q##r, 3)
-#define Q8_WORD(g)                                                                            \
-    do {                                                                                      \
-        k0 = svreinterpret_s8_s32(svld1_s32(p0, kq + (g) * W));                               \
-        if (NV > 1) k1 = svreinterpret_s8_s32(svld1_s32(p1, kq + (g) * W + vl));              \
+#define Q8_WORD(g)                                                                                 \
+    do {                                                                                           \
+        k0 = svreinterpret_s8_s32(svld1_s32(p0, kq + (g)*W));                                      \
+        if (NV > 1) k1 = svreinterpret_s8_s32(svld1_s32(p1, kq + (g)*W + vl));                     \
     } while (0)
-#define Q8_SCALE(r, x)                                                                        \
-    a##r##x = svadd_f32_x(all, a##r##x,                                                       \
-                          svmul_f32_x(all, svmul_n_f32_x(all, s##x, qd[(r) * nblk + b]),      \
+#define Q8_SCALE(r, x)                                                                             \
+    a##r##x = svadd_f32_x(all, a##r##x,                                                            \
+                          svmul_f32_x(all, svmul_n_f32_x(all, s##x, qd[(r)*nblk + b]),             \
                                       svcvt_f32_s32_x(all, i##r##x)))
-#define Q8_MIN(r, x)                                                                          \
-    a##r##x = svadd_f32_x(all, a##r##x,                                                       \
-                          svmul_n_f32_x(all, svmul_n_f32_x(all, m##x, qd[(r) * nblk + b]),    \
-                                        qs[(r) * nblk + b]))
+#define Q8_MIN(r, x)                                                                               \
+    a##r##x = svadd_f32_x(                                                                         \
+        all, a##r##x,                                                                              \
+        svmul_n_f32_x(all, svmul_n_f32_x(all, m##x, qd[(r)*nblk + b]), qs[(r)*nblk + b]))
     for (size_t b = 0; b < nblk; b++) {
         SVE_FOR_BLOCK(Q8_ZERO);
         for (size_t g = 0; g < SDPA_QK / 4; g += 4) { /* four words: one quadword of q */
@@ -118,7 +130,7 @@ SDPA_INLINE void score_q8_sve_mxn(const int8_t *qq, const float *qd, const float
             SVE_FOR_BLOCK(Q8_MIN);
         }
     }
-#define Q8_STORE(r, x) svst1_f32(x ? p1 : p0, S + (r) * lds + (x) * vl, a##r##x)
+#define Q8_STORE(r, x) svst1_f32(x ? p1 : p0, S + (r)*lds + (x)*vl, a##r##x)
     SVE_FOR_BLOCK(Q8_STORE);
 #undef Q8_ZERO
 #undef Q8_DOT0
@@ -158,17 +170,33 @@ void sdpa_score_q8_sve(const int8_t *qq, const float *qd, const float *qs, size_
 #define Q8_TILE(m, nv) score_q8_sve_mxn(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds, m, nv)
             if (W > vl) {
                 switch (mr) {
-                case 4: score_q8_sve_4x2v(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds); break;
-                case 3: Q8_TILE(3, 2); break;
-                case 2: Q8_TILE(2, 2); break;
-                default: Q8_TILE(1, 2); break;
+                case 4:
+                    score_q8_sve_4x2v(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds);
+                    break;
+                case 3:
+                    Q8_TILE(3, 2);
+                    break;
+                case 2:
+                    Q8_TILE(2, 2);
+                    break;
+                default:
+                    Q8_TILE(1, 2);
+                    break;
                 }
             } else { /* a narrow last panel needs one vector of keys */
                 switch (mr) {
-                case 4: Q8_TILE(4, 1); break;
-                case 3: Q8_TILE(3, 1); break;
-                case 2: Q8_TILE(2, 1); break;
-                default: Q8_TILE(1, 1); break;
+                case 4:
+                    Q8_TILE(4, 1);
+                    break;
+                case 3:
+                    Q8_TILE(3, 1);
+                    break;
+                case 2:
+                    Q8_TILE(2, 1);
+                    break;
+                default:
+                    Q8_TILE(1, 1);
+                    break;
                 }
             }
 #undef Q8_TILE

@@ -25,22 +25,21 @@
    load gives the same dimension of consecutive keys: a score tile is then broadcast-q x K-vector
    FMAs. The last, narrower panel is read with predicates; the layout needs exactly nb * d. */
 #define SDPA_KPAD(d) (d)
-#define TILE_MR 4 /* query rows per micro-kernel */
+#define TILE_MR      4 /* query rows per micro-kernel */
 /* the tiles are two vectors wide, a length known only at run time: nr is not stated */
-#define SCORE_MR TILE_MR
-#define PV_MR TILE_MR
+#define SCORE_MR   TILE_MR
+#define PV_MR      TILE_MR
 #define PAGED_ROWS SIZE_MAX /* paged units: every one (rows_loop.h) */
 #define QUANT_ROWS SIZE_MAX /* block-format K and V, and fast scores: every unit */
 
 /* The packed path (packed.c: rows_loop.h over packed_path.h) and its scratch size in floats. */
-void   sdpa_packed_sve(const sdpa_rows *w);
+void sdpa_packed_sve(const sdpa_rows *w);
 size_t sdpa_packed_ws_sve(size_t rows, size_t d, size_t dv, size_t block);
 /* Fast scores (q8_scores.c): packed_path.h's pack_kq and score_q8_tile. */
-void   sdpa_pack_kq_sve(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd,
-                        float *km);
-void   sdpa_score_q8_sve(const int8_t *qq, const float *qd, const float *qs, size_t ra, size_t d,
-                         const int8_t *kq, const float *kd, const float *km, size_t nb, float *S,
-                         size_t lds);
+void sdpa_pack_kq_sve(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd, float *km);
+void sdpa_score_q8_sve(const int8_t *qq, const float *qd, const float *qs, size_t ra, size_t d,
+                       const int8_t *kq, const float *kd, const float *km, size_t nb, float *S,
+                       size_t lds);
 
 /* ------------------------------------------------------------------------------------------ */
 /* exp and the softmax                                                                         */
@@ -240,13 +239,22 @@ SDPA_INLINE void row_to_f32_sve(const void *src, ptrdiff_t off, size_t n, sdpa_d
 
 /* Apply OP(r, x) to every live accumulator of an mr x NV block (mr <= 4, NV <= 2 are
    compile-time constants after inlining; sizeless SVE types cannot form arrays). */
-#define SVE_FOR_BLOCK(OP)                                                                     \
-    do {                                                                                      \
-        OP(0, 0);                                                                             \
-        if (NV > 1) OP(0, 1);                                                                 \
-        if (mr > 1) { OP(1, 0); if (NV > 1) OP(1, 1); }                                       \
-        if (mr > 2) { OP(2, 0); if (NV > 1) OP(2, 1); }                                       \
-        if (mr > 3) { OP(3, 0); if (NV > 1) OP(3, 1); }                                       \
+#define SVE_FOR_BLOCK(OP)                                                                          \
+    do {                                                                                           \
+        OP(0, 0);                                                                                  \
+        if (NV > 1) OP(0, 1);                                                                      \
+        if (mr > 1) {                                                                              \
+            OP(1, 0);                                                                              \
+            if (NV > 1) OP(1, 1);                                                                  \
+        }                                                                                          \
+        if (mr > 2) {                                                                              \
+            OP(2, 0);                                                                              \
+            if (NV > 1) OP(2, 1);                                                                  \
+        }                                                                                          \
+        if (mr > 3) {                                                                              \
+            OP(3, 0);                                                                              \
+            if (NV > 1) OP(3, 1);                                                                  \
+        }                                                                                          \
     } while (0)
 
 #endif /* SDPA_SVE_H */

@@ -1,4 +1,5 @@
-/* avx2.h -- what the AVX2 kernel files share: tuning, lane masks, K/V loads, exp, the fused softmax */
+/* avx2.h -- what the AVX2 kernel files share: tuning, lane masks, K/V loads, exp, the fused softmax
+ */
 #ifndef SDPA_AVX2_H
 #define SDPA_AVX2_H
 
@@ -15,23 +16,25 @@
 /* Tuning (reported through sdpa_kernels.tuning)                                               */
 /* ------------------------------------------------------------------------------------------ */
 
-#define DECODE_MAX_ROWS 8   /* more rows than this take the prefill path */
-#define PAGED_ROWS SIZE_MAX /* paged units: every one (both paths run rows_loop.h) */
-#define QUANT_ROWS DECODE_MAX_ROWS /* K or V in a block format in place: decode_q.h */
-#define DECODE_PF_KEYS 32   /* prefetch distance: far enough to cover memory latency, near enough for L1 */
+#define DECODE_MAX_ROWS 8               /* more rows than this take the prefill path */
+#define PAGED_ROWS      SIZE_MAX        /* paged units: every one (both paths run rows_loop.h) */
+#define QUANT_ROWS      DECODE_MAX_ROWS /* K or V in a block format in place: decode_q.h */
+#define DECODE_PF_KEYS                                                                             \
+    32 /* prefetch distance: far enough to cover memory latency, near enough for L1 */
 #define DECODE_PV_KB 32  /* keys per P·V sub-block: their V rows stay in L1 across column passes */
-#define DECODE_BLOCK 512    /* keys per decode block (at most: the driver's hint rules) */
-#define DECODE_BLOCK_FEW 32 /* keys per block of one-row work streaming from memory (see decode.c) */
-#define PREFILL_BLOCK 512   /* keys per prefill block (at most: the driver's hint rules) */
-#define PREFILL_PANEL 6     /* query rows packed together: the micro-kernels' rows */
-#define SCORE_MR 6          /* score micro-kernel: 6 rows x 16 keys = 12 accumulators */
-#define SCORE_NR 16
-#define PV_MR 6             /* P·V micro-kernel: 6 rows x 16 columns = 12 accumulators */
-#define PV_NR 16
+#define DECODE_BLOCK 512 /* keys per decode block (at most: the driver's hint rules) */
+#define DECODE_BLOCK_FEW                                                                           \
+    32                    /* keys per block of one-row work streaming from memory (see decode.c) */
+#define PREFILL_BLOCK 512 /* keys per prefill block (at most: the driver's hint rules) */
+#define PREFILL_PANEL 6   /* query rows packed together: the micro-kernels' rows */
+#define SCORE_MR      6   /* score micro-kernel: 6 rows x 16 keys = 12 accumulators */
+#define SCORE_NR      16
+#define PV_MR         6 /* P·V micro-kernel: 6 rows x 16 columns = 12 accumulators */
+#define PV_NR         16
 /* the block-format decode path (shared/decode_q.h) */
-#define DECODE_Q_BLOCK 256  /* keys per block (at most: the driver's hint rules) */
-#define DECODE_Q_PF_KEYS 16 /* prefetch distance of its K and V rows */
-#define DECODE_Q_PV_KB 32 /* keys per P·V sub-block: their V rows stay in L1 across column passes */
+#define DECODE_Q_BLOCK   256 /* keys per block (at most: the driver's hint rules) */
+#define DECODE_Q_PF_KEYS 16  /* prefetch distance of its K and V rows */
+#define DECODE_Q_PV_KB   32  /* keys per P·V sub-block: their V rows stay in L1 */
 
 /* Keys per block: the driver's hint, at most cap (the driver never hints 0; taken as 1). */
 static inline size_t block_keys(size_t block, size_t cap)
@@ -40,25 +43,25 @@ static inline size_t block_keys(size_t block, size_t cap)
 }
 
 /* The two paths (decode.c, prefill.c) and their scratch sizes in floats. */
-void   sdpa_decode_avx2(const sdpa_rows *w);
+void sdpa_decode_avx2(const sdpa_rows *w);
 /* the decode path for K or V in a block format, and fast scores (kernels/x86/shared/decode_q.h) */
-void   sdpa_decode_q_avx2(const sdpa_rows *w);
+void sdpa_decode_q_avx2(const sdpa_rows *w);
 size_t sdpa_decode_q_ws_avx2(size_t rows, size_t d);
-void   sdpa_dequant_avx2(sdpa_dtype type, const void *src, float *dst, size_t n);
+void sdpa_dequant_avx2(sdpa_dtype type, const void *src, float *dst, size_t n);
 #define DEQUANT_FN sdpa_dequant_avx2
-void   sdpa_prefill_avx2(const sdpa_rows *w);
+void sdpa_prefill_avx2(const sdpa_rows *w);
 size_t sdpa_decode_ws_avx2(size_t rows, size_t d, size_t dv, size_t block);
 size_t sdpa_prefill_ws_avx2(size_t rows, size_t d, size_t dv, size_t block);
 
 /* The functions of the kernel table (prims.c; rows and ws_floats: SDPA_DEFINE_PATHS),
    exported. */
-void   sdpa_score_f32_avx2(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
-                           float scale, float *s);
-float  sdpa_softmax_online_f32_avx2(float *s, size_t n, float *m, float *l);
-void   sdpa_accumulate_f32_avx2(float *o, float alpha, const float *p, const float *v,
-                                size_t v_stride, size_t n, size_t dv);
-void   sdpa_exp_f32_avx2(const float *x, float *y, size_t n);
-void   sdpa_rows_avx2(const sdpa_rows *w);
+void sdpa_score_f32_avx2(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+                         float scale, float *s);
+float sdpa_softmax_online_f32_avx2(float *s, size_t n, float *m, float *l);
+void sdpa_accumulate_f32_avx2(float *o, float alpha, const float *p, const float *v,
+                              size_t v_stride, size_t n, size_t dv);
+void sdpa_exp_f32_avx2(const float *x, float *y, size_t n);
+void sdpa_rows_avx2(const sdpa_rows *w);
 size_t sdpa_ws_floats_avx2(size_t rows, size_t d, size_t dv, size_t block);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -95,7 +98,8 @@ SDPA_INLINE __m256 reduce8x8(const __m256 a[8])
 {
     const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
     const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
-    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+    return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20),
+                         _mm256_permute2f128_ps(t0, t1, 0x31));
 }
 
 /* In-register 8x8 transpose: afterwards r[i] holds element i of every input row. */
@@ -124,7 +128,8 @@ SDPA_INLINE void transpose8(__m256 r[8])
 SDPA_INLINE __m256 load8_any(const void *base, sdpa_dtype t, ptrdiff_t off)
 {
     if (t == SDPA_F32) return _mm256_loadu_ps((const float *)base + off);
-    const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)base + off));
+    const __m128i h =
+        _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)base + off));
     if (t == SDPA_F16) return _mm256_cvtph_ps(h);
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
 }
@@ -222,7 +227,8 @@ SDPA_INLINE float softmax_avx2(int fused, float *s, size_t nv, size_t nb, float 
     const size_t tail = nv % 8;
     const __m256i mk = lanes_mask(tail);
     if (tail && !rm) {
-        const __m256 x = _mm256_blendv_ps(ninf, _mm256_maskload_ps(s + j, mk), _mm256_castsi256_ps(mk));
+        const __m256 x =
+            _mm256_blendv_ps(ninf, _mm256_maskload_ps(s + j, mk), _mm256_castsi256_ps(mk));
         vm1 = _mm256_max_ps(x, vm1);
     }
     const float bm = hmax8(_mm256_max_ps(vm0, vm1));
@@ -243,7 +249,8 @@ SDPA_INLINE float softmax_avx2(int fused, float *s, size_t nv, size_t nb, float 
     }
     if (tail) {
         const __m256 x = _mm256_sub_ps(_mm256_maskload_ps(s + j, mk), vms);
-        const __m256 p0 = _mm256_and_ps(fused ? exp_avx2_ftz(x) : exp_avx2(x), _mm256_castsi256_ps(mk));
+        const __m256 p0 =
+            _mm256_and_ps(fused ? exp_avx2_ftz(x) : exp_avx2(x), _mm256_castsi256_ps(mk));
         if (fused)
             _mm256_storeu_ps(s + j, p0);
         else
@@ -256,6 +263,5 @@ SDPA_INLINE float softmax_avx2(int fused, float *s, size_t nv, size_t nb, float 
     *l = alpha * *l + hsum8(sum);
     return alpha;
 }
-
 
 #endif /* SDPA_AVX2_H */

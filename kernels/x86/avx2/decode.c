@@ -38,18 +38,22 @@ SDPA_INLINE void score_avx2_decode_tile(size_t mr, size_t nk, sdpa_dtype t, cons
     for (; c + 8 <= d; c += 8) {
         if (pfo && (((ptrdiff_t)c * es) & 63) == 0)
             for (size_t i = 0; i < nk; i++)
-                __builtin_prefetch((const char *)k + ((ptrdiff_t)(j + i) * ks + (ptrdiff_t)c + pfo) * es,
+                __builtin_prefetch((const char *)k +
+                                       ((ptrdiff_t)(j + i) * ks + (ptrdiff_t)c + pfo) * es,
                                    0, SDPA_PF_STREAM_LOCALITY);
         if (oth && (((ptrdiff_t)c * es) & 63) == 0)
-            for (size_t i = 0; i < oper && oth < oend; i++, oth += 64) __builtin_prefetch(oth, 0, SDPA_PF_STREAM_LOCALITY);
+            for (size_t i = 0; i < oper && oth < oend; i++, oth += 64)
+                __builtin_prefetch(oth, 0, SDPA_PF_STREAM_LOCALITY);
         __m256 kv[8];
-        for (size_t i = 0; i < nk; i++) kv[i] = load8_any(k, t, (ptrdiff_t)(j + i) * ks + (ptrdiff_t)c);
+        for (size_t i = 0; i < nk; i++)
+            kv[i] = load8_any(k, t, (ptrdiff_t)(j + i) * ks + (ptrdiff_t)c);
         for (size_t r = 0; r < mr; r++) {
             __m256 qv = _mm256_loadu_ps(q + r * d + c);
             /* one load per query vector: left alone, the compiler folds it into every FMA that
                uses it, and the loads (not the FMAs) become the limit */
             if (nk > 1) __asm__("" : "+x"(qv));
-            for (size_t i = 0; i < nk; i++) a[r * nk + i] = _mm256_fmadd_ps(qv, kv[i], a[r * nk + i]);
+            for (size_t i = 0; i < nk; i++)
+                a[r * nk + i] = _mm256_fmadd_ps(qv, kv[i], a[r * nk + i]);
         }
     }
     if (c < d) {
@@ -59,7 +63,8 @@ SDPA_INLINE void score_avx2_decode_tile(size_t mr, size_t nk, sdpa_dtype t, cons
             kv[i] = loadn_any(k, t, (ptrdiff_t)(j + i) * ks + (ptrdiff_t)c, d - c);
         for (size_t r = 0; r < mr; r++) {
             const __m256 qv = _mm256_maskload_ps(q + r * d + c, mk);
-            for (size_t i = 0; i < nk; i++) a[r * nk + i] = _mm256_fmadd_ps(qv, kv[i], a[r * nk + i]);
+            for (size_t i = 0; i < nk; i++)
+                a[r * nk + i] = _mm256_fmadd_ps(qv, kv[i], a[r * nk + i]);
         }
     }
     float out[16];
@@ -106,20 +111,23 @@ SDPA_INLINE void score_avx2_decode_block(sdpa_dtype t, size_t R, const float *q,
     const size_t oper = starts ? (nk * vrow / 64 + starts - 1) / starts : 0;
     size_t j = 0;
     if (first)
-        for (size_t i = 0; i < DECODE_PF_KEYS && j0 + i < w->kv_end; i++) sdpa_pf_row(k, ke, ks, j0 + i, d);
+        for (size_t i = 0; i < DECODE_PF_KEYS && j0 + i < w->kv_end; i++)
+            sdpa_pf_row(k, ke, ks, j0 + i, d);
     for (; j < nb; j += nk) {
         const size_t n = nb - j < nk ? nb - j : nk; /* only R <= 4 has nk > 1, hence a tail */
-        /* the rows DECODE_PF_KEYS ahead: requested inside the tile when they all exist, else here */
+        /* the rows DECODE_PF_KEYS ahead: requested inside the tile when they all exist, else here
+         */
         const ptrdiff_t pfo = j0 + j + n - 1 + DECODE_PF_KEYS < w->kv_end ? DECODE_PF_KEYS * ks : 0;
         const int oin = other && vplain && n == nk;
         const char *oth = oin ? (const char *)w->v + (j0 + j) * vrow : NULL;
         for (size_t i = 0; i < n; i++) {
-            if (!pfo && j0 + j + i + DECODE_PF_KEYS < w->kv_end) sdpa_pf_row(k, ke, ks, j0 + j + i + DECODE_PF_KEYS, d);
+            if (!pfo && j0 + j + i + DECODE_PF_KEYS < w->kv_end)
+                sdpa_pf_row(k, ke, ks, j0 + j + i + DECODE_PF_KEYS, d);
             if ((other && !oin) || (first && j + i < DECODE_PF_KEYS))
                 sdpa_pf_row(w->v, ve, w->v_stride, j0 + j + i, w->dv);
         }
         /* a tile of m rows x n_ keys from key j0 + jj, requesting no other array */
-#define SCORE_TILE(m, n_, jj)                                                                    \
+#define SCORE_TILE(m, n_, jj)                                                                      \
     score_avx2_decode_tile(m, n_, t, q, d, k, ks, j0 + (jj), S + (jj), lds, pfo, NULL, NULL, 0)
         if (n == nk) {
             switch (R) { /* constant shapes, so the accumulators live in registers */
@@ -130,21 +138,43 @@ SDPA_INLINE void score_avx2_decode_block(sdpa_dtype t, size_t R, const float *q,
                 else
                     SCORE_TILE(1, 8, j);
                 break;
-            case 2: SCORE_TILE(2, 4, j); break;
-            case 3: SCORE_TILE(3, 2, j); break;
-            case 4: SCORE_TILE(4, 3, j); break;
-            case 5: SCORE_TILE(5, 1, j); break;
-            case 6: SCORE_TILE(6, 1, j); break;
-            case 7: SCORE_TILE(7, 1, j); break;
-            default: SCORE_TILE(8, 1, j); break;
+            case 2:
+                SCORE_TILE(2, 4, j);
+                break;
+            case 3:
+                SCORE_TILE(3, 2, j);
+                break;
+            case 4:
+                SCORE_TILE(4, 3, j);
+                break;
+            case 5:
+                SCORE_TILE(5, 1, j);
+                break;
+            case 6:
+                SCORE_TILE(6, 1, j);
+                break;
+            case 7:
+                SCORE_TILE(7, 1, j);
+                break;
+            default:
+                SCORE_TILE(8, 1, j);
+                break;
             }
         } else {
             for (size_t i = 0; i < n; i++) {
                 switch (R) {
-                case 1: SCORE_TILE(1, 1, j + i); break;
-                case 2: SCORE_TILE(2, 1, j + i); break;
-                case 3: SCORE_TILE(3, 1, j + i); break;
-                default: SCORE_TILE(4, 1, j + i); break;
+                case 1:
+                    SCORE_TILE(1, 1, j + i);
+                    break;
+                case 2:
+                    SCORE_TILE(2, 1, j + i);
+                    break;
+                case 3:
+                    SCORE_TILE(3, 1, j + i);
+                    break;
+                default:
+                    SCORE_TILE(4, 1, j + i);
+                    break;
                 }
             }
         }
@@ -156,25 +186,28 @@ SDPA_INLINE void score_avx2_decode_block(sdpa_dtype t, size_t R, const float *q,
    (other = 1, one row only); called once per block. */
 typedef void score_avx2_decode_fn(const sdpa_rows *w, const float *q, size_t j0, size_t nb,
                                   float *S, size_t lds);
-#define SCORE_DECODE_FN(T, R, O)                                                               \
-    SDPA_NOINLINE void score_avx2_decode_##T##_##R##_##O(const sdpa_rows *w, const float *q,   \
-                                                         size_t j0, size_t nb, float *S,       \
-                                                         size_t lds)                           \
-    {                                                                                          \
-        score_avx2_decode_block(SDPA_##T, R, q, w->d, w->k, w->k_stride, j0, nb, S, lds, w,    \
-                                O);                                                            \
+#define SCORE_DECODE_FN(T, R, O)                                                                   \
+    SDPA_NOINLINE void score_avx2_decode_##T##_##R##_##O(                                          \
+        const sdpa_rows *w, const float *q, size_t j0, size_t nb, float *S, size_t lds)            \
+    {                                                                                              \
+        score_avx2_decode_block(SDPA_##T, R, q, w->d, w->k, w->k_stride, j0, nb, S, lds, w, O);    \
     }
-#define SCORE_DECODE_FNS(T)                                                                    \
-    SCORE_DECODE_FN(T, 1, 1) SCORE_DECODE_FN(T, 1, 0) SCORE_DECODE_FN(T, 2, 0)                 \
-    SCORE_DECODE_FN(T, 3, 0) SCORE_DECODE_FN(T, 4, 0) SCORE_DECODE_FN(T, 5, 0)                 \
-    SCORE_DECODE_FN(T, 6, 0) SCORE_DECODE_FN(T, 7, 0) SCORE_DECODE_FN(T, 8, 0)
+/* clang-format off */
+#define SCORE_DECODE_FNS(T)                                                                        \
+    SCORE_DECODE_FN(T, 1, 1)                                                                       \
+    SCORE_DECODE_FN(T, 1, 0) SCORE_DECODE_FN(T, 2, 0) SCORE_DECODE_FN(T, 3, 0)                     \
+    SCORE_DECODE_FN(T, 4, 0) SCORE_DECODE_FN(T, 5, 0) SCORE_DECODE_FN(T, 6, 0)                     \
+    SCORE_DECODE_FN(T, 7, 0) SCORE_DECODE_FN(T, 8, 0)
+/* clang-format on */
 SCORE_DECODE_FNS(F32)
 SCORE_DECODE_FNS(F16)
 SCORE_DECODE_FNS(BF16)
-#define SCORE_DECODE_ROW(T)                                                                    \
-    {score_avx2_decode_##T##_1_1, score_avx2_decode_##T##_1_0, score_avx2_decode_##T##_2_0,    \
-     score_avx2_decode_##T##_3_0, score_avx2_decode_##T##_4_0, score_avx2_decode_##T##_5_0,    \
-     score_avx2_decode_##T##_6_0, score_avx2_decode_##T##_7_0, score_avx2_decode_##T##_8_0}
+#define SCORE_DECODE_ROW(T)                                                                        \
+    {                                                                                              \
+        score_avx2_decode_##T##_1_1, score_avx2_decode_##T##_1_0, score_avx2_decode_##T##_2_0,     \
+            score_avx2_decode_##T##_3_0, score_avx2_decode_##T##_4_0, score_avx2_decode_##T##_5_0, \
+            score_avx2_decode_##T##_6_0, score_avx2_decode_##T##_7_0, score_avx2_decode_##T##_8_0  \
+    }
 /* [F32, F16, BF16][0: one streaming row, else the rows] */
 static score_avx2_decode_fn *const score_avx2_decode_fns[3][DECODE_MAX_ROWS + 1] = {
     SCORE_DECODE_ROW(F32), SCORE_DECODE_ROW(F16), SCORE_DECODE_ROW(BF16)};
@@ -183,7 +216,10 @@ static score_avx2_decode_fn *const score_avx2_decode_fns[3][DECODE_MAX_ROWS + 1]
 #undef SCORE_DECODE_FN
 
 /* The row of a [type] table for a K or V storage type: F32, F16, BF16 (anything else as F32). */
-static inline size_t decode_type_ix(sdpa_dtype t) { return t == SDPA_F16 ? 1 : t == SDPA_BF16 ? 2 : 0; }
+static inline size_t decode_type_ix(sdpa_dtype t)
+{
+    return t == SDPA_F16 ? 1 : t == SDPA_BF16 ? 2 : 0;
+}
 /* The column of a [rows] table for R rows (more as DECODE_MAX_ROWS); s: the streaming scheme. */
 static inline size_t decode_rows_ix(size_t R, int s)
 {
@@ -201,12 +237,12 @@ static void score_avx2_decode(const sdpa_rows *w, size_t r0, size_t j0, size_t n
 /* acc[r][c0..c0+8nv) = alpha_r acc + sum_j P[r][j] v_j for r < mr; cnt < 8 * nv means a tail
    panel (nv == 1), read element-safely. */
 typedef struct pv_prefetch {
-    size_t      end;    /* kv_end: no row at or past it is requested */
-    size_t      es;     /* bytes per V element */
-    const char *k;      /* K, whose rows `ahead` keys on the first pass requests (with other) */
-    ptrdiff_t   kstep;  /* bytes from a K row to the next */
-    size_t      kbytes; /* bytes of a K row */
-    size_t      ahead;  /* keys: the block's size, so the next block's rows */
+    size_t end;      /* kv_end: no row at or past it is requested */
+    size_t es;       /* bytes per V element */
+    const char *k;   /* K, whose rows `ahead` keys on the first pass requests (with other) */
+    ptrdiff_t kstep; /* bytes from a K row to the next */
+    size_t kbytes;   /* bytes of a K row */
+    size_t ahead;    /* keys: the block's size, so the next block's rows */
 } pv_prefetch;
 
 SDPA_INLINE void pv_avx2_decode_tile(size_t mr, size_t nv, sdpa_dtype t, float *acc, size_t dv,
@@ -221,19 +257,23 @@ SDPA_INLINE void pv_avx2_decode_tile(size_t mr, size_t nv, sdpa_dtype t, float *
         const __m256 al = _mm256_broadcast_ss(alpha + r);
         for (size_t i = 0; i < nv; i++) {
             const float *o = acc + r * dv + c0 + 8 * i;
-            a[r * nv + i] = _mm256_mul_ps(al, full ? _mm256_loadu_ps(o) : _mm256_maskload_ps(o, mk));
+            a[r * nv + i] =
+                _mm256_mul_ps(al, full ? _mm256_loadu_ps(o) : _mm256_maskload_ps(o, mk));
         }
     }
     /* V and P are stepped by pointer, with no index arithmetic, which on a 16-FMA body would
-       compete with the FMAs for issue slots. Keys whose row DECODE_PF_KEYS ahead exists request this
-       pass's columns of it (rows past kv_end are not requested: the last ones already were) */
+       compete with the FMAs for issue slots. Keys whose row DECODE_PF_KEYS ahead exists request
+       this pass's columns of it (rows past kv_end are not requested: the last ones already were) */
     const char *vb = (const char *)v + ((ptrdiff_t)j0 * vs + (ptrdiff_t)c0) * (ptrdiff_t)pf->es;
     const ptrdiff_t vstep = vs * (ptrdiff_t)pf->es;
     const ptrdiff_t ahead = DECODE_PF_KEYS * vstep;
     const size_t pbytes = cnt * pf->es;
     const float *pj = P;
     size_t j = 0;
-    const size_t jp = j0 + DECODE_PF_KEYS < pf->end ? (pf->end - j0 - DECODE_PF_KEYS < nb ? pf->end - j0 - DECODE_PF_KEYS : nb) : 0;
+    const size_t jp =
+        j0 + DECODE_PF_KEYS < pf->end
+            ? (pf->end - j0 - DECODE_PF_KEYS < nb ? pf->end - j0 - DECODE_PF_KEYS : nb)
+            : 0;
     /* the first column pass requests the K rows pf->ahead keys on, when all of this sub-block's
        exist, with `other` (a constant at each call: the loop without it stays as it was) */
     const size_t ka = j0 + pf->ahead;
@@ -243,9 +283,11 @@ SDPA_INLINE void pv_avx2_decode_tile(size_t mr, size_t nv, sdpa_dtype t, float *
         const size_t run_end = with_pf ? jp : nb;
         for (; j < run_end; j++, vb += vstep, pj++) {
             if (with_pf)
-                for (size_t off = 0; off < pbytes; off += 64) __builtin_prefetch(vb + ahead + off, 0, SDPA_PF_STREAM_LOCALITY);
+                for (size_t off = 0; off < pbytes; off += 64)
+                    __builtin_prefetch(vb + ahead + off, 0, SDPA_PF_STREAM_LOCALITY);
             if (kreq) {
-                for (size_t off = 0; off < pf->kbytes; off += 64) __builtin_prefetch(kr + off, 0, SDPA_PF_STREAM_LOCALITY);
+                for (size_t off = 0; off < pf->kbytes; off += 64)
+                    __builtin_prefetch(kr + off, 0, SDPA_PF_STREAM_LOCALITY);
                 kr += pf->kstep;
             }
             __m256 b[8];
@@ -253,7 +295,8 @@ SDPA_INLINE void pv_avx2_decode_tile(size_t mr, size_t nv, sdpa_dtype t, float *
                 b[i] = full ? load8_any(vb, t, 8 * (ptrdiff_t)i) : loadn_any(vb, t, 0, cnt);
             for (size_t r = 0; r < mr; r++) {
                 const __m256 p = _mm256_broadcast_ss(pj + r * lds);
-                for (size_t i = 0; i < nv; i++) a[r * nv + i] = _mm256_fmadd_ps(p, b[i], a[r * nv + i]);
+                for (size_t i = 0; i < nv; i++)
+                    a[r * nv + i] = _mm256_fmadd_ps(p, b[i], a[r * nv + i]);
             }
         }
     }
@@ -273,19 +316,18 @@ SDPA_INLINE void pv_avx2_decode_tile(size_t mr, size_t nv, sdpa_dtype t, float *
    only. Columns in panels of 8 * NV(R) (NV chosen so R * NV accumulators fill the registers),
    then 8-column panels, then one element-safe tail panel. */
 /* the tile of mr rows x nv vectors at column c, cnt columns, of sub-block g */
-#define PV_TILE(mr, nv, cnt)                                                                   \
+#define PV_TILE(mr, nv, cnt)                                                                       \
     pv_avx2_decode_tile(mr, nv, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, cnt, &pf, other)
-#define PV_DECODE_CASE(m, nv)                                                                  \
-    case m:                                                                                    \
-        for (size_t g = 0; g < nb; g += DECODE_PV_KB) {                                     \
-            const size_t ng = nb - g < DECODE_PV_KB ? nb - g : DECODE_PV_KB;             \
-            const float *al = g == 0 ? alpha : ones;                                           \
-            size_t c = 0;                                                                      \
-            for (; c + 8 * (nv) <= dv; c += 8 * (nv))                                          \
-                PV_TILE(m, nv, 8 * (nv));                                                      \
-            for (; c + 8 <= dv; c += 8) PV_TILE(m, 1, 8);                                      \
-            if (c < dv) PV_TILE(m, 1, dv - c);                                                 \
-        }                                                                                      \
+#define PV_DECODE_CASE(m, nv)                                                                      \
+    case m:                                                                                        \
+        for (size_t g = 0; g < nb; g += DECODE_PV_KB) {                                            \
+            const size_t ng = nb - g < DECODE_PV_KB ? nb - g : DECODE_PV_KB;                       \
+            const float *al = g == 0 ? alpha : ones;                                               \
+            size_t c = 0;                                                                          \
+            for (; c + 8 * (nv) <= dv; c += 8 * (nv)) PV_TILE(m, nv, 8 * (nv));                    \
+            for (; c + 8 <= dv; c += 8) PV_TILE(m, 1, 8);                                          \
+            if (c < dv) PV_TILE(m, 1, dv - c);                                                     \
+        }                                                                                          \
         break;
 
 SDPA_INLINE void pv_avx2_decode_block(sdpa_dtype t, size_t R, float *acc, size_t dv,
@@ -311,26 +353,28 @@ SDPA_INLINE void pv_avx2_decode_block(sdpa_dtype t, size_t R, float *acc, size_t
 typedef void pv_avx2_decode_fn(float *acc, size_t dv, const float *alpha, const float *P,
                                size_t lds, const void *v, ptrdiff_t vs, size_t j0, size_t nb,
                                const pv_prefetch *pf);
-#define PV_DECODE_FN(T, R, O)                                                                  \
-    SDPA_NOINLINE void pv_avx2_decode_##T##_##R##_##O(float *acc, size_t dv,                  \
-                                                      const float *alpha, const float *P,      \
-                                                      size_t lds, const void *v, ptrdiff_t vs, \
-                                                      size_t j0, size_t nb,                    \
-                                                      const pv_prefetch *pf)                   \
-    {                                                                                          \
-        pv_avx2_decode_block(SDPA_##T, R, acc, dv, alpha, P, lds, v, vs, j0, nb, *pf, O);      \
+#define PV_DECODE_FN(T, R, O)                                                                      \
+    SDPA_NOINLINE void pv_avx2_decode_##T##_##R##_##O(                                             \
+        float *acc, size_t dv, const float *alpha, const float *P, size_t lds, const void *v,      \
+        ptrdiff_t vs, size_t j0, size_t nb, const pv_prefetch *pf)                                 \
+    {                                                                                              \
+        pv_avx2_decode_block(SDPA_##T, R, acc, dv, alpha, P, lds, v, vs, j0, nb, *pf, O);          \
     }
-#define PV_DECODE_FNS(T)                                                                       \
-    PV_DECODE_FN(T, 1, 1) PV_DECODE_FN(T, 1, 0) PV_DECODE_FN(T, 2, 0) PV_DECODE_FN(T, 3, 0)    \
-    PV_DECODE_FN(T, 4, 0) PV_DECODE_FN(T, 5, 0) PV_DECODE_FN(T, 6, 0) PV_DECODE_FN(T, 7, 0)    \
-    PV_DECODE_FN(T, 8, 0)
+/* clang-format off */
+#define PV_DECODE_FNS(T)                                                                           \
+    PV_DECODE_FN(T, 1, 1)                                                                          \
+    PV_DECODE_FN(T, 1, 0) PV_DECODE_FN(T, 2, 0) PV_DECODE_FN(T, 3, 0) PV_DECODE_FN(T, 4, 0)        \
+    PV_DECODE_FN(T, 5, 0) PV_DECODE_FN(T, 6, 0) PV_DECODE_FN(T, 7, 0) PV_DECODE_FN(T, 8, 0)
+/* clang-format on */
 PV_DECODE_FNS(F32)
 PV_DECODE_FNS(F16)
 PV_DECODE_FNS(BF16)
-#define PV_DECODE_ROW(T)                                                                       \
-    {pv_avx2_decode_##T##_1_1, pv_avx2_decode_##T##_1_0, pv_avx2_decode_##T##_2_0,             \
-     pv_avx2_decode_##T##_3_0, pv_avx2_decode_##T##_4_0, pv_avx2_decode_##T##_5_0,             \
-     pv_avx2_decode_##T##_6_0, pv_avx2_decode_##T##_7_0, pv_avx2_decode_##T##_8_0}
+#define PV_DECODE_ROW(T)                                                                           \
+    {                                                                                              \
+        pv_avx2_decode_##T##_1_1, pv_avx2_decode_##T##_1_0, pv_avx2_decode_##T##_2_0,              \
+            pv_avx2_decode_##T##_3_0, pv_avx2_decode_##T##_4_0, pv_avx2_decode_##T##_5_0,          \
+            pv_avx2_decode_##T##_6_0, pv_avx2_decode_##T##_7_0, pv_avx2_decode_##T##_8_0           \
+    }
 /* [F32, F16, BF16][0: one streaming row, else the rows] */
 static pv_avx2_decode_fn *const pv_avx2_decode_fns[3][DECODE_MAX_ROWS + 1] = {
     PV_DECODE_ROW(F32), PV_DECODE_ROW(F16), PV_DECODE_ROW(BF16)};
@@ -346,16 +390,16 @@ static void pv_avx2_decode(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, 
     S += r0 * lds;
     alpha += r0;
     const size_t ke = w->k_type == SDPA_F32 ? 4 : 2;
-    const pv_prefetch pf = {w->kv_end, w->v_type == SDPA_F32 ? 4 : 2,
+    const pv_prefetch pf = {w->kv_end,          w->v_type == SDPA_F32 ? 4 : 2,
                             (const char *)w->k, w->k_stride * (ptrdiff_t)ke,
-                            w->d * ke, nb};
+                            w->d * ke,          nb};
     static const float ones[DECODE_MAX_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1};
     pv_avx2_decode_fn *const *fns = pv_avx2_decode_fns[decode_type_ix(w->v_type)];
     const int s = stream_one_row(w);
     /* rows [a, R) over keys [ka, kb) (SDPA_PV_TILES) */
-#define PV_DECODE_RUN(a, ka, kb)                                                               \
-    fns[decode_rows_ix(R - (a), s)](acc + (a) * dv, dv, (ka) ? ones : alpha + (a),             \
-                                    S + (a) * lds + (ka), lds, w->v, w->v_stride, j0 + (ka),    \
+#define PV_DECODE_RUN(a, ka, kb)                                                                   \
+    fns[decode_rows_ix(R - (a), s)](acc + (a)*dv, dv, (ka) ? ones : alpha + (a),                   \
+                                    S + (a)*lds + (ka), lds, w->v, w->v_stride, j0 + (ka),         \
                                     (kb) - (ka), &pf);
     SDPA_PV_TILES(w, w->kv_limit + r0, 0, R, j0, nb, PV_DECODE_RUN);
 #undef PV_DECODE_RUN
@@ -401,7 +445,7 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     pv_avx2_decode(w, r0, j0, nb, alpha, S, lds);
 }
 
-#define SDPA_LOOP_FN decode_loop_avx2
+#define SDPA_LOOP_FN  decode_loop_avx2
 #define SDPA_LOOP_CTX decode_ctx
 #include "rows_loop.h"
 

@@ -44,7 +44,8 @@ SDPA_INLINE void pack_k_avx2_t(const void *k, sdpa_dtype t, ptrdiff_t ks, size_t
                         r[i] = loadn_any(k, t, off, cnt);
                 }
                 transpose8(r);
-                for (size_t i = 0; i < cnt; i++) _mm256_store_ps(panel + (c + i) * SCORE_NR + 8 * h, r[i]);
+                for (size_t i = 0; i < cnt; i++)
+                    _mm256_store_ps(panel + (c + i) * SCORE_NR + 8 * h, r[i]);
             }
         }
     }
@@ -53,9 +54,15 @@ SDPA_INLINE void pack_k_avx2_t(const void *k, sdpa_dtype t, ptrdiff_t ks, size_t
 static void pack_k_avx2(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
 {
     switch (w->k_type) {
-    case SDPA_F16: pack_k_avx2_t(w->k, SDPA_F16, w->k_stride, j0, nb, w->d, kp); break;
-    case SDPA_BF16: pack_k_avx2_t(w->k, SDPA_BF16, w->k_stride, j0, nb, w->d, kp); break;
-    default: pack_k_avx2_t(w->k, SDPA_F32, w->k_stride, j0, nb, w->d, kp); break;
+    case SDPA_F16:
+        pack_k_avx2_t(w->k, SDPA_F16, w->k_stride, j0, nb, w->d, kp);
+        break;
+    case SDPA_BF16:
+        pack_k_avx2_t(w->k, SDPA_BF16, w->k_stride, j0, nb, w->d, kp);
+        break;
+    default:
+        pack_k_avx2_t(w->k, SDPA_F32, w->k_stride, j0, nb, w->d, kp);
+        break;
     }
 }
 
@@ -68,7 +75,7 @@ SDPA_INLINE void pack_v_avx2_t(const void *v, sdpa_dtype t, ptrdiff_t vs, size_t
     for (size_t j = 0; j < nb; j++) {
         const ptrdiff_t row = (ptrdiff_t)(j0 + j) * vs;
         /* where column c of key j goes */
-#define VP_AT(c) (vp + ((c) - c0) / PV_NR * PV_NR * nb + j * PV_NR + (c) % PV_NR)
+#define VP_AT(c) (vp + ((c)-c0) / PV_NR * PV_NR * nb + j * PV_NR + (c) % PV_NR)
         size_t c = c0;
         for (; c + 8 <= dv; c += 8) _mm256_store_ps(VP_AT(c), load8_any(v, t, row + (ptrdiff_t)c));
         if (c < dv) {
@@ -85,8 +92,12 @@ SDPA_INLINE void pack_v_avx2_t(const void *v, sdpa_dtype t, ptrdiff_t vs, size_t
 static size_t pack_v_avx2(const sdpa_rows *w, size_t j0, size_t nb, float *vp)
 {
     switch (w->v_type) {
-    case SDPA_F16: pack_v_avx2_t(w->v, SDPA_F16, w->v_stride, j0, nb, 0, w->dv, vp); return 0;
-    case SDPA_BF16: pack_v_avx2_t(w->v, SDPA_BF16, w->v_stride, j0, nb, 0, w->dv, vp); return 0;
+    case SDPA_F16:
+        pack_v_avx2_t(w->v, SDPA_F16, w->v_stride, j0, nb, 0, w->dv, vp);
+        return 0;
+    case SDPA_BF16:
+        pack_v_avx2_t(w->v, SDPA_BF16, w->v_stride, j0, nb, 0, w->dv, vp);
+        return 0;
     default: {
         const size_t c0 = w->dv / PV_NR * PV_NR;
         if (c0 < w->dv) pack_v_avx2_t(w->v, SDPA_F32, w->v_stride, j0, nb, c0, w->dv, vp);
@@ -128,31 +139,32 @@ SDPA_INLINE void score_avx2_mx16(size_t mr, const float *qp, size_t d, const flo
 #undef DECL
 #pragma GCC unroll 4
     for (size_t k = 0; k < d; k++) {
-        const __m256 b0 = _mm256_load_ps(b + k * SCORE_NR), b1 = _mm256_load_ps(b + k * SCORE_NR + 8);
-#define STEP(r)                                                                                  \
-    if (mr > r) {                                                                                \
-        const __m256 a = _mm256_broadcast_ss(qp + k * SCORE_MR + r);                                   \
-        c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0);                                               \
-        c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1);                                               \
+        const __m256 b0 = _mm256_load_ps(b + k * SCORE_NR),
+                     b1 = _mm256_load_ps(b + k * SCORE_NR + 8);
+#define STEP(r)                                                                                    \
+    if (mr > r) {                                                                                  \
+        const __m256 a = _mm256_broadcast_ss(qp + k * SCORE_MR + r);                               \
+        c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0);                                                 \
+        c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1);                                                 \
     }
         ACC_ROWS(STEP)
 #undef STEP
     }
-#define STORE(r)                                                                                 \
-    if (mr > r) {                                                                                \
-        _mm256_store_ps(S + r * lds, c##r##0);                                                   \
-        _mm256_store_ps(S + r * lds + 8, c##r##1);                                               \
-        const __m256 mx = _mm256_max_ps(c##r##0, _mm256_load_ps(rm + 8 * r));                    \
-        _mm256_store_ps(rm + 8 * r, _mm256_max_ps(c##r##1, mx));                                 \
+#define STORE(r)                                                                                   \
+    if (mr > r) {                                                                                  \
+        _mm256_store_ps(S + r * lds, c##r##0);                                                     \
+        _mm256_store_ps(S + r * lds + 8, c##r##1);                                                 \
+        const __m256 mx = _mm256_max_ps(c##r##0, _mm256_load_ps(rm + 8 * r));                      \
+        _mm256_store_ps(rm + 8 * r, _mm256_max_ps(c##r##1, mx));                                   \
     }
     ACC_ROWS(STORE)
 #undef STORE
 }
 
-#define SCORE_KERNEL(m)                                                                          \
-    static void score_avx2_##m##x16(const float *qp, size_t d, const float *b, float *S,         \
-                                    size_t lds, float *rm)                                       \
-    {                                                                                            \
+#define SCORE_KERNEL(m)                                                                            \
+    static void score_avx2_##m##x16(const float *qp, size_t d, const float *b, float *S,           \
+                                    size_t lds, float *rm)                                         \
+    {                                                                                              \
         score_avx2_mx16(m, qp, d, b, S, lds, rm);                                                  \
     }
 SCORE_KERNEL(1)
@@ -163,9 +175,13 @@ SCORE_KERNEL(5)
 SCORE_KERNEL(6)
 
 typedef void (*score_mk_fn)(const float *, size_t, const float *, float *, size_t, float *);
-static const score_mk_fn score_mks[SCORE_MR + 1] = {NULL,           score_avx2_1x16, score_avx2_2x16,
-                                              score_avx2_3x16, score_avx2_4x16, score_avx2_5x16,
-                                              score_avx2_6x16};
+static const score_mk_fn score_mks[SCORE_MR + 1] = {NULL,
+                                                    score_avx2_1x16,
+                                                    score_avx2_2x16,
+                                                    score_avx2_3x16,
+                                                    score_avx2_4x16,
+                                                    score_avx2_5x16,
+                                                    score_avx2_6x16};
 
 /* S[r][j] = q_r . key j for g0 <= r < R, j < sdpa_round16(nb) and j < the row panel's last limit,
    g0 a multiple of SCORE_MR, each score (padding keys of a last partial panel included) folded
@@ -193,13 +209,14 @@ SDPA_INLINE void pv_avx2_mx16(size_t mr, float *acc, size_t dv, const float *alp
 {
     const int full = cols == PV_NR;
     const __m256i m0 = lanes_mask(cols), m1 = lanes_mask(cols > 8 ? cols - 8 : 0);
-#define LOAD(r)                                                                                  \
-    __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();                         \
-    if (mr > r) {                                                                                \
-        const __m256 al = _mm256_broadcast_ss(alpha + r);                                        \
-        const float *o = acc + r * dv;                                                           \
-        c##r##0 = _mm256_mul_ps(al, full ? _mm256_loadu_ps(o) : _mm256_maskload_ps(o, m0));      \
-        c##r##1 = _mm256_mul_ps(al, full ? _mm256_loadu_ps(o + 8) : _mm256_maskload_ps(o + 8, m1)); \
+#define LOAD(r)                                                                                    \
+    __m256 c##r##0 = _mm256_setzero_ps(), c##r##1 = _mm256_setzero_ps();                           \
+    if (mr > r) {                                                                                  \
+        const __m256 al = _mm256_broadcast_ss(alpha + r);                                          \
+        const float *o = acc + r * dv;                                                             \
+        c##r##0 = _mm256_mul_ps(al, full ? _mm256_loadu_ps(o) : _mm256_maskload_ps(o, m0));        \
+        c##r##1 =                                                                                  \
+            _mm256_mul_ps(al, full ? _mm256_loadu_ps(o + 8) : _mm256_maskload_ps(o + 8, m1));      \
     }
     ACC_ROWS(LOAD)
 #undef LOAD
@@ -208,34 +225,34 @@ SDPA_INLINE void pv_avx2_mx16(size_t mr, float *acc, size_t dv, const float *alp
     for (size_t j = 0; j < nb; j++) {
         const float *bj = b + (ptrdiff_t)j * bs;
         const __m256 b0 = _mm256_loadu_ps(bj), b1 = _mm256_loadu_ps(bj + 8);
-#define STEP(r)                                                                                  \
-    if (mr > r) {                                                                                \
-        const __m256 a = _mm256_broadcast_ss((r < 3 ? P : P3) + (r % 3) * lds + j);              \
-        c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0);                                               \
-        c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1);                                               \
+#define STEP(r)                                                                                    \
+    if (mr > r) {                                                                                  \
+        const __m256 a = _mm256_broadcast_ss((r < 3 ? P : P3) + (r % 3) * lds + j);                \
+        c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0);                                                 \
+        c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1);                                                 \
     }
         ACC_ROWS(STEP)
 #undef STEP
     }
-#define STORE(r)                                                                                 \
-    if (mr > r) {                                                                                \
-        float *o = acc + r * dv;                                                                 \
-        if (full) {                                                                              \
-            _mm256_storeu_ps(o, c##r##0);                                                        \
-            _mm256_storeu_ps(o + 8, c##r##1);                                                    \
-        } else {                                                                                 \
-            _mm256_maskstore_ps(o, m0, c##r##0);                                                 \
-            _mm256_maskstore_ps(o + 8, m1, c##r##1);                                             \
-        }                                                                                        \
+#define STORE(r)                                                                                   \
+    if (mr > r) {                                                                                  \
+        float *o = acc + r * dv;                                                                   \
+        if (full) {                                                                                \
+            _mm256_storeu_ps(o, c##r##0);                                                          \
+            _mm256_storeu_ps(o + 8, c##r##1);                                                      \
+        } else {                                                                                   \
+            _mm256_maskstore_ps(o, m0, c##r##0);                                                   \
+            _mm256_maskstore_ps(o + 8, m1, c##r##1);                                               \
+        }                                                                                          \
     }
     ACC_ROWS(STORE)
 #undef STORE
 }
 
-#define PV_KERNEL(m)                                                                             \
-    static void pv_avx2_##m##x16(float *acc, size_t dv, const float *alpha, const float *P,      \
+#define PV_KERNEL(m)                                                                               \
+    static void pv_avx2_##m##x16(float *acc, size_t dv, const float *alpha, const float *P,        \
                                  size_t lds, const float *b, ptrdiff_t bs, size_t nb, size_t cols) \
-    {                                                                                            \
+    {                                                                                              \
         pv_avx2_mx16(m, acc, dv, alpha, P, lds, b, bs, nb, cols);                                  \
     }
 PV_KERNEL(1)
@@ -247,8 +264,8 @@ PV_KERNEL(6)
 
 typedef void (*pv_mk_fn)(float *, size_t, const float *, const float *, size_t, const float *,
                          ptrdiff_t, size_t, size_t);
-static const pv_mk_fn pv_mks[PV_MR + 1] = {NULL,        pv_avx2_1x16, pv_avx2_2x16, pv_avx2_3x16,
-                                        pv_avx2_4x16, pv_avx2_5x16, pv_avx2_6x16};
+static const pv_mk_fn pv_mks[PV_MR + 1] = {NULL,         pv_avx2_1x16, pv_avx2_2x16, pv_avx2_3x16,
+                                           pv_avx2_4x16, pv_avx2_5x16, pv_avx2_6x16};
 
 /* Column panels outer, so each V panel (nb x 16 floats) is reused from L1/L2 by all row panels.
    Panels before c_pack are read in place from f32 V rows (vd, stride vs); the rest come packed
@@ -268,16 +285,16 @@ static void pv_avx2_tile(float *acc, size_t dv, const float *alpha, const float 
             /* rows [a, r + mr) over keys [ka, kb): one call per row panel when the keys some rows
                do not see have finite V (p = 0 then adds exactly 0), else runs of keys all of
                the rows see, so that an inf or NaN there is skipped, not weighted by 0 */
-#define PV_RUN(a, ka, kb)                                                                        \
-    do {                                                                                         \
-        const size_t n_ = r + mr - (a);                                                          \
-        const float *al_ = (ka) ? ones : alpha + (a);                                            \
-        if (n_ == PV_MR)                                                                         \
-            pv_avx2_6x16(acc + (a) * dv + c, dv, al_, P + (a) * lds + (ka), lds,                 \
-                         b + (ptrdiff_t)(ka) * bs, bs, (kb) - (ka), cols);                       \
-        else                                                                                     \
-            pv_mks[n_](acc + (a) * dv + c, dv, al_, P + (a) * lds + (ka), lds,                   \
-                       b + (ptrdiff_t)(ka) * bs, bs, (kb) - (ka), cols);                         \
+#define PV_RUN(a, ka, kb)                                                                          \
+    do {                                                                                           \
+        const size_t n_ = r + mr - (a);                                                            \
+        const float *al_ = (ka) ? ones : alpha + (a);                                              \
+        if (n_ == PV_MR)                                                                           \
+            pv_avx2_6x16(acc + (a)*dv + c, dv, al_, P + (a)*lds + (ka), lds,                       \
+                         b + (ptrdiff_t)(ka)*bs, bs, (kb) - (ka), cols);                           \
+        else                                                                                       \
+            pv_mks[n_](acc + (a)*dv + c, dv, al_, P + (a)*lds + (ka), lds, b + (ptrdiff_t)(ka)*bs, \
+                       bs, (kb) - (ka), cols);                                                     \
     } while (0)
             if (v_finite)
                 PV_RUN(r, 0, sdpa_seen(lim[r + mr - 1], j0, nb));
@@ -294,7 +311,7 @@ static void pv_avx2_tile(float *acc, size_t dv, const float *alpha, const float 
    step (all of a block's score calls, whatever their number), -inf once that step read it. */
 typedef struct prefill_ctx {
     float *kp, *vp, *qp, *rm;
-    int    rm_ok; /* the score kernel's row maxima are the scores' (no multipliers, no modifiers) */
+    int rm_ok; /* the score kernel's row maxima are the scores' (no multipliers, no modifiers) */
 } prefill_ctx;
 
 static inline void rm_reset(prefill_ctx *c, size_t r)
@@ -355,7 +372,7 @@ static inline void loop_values(prefill_ctx *c, const sdpa_rows *w, size_t r0, si
                  w->v_stride, c_pack, c->vp, nb, w->kv_limit + r0, j0, v_finite);
 }
 
-#define SDPA_LOOP_FN prefill_loop_avx2
+#define SDPA_LOOP_FN  prefill_loop_avx2
 #define SDPA_LOOP_CTX prefill_ctx
 #include "rows_loop.h"
 

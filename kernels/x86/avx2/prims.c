@@ -42,7 +42,8 @@ void sdpa_score_f32_avx2(const float *q, const float *k, size_t k_stride, size_t
     const __m256 sc = _mm256_set1_ps(scale);
     size_t j = 0;
     for (; j + 8 <= n; j += 8)
-        _mm256_storeu_ps(s + j, _mm256_mul_ps(sc, dot_keys_avx2(q, k + j * k_stride, k_stride, d, 8)));
+        _mm256_storeu_ps(s + j,
+                         _mm256_mul_ps(sc, dot_keys_avx2(q, k + j * k_stride, k_stride, d, 8)));
     if (j < n) {
         const __m256 v = dot_keys_avx2(q, k + j * k_stride, k_stride, d, n - j);
         _mm256_maskstore_ps(s + j, lanes_mask(n - j), _mm256_mul_ps(sc, v));
@@ -68,7 +69,8 @@ SDPA_INLINE void accumulate_panel_avx2(float *o, float alpha, const float *p, co
     for (int i = 0; i < 4; i++) {
         const size_t rem = cols > 8u * i ? cols - 8u * i : 0;
         mk[i] = lanes_mask(rem);
-        a[i] = _mm256_mul_ps(al, full ? _mm256_loadu_ps(o + 8 * i) : _mm256_maskload_ps(o + 8 * i, mk[i]));
+        a[i] = _mm256_mul_ps(al, full ? _mm256_loadu_ps(o + 8 * i)
+                                      : _mm256_maskload_ps(o + 8 * i, mk[i]));
         b[i] = _mm256_setzero_ps();
     }
     size_t j = 0;

@@ -1,4 +1,5 @@
-/* avx512.h -- what the AVX-512 kernel files share: tuning, lane masks, K/V loads, exp, reductions */
+/* avx512.h -- what the AVX-512 kernel files share: tuning, lane masks, K/V loads, exp, reductions
+ */
 #ifndef SDPA_AVX512_H
 #define SDPA_AVX512_H
 
@@ -15,27 +16,29 @@
 /* Tuning (reported through sdpa_kernels.tuning)                                               */
 /* ------------------------------------------------------------------------------------------ */
 
-#define DECODE_MAX_ROWS 8   /* more rows than this take the prefill path */
-#define PAGED_ROWS DECODE_MAX_ROWS /* paged units: the decode path's (rows_loop.h) */
-#define QUANT_ROWS DECODE_MAX_ROWS /* K or V in a block format in place: decode_q.h */
-#define DECODE_PF_KEYS 32   /* prefetch distance: far enough to cover memory latency, near enough for L1 */
+#define DECODE_MAX_ROWS 8               /* more rows than this take the prefill path */
+#define PAGED_ROWS      DECODE_MAX_ROWS /* paged units: the decode path's (rows_loop.h) */
+#define QUANT_ROWS      DECODE_MAX_ROWS /* K or V in a block format in place: decode_q.h */
+#define DECODE_PF_KEYS                                                                             \
+    32 /* prefetch distance: far enough to cover memory latency, near enough for L1 */
 #define DECODE_PV_KB 32  /* keys per P·V sub-block: their V rows (a few KB) stay in L1 */
-#define DECODE_BLOCK 256    /* keys per decode block */
-#define DECODE_BLOCK_FEW 64 /* keys per block with one or two rows: short phases, both arrays streaming */
-#define PREFILL_BLOCK 512   /* keys per prefill block */
-#define PREFILL_PANEL 64    /* query rows per Qᵀ panel: 4 vectors, the score tile's rows */
+#define DECODE_BLOCK 256 /* keys per decode block */
+#define DECODE_BLOCK_FEW                                                                           \
+    64 /* keys per block with one or two rows: short phases, both arrays streaming */
+#define PREFILL_BLOCK 512 /* keys per prefill block */
+#define PREFILL_PANEL 64  /* query rows per Qᵀ panel: 4 vectors, the score tile's rows */
 /* the score micro-kernel, transposed (score_avx512_64x6): a panel's query rows, 4 vectors, x 6
    keys each broadcast against them = 24 accumulators */
-#define SCORE_MR PREFILL_PANEL
-#define SCORE_NR 6
-#define PV_MR 6             /* rows per P·V micro-tile: 6 rows x 4 vectors */
-#define PV_NR 64            /* columns per P·V micro-tile */
-#define PV_KB 64            /* keys per P·V sub-block: 64 keys x 64 columns of V stay in L1 */
-#define PREFILL_PF_LINES 8  /* lines of the driver's hint (sdpa_rows.pf) requested per score tile */
+#define SCORE_MR         PREFILL_PANEL
+#define SCORE_NR         6
+#define PV_MR            6  /* rows per P·V micro-tile: 6 rows x 4 vectors */
+#define PV_NR            64 /* columns per P·V micro-tile */
+#define PV_KB            64 /* keys per P·V sub-block: 64 keys x 64 columns of V stay in L1 */
+#define PREFILL_PF_LINES 8  /* lines of the hint (sdpa_rows.pf) requested per score tile */
 /* the block-format decode path (shared/decode_q.h) */
-#define DECODE_Q_BLOCK 256  /* keys per block (at most: the driver's hint rules) */
-#define DECODE_Q_PF_KEYS 16 /* prefetch distance of its K and V rows */
-#define DECODE_Q_PV_KB 32 /* keys per P·V sub-block: their V rows stay in L1 across column passes */
+#define DECODE_Q_BLOCK   256 /* keys per block (at most: the driver's hint rules) */
+#define DECODE_Q_PF_KEYS 16  /* prefetch distance of its K and V rows */
+#define DECODE_Q_PV_KB   32  /* keys per P·V sub-block: their V rows stay in L1 */
 
 /* Scores of decode row r at S + r * DECODE_LDS: a constant stride, so that the P·V loop reaches
    every row's p through one pointer and constant offsets; 16 floats more than a block, so that
@@ -46,27 +49,27 @@
 static inline size_t state_floats(size_t rows) { return 4 * sdpa_round16(rows); }
 
 /* The two paths (decode.c, prefill.c) and their scratch sizes in floats. */
-void   sdpa_decode_avx512(const sdpa_rows *w);
+void sdpa_decode_avx512(const sdpa_rows *w);
 /* the decode path for K or V in a block format, and fast scores (kernels/x86/shared/decode_q.h):
    int8 dot products by pmaddubsw, and (vnni.c) by vpdpbusd */
-void   sdpa_decode_q_avx512(const sdpa_rows *w);
-void   sdpa_decode_q_avx512_vnni(const sdpa_rows *w);
+void sdpa_decode_q_avx512(const sdpa_rows *w);
+void sdpa_decode_q_avx512_vnni(const sdpa_rows *w);
 size_t sdpa_decode_q_ws_avx512(size_t rows, size_t d);
-void   sdpa_dequant_avx512(sdpa_dtype type, const void *src, float *dst, size_t n);
+void sdpa_dequant_avx512(sdpa_dtype type, const void *src, float *dst, size_t n);
 #define DEQUANT_FN sdpa_dequant_avx512
-void   sdpa_prefill_avx512(const sdpa_rows *w);
+void sdpa_prefill_avx512(const sdpa_rows *w);
 size_t sdpa_decode_ws_avx512(size_t rows, size_t d, size_t dv, size_t block);
 size_t sdpa_prefill_ws_avx512(size_t rows, size_t d, size_t dv, size_t block);
 
 /* The functions of the kernel table (prims.c; rows and ws_floats: SDPA_DEFINE_PATHS),
    exported (avx512-vnni derives its table from them, vnni.c). */
-void   sdpa_score_f32_avx512(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
-                             float scale, float *s);
-float  sdpa_softmax_online_f32_avx512(float *s, size_t n, float *m, float *l);
-void   sdpa_accumulate_f32_avx512(float *o, float alpha, const float *p, const float *v,
-                                  size_t v_stride, size_t n, size_t dv);
-void   sdpa_exp_f32_avx512(const float *x, float *y, size_t n);
-void   sdpa_rows_avx512(const sdpa_rows *w);
+void sdpa_score_f32_avx512(const float *q, const float *k, size_t k_stride, size_t n, size_t d,
+                           float scale, float *s);
+float sdpa_softmax_online_f32_avx512(float *s, size_t n, float *m, float *l);
+void sdpa_accumulate_f32_avx512(float *o, float alpha, const float *p, const float *v,
+                                size_t v_stride, size_t n, size_t dv);
+void sdpa_exp_f32_avx512(const float *x, float *y, size_t n);
+void sdpa_rows_avx512(const sdpa_rows *w);
 size_t sdpa_ws_floats_avx512(size_t rows, size_t d, size_t dv, size_t block);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -148,7 +151,10 @@ SDPA_INLINE __m512 exp_avx512(__m512 x)
 }
 
 /* e^x of one scalar through the same vector code, so alpha matches the p values bit for bit. */
-static inline float exp_avx512_1(float x) { return _mm512_cvtss_f32(exp_avx512(_mm512_set1_ps(x))); }
+static inline float exp_avx512_1(float x)
+{
+    return _mm512_cvtss_f32(exp_avx512(_mm512_set1_ps(x)));
+}
 
 /* The fused kernels' exp (exp_coeffs.h, EXP_FTZ_CUT): 0 below the cut, else the bits of
    exp_avx512. A NaN x fails the compare and passes the clamp, so it reaches the result. */
@@ -171,7 +177,8 @@ SDPA_INLINE __m512 exp_avx512_ftz(__m512 x)
    with a 4-level tree of lane shuffles and adds (45 ops for 16 sums, instead of 16 separate
    horizontal reductions). The tree leaves sum i in output lane 4*(i%4) + i/4; callers pass
    the inputs in the transposed order perm16(i) so that the result comes out in natural order. */
-SDPA_INLINE __m512 fold2_512(__m512 x, __m512 y) /* 256-bit halves: x's sums in lanes 0-7, y's in 8-15 */
+SDPA_INLINE __m512 fold2_512(__m512 x,
+                             __m512 y) /* 256-bit halves: x's sums in lanes 0-7, y's in 8-15 */
 {
     return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
 }
@@ -195,7 +202,7 @@ SDPA_INLINE __m512 reduce16(const __m512 *a)
     SDPA_UNROLL for (int i = 0; i < 2; i++) w[i] = fold2_128(u[2 * i], u[2 * i + 1]);
     return fold2_64(w[0], w[1]);
 }
-#define PERM16(i) ((((i) & 3) << 2) | ((i) >> 2))
+#define PERM16(i) ((((i)&3) << 2) | ((i) >> 2))
 
 /* ------------------------------------------------------------------------------------------ */
 /* The online-softmax step of a row                                                            */
@@ -219,7 +226,8 @@ SDPA_INLINE float softmax_avx512(int fused, float *s, size_t n, float *m, float 
         mx0 = _mm512_max_ps(_mm512_loadu_ps(s + i), mx0);
         mx1 = _mm512_max_ps(_mm512_loadu_ps(s + i + 16), mx1);
     }
-    for (; i < n; i += 16) mx0 = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, lanes(n - i), s + i), mx0);
+    for (; i < n; i += 16)
+        mx0 = _mm512_max_ps(_mm512_mask_loadu_ps(ninf, lanes(n - i), s + i), mx0);
     const float bm = _mm512_reduce_max_ps(_mm512_max_ps(mx0, mx1));
     const float mo = *m;
     const float mn = bm > mo ? bm : mo;
@@ -228,7 +236,8 @@ SDPA_INLINE float softmax_avx512(int fused, float *s, size_t n, float *m, float 
     i = 0;
     for (; i + 32 <= n; i += 32) {
         const __m512 p0 = softmax_exp_avx512(fused, _mm512_sub_ps(_mm512_loadu_ps(s + i), msub));
-        const __m512 p1 = softmax_exp_avx512(fused, _mm512_sub_ps(_mm512_loadu_ps(s + i + 16), msub));
+        const __m512 p1 =
+            softmax_exp_avx512(fused, _mm512_sub_ps(_mm512_loadu_ps(s + i + 16), msub));
         _mm512_storeu_ps(s + i, p0);
         _mm512_storeu_ps(s + i + 16, p1);
         s0 = _mm512_add_ps(s0, p0);
@@ -236,7 +245,8 @@ SDPA_INLINE float softmax_avx512(int fused, float *s, size_t n, float *m, float 
     }
     for (; i < n; i += 16) {
         const __mmask16 mv = lanes(n - i);
-        const __m512 p = _mm512_maskz_mov_ps(mv, softmax_exp_avx512(fused, _mm512_sub_ps(_mm512_maskz_loadu_ps(mv, s + i), msub)));
+        const __m512 p = _mm512_maskz_mov_ps(
+            mv, softmax_exp_avx512(fused, _mm512_sub_ps(_mm512_maskz_loadu_ps(mv, s + i), msub)));
         _mm512_mask_storeu_ps(s + i, mv, p);
         s0 = _mm512_add_ps(s0, p);
     }
@@ -247,4 +257,3 @@ SDPA_INLINE float softmax_avx512(int fused, float *s, size_t n, float *m, float 
 }
 
 #endif /* SDPA_AVX512_H */
-

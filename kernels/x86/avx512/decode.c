@@ -34,13 +34,14 @@ size_t sdpa_decode_ws_avx512(size_t rows, size_t d, size_t dv, size_t block)
    empty and requests nothing (decode_pf_mode 2). */
 typedef struct decode_pf {
     sdpa_pf_rows s[2];
-    int          per[2]; /* lines per step */
+    int per[2]; /* lines per step */
 } decode_pf;
 
 /* keys rows of each stream over `steps` steps (rounded up: a stream never falls behind) */
 static inline void decode_pf_rate(decode_pf *p, size_t keys, size_t steps)
 {
-    for (int i = 0; i < 2; i++) p->per[i] = steps ? (int)((keys * p->s[i].L + steps - 1) / steps) : 0;
+    for (int i = 0; i < 2; i++)
+        p->per[i] = steps ? (int)((keys * p->s[i].L + steps - 1) / steps) : 0;
 }
 
 SDPA_INLINE void decode_pf_step(decode_pf *p)
@@ -66,7 +67,8 @@ static inline int decode_pf_mode(const decode_pf *p, size_t L, size_t lines)
    lines) of the plain run starting at the streams' current lines. */
 SDPA_INLINE void decode_pf_simple(const decode_pf *p, int per, size_t at, int two)
 {
-    SDPA_UNROLL for (int i = 0; i < per; i++) {
+    SDPA_UNROLL for (int i = 0; i < per; i++)
+    {
         __builtin_prefetch(p->s[0].p + 64 * (at + (size_t)i), 0, SDPA_PF_STREAM_LOCALITY);
         if (two) __builtin_prefetch(p->s[1].p + 64 * (at + (size_t)i), 0, SDPA_PF_STREAM_LOCALITY);
     }
@@ -84,7 +86,7 @@ static inline void decode_pf_skip(decode_pf *p, size_t lines, int two)
 
 /* Rows [j, min(j + n, jend)) of a K/V view as a prefetch stream (empty when j >= jend). */
 static inline sdpa_pf_rows decode_rows(const void *base, ptrdiff_t stride, size_t es, size_t rb,
-                                    size_t j, size_t n, size_t jend)
+                                       size_t j, size_t n, size_t jend)
 {
     n = j < jend ? sdpa_min(n, jend - j) : 0;
     if (!n) j = 0; /* an empty stream still points at a row of the view */
@@ -103,10 +105,11 @@ SDPA_INLINE void score_avx512_decode_step(int RP, int NK, sdpa_dtype kt, __m512 
     if (((c * es) & 63) == 0) decode_pf_step(pf); /* once per line of the rows */
     __m512 qv[DECODE_MAX_ROWS];
     SDPA_UNROLL for (int r = 0; r < RP; r++) qv[r] = _mm512_maskz_loadu_ps(m, qr[r] + c);
-    SDPA_UNROLL for (int i = 0; i < NK; i++) {
+    SDPA_UNROLL for (int i = 0; i < NK; i++)
+    {
         const __m512 kv = load_kv(k, kt, ko[i] + (ptrdiff_t)c, m);
-        SDPA_UNROLL for (int r = 0; r < RP; r++)
-            a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qv[r], kv, a[PERM16(r * NK + i)]);
+        SDPA_UNROLL for (int r = 0; r < RP; r++) a[PERM16(r * NK + i)] =
+            _mm512_fmadd_ps(qv[r], kv, a[PERM16(r * NK + i)]);
     }
 }
 
@@ -126,24 +129,27 @@ SDPA_INLINE void score_avx512_decode_fast(int RP, int NK, sdpa_dtype kt, int pla
             decode_pf_simple(pf, NK, g * (size_t)NK, plain == 1);
         else
             decode_pf_step(pf);
-        SDPA_UNROLL for (size_t h = 0; h < E / 16; h++) {
+        SDPA_UNROLL for (size_t h = 0; h < E / 16; h++)
+        {
             __m512 qv[DECODE_MAX_ROWS];
-            SDPA_UNROLL for (int r = 0; r < RP; r++) qv[r] = _mm512_load_ps(qp + (size_t)r * E + 16 * h);
-            SDPA_UNROLL for (int i = 0; i < NK; i++) {
+            SDPA_UNROLL for (int r = 0; r < RP; r++) qv[r] =
+                _mm512_load_ps(qp + (size_t)r * E + 16 * h);
+            SDPA_UNROLL for (int i = 0; i < NK; i++)
+            {
                 const __m512 kv = load_kv(kc + i * ksb, kt, (ptrdiff_t)(16 * h), 0xFFFF);
-                SDPA_UNROLL for (int r = 0; r < RP; r++)
-                    a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qv[r], kv, a[PERM16(r * NK + i)]);
+                SDPA_UNROLL for (int r = 0; r < RP; r++) a[PERM16(r * NK + i)] =
+                    _mm512_fmadd_ps(qv[r], kv, a[PERM16(r * NK + i)]);
             }
         }
     }
     /* the partial last line */
     for (size_t c = lines * E; c < d; c += 16, qp += 16) {
         const __mmask16 m = lanes(d - c);
-        SDPA_UNROLL for (int i = 0; i < NK; i++) {
+        SDPA_UNROLL for (int i = 0; i < NK; i++)
+        {
             const __m512 kv = load_kv(kc + i * ksb, kt, (ptrdiff_t)(c - lines * E), m);
-            SDPA_UNROLL for (int r = 0; r < RP; r++)
-                a[PERM16(r * NK + i)] = _mm512_fmadd_ps(_mm512_load_ps(qp + (size_t)r * E), kv,
-                                                        a[PERM16(r * NK + i)]);
+            SDPA_UNROLL for (int r = 0; r < RP; r++) a[PERM16(r * NK + i)] =
+                _mm512_fmadd_ps(_mm512_load_ps(qp + (size_t)r * E), kv, a[PERM16(r * NK + i)]);
         }
     }
 }
@@ -204,29 +210,25 @@ SDPA_INLINE void score_avx512_decode_block(int RP, sdpa_dtype kt, const float *c
                 pf.s[1] = pff.s[1];
             }
             const __m512 sv = reduce16(a);
-            SDPA_UNROLL for (int r = 0; r < RP; r++)
-                if ((size_t)r < R)
-                    _mm512_mask_storeu_ps(S + (size_t)r * lds + j - (size_t)r * NK,
-                                          (__mmask16)(((1u << NK) - 1u) << (r * NK)), sv);
+            SDPA_UNROLL for (int r = 0; r < RP; r++) if ((size_t)r < R)
+                _mm512_mask_storeu_ps(S + (size_t)r * lds + j - (size_t)r * NK,
+                                      (__mmask16)(((1u << NK) - 1u) << (r * NK)), sv);
             continue;
         }
         ptrdiff_t ko[16];
-        SDPA_UNROLL for (int i = 0; i < NK; i++) ko[i] = sdpa_row_off(ks, j0 + j + sdpa_min((size_t)i, nv - 1));
+        SDPA_UNROLL for (int i = 0; i < NK; i++) ko[i] =
+            sdpa_row_off(ks, j0 + j + sdpa_min((size_t)i, nv - 1));
         __m512 a[16];
         SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
         size_t c = 0;
-        _Pragma("GCC unroll 2")
-        for (; c + 16 <= d; c += 16)
+        _Pragma("GCC unroll 2") for (; c + 16 <= d; c += 16)
             score_avx512_decode_step(RP, NK, kt, a, qr, k, ko, c, 0xFFFF, &pf);
-        if (c < d)
-            score_avx512_decode_step(RP, NK, kt, a, qr, k, ko, c, lanes(d - c), &pf);
+        if (c < d) score_avx512_decode_step(RP, NK, kt, a, qr, k, ko, c, lanes(d - c), &pf);
         const __m512 s = reduce16(a);
         const unsigned keys = (1u << nv) - 1u;
         /* row r's lanes [r * NK, r * NK + nv) go to S[r][j..); the pointer stays inside S */
-        SDPA_UNROLL for (int r = 0; r < RP; r++)
-            if ((size_t)r < R)
-                _mm512_mask_storeu_ps(S + (size_t)r * lds + j - (size_t)r * NK,
-                                      (__mmask16)(keys << (r * NK)), s);
+        SDPA_UNROLL for (int r = 0; r < RP; r++) if ((size_t)r < R) _mm512_mask_storeu_ps(
+            S + (size_t)r * lds + j - (size_t)r * NK, (__mmask16)(keys << (r * NK)), s);
     }
     pfs->s[0] = pf.s[0];
     pfs->s[1] = pf.s[1];
@@ -236,23 +238,25 @@ SDPA_INLINE void score_avx512_decode_block(int RP, sdpa_dtype kt, const float *c
 typedef void score_avx512_decode_fn(const float *const *qr, size_t R, size_t d, const void *k,
                                     ptrdiff_t ks, size_t j0, size_t nk, float *S, size_t lds,
                                     decode_pf *pf, const float *qp);
-#define SCORE_DECODE_FN(T, RP)                                                                 \
-    SDPA_NOINLINE void score_avx512_decode_##T##_##RP(const float *const *qr, size_t R,        \
-                                                      size_t d, const void *k, ptrdiff_t ks,   \
-                                                      size_t j0, size_t nk, float *S,          \
-                                                      size_t lds, decode_pf *pf,               \
-                                                      const float *qp)                         \
-    {                                                                                          \
-        score_avx512_decode_block(RP, SDPA_##T, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);      \
+#define SCORE_DECODE_FN(T, RP)                                                                     \
+    SDPA_NOINLINE void score_avx512_decode_##T##_##RP(                                             \
+        const float *const *qr, size_t R, size_t d, const void *k, ptrdiff_t ks, size_t j0,        \
+        size_t nk, float *S, size_t lds, decode_pf *pf, const float *qp)                           \
+    {                                                                                              \
+        score_avx512_decode_block(RP, SDPA_##T, qr, R, d, k, ks, j0, nk, S, lds, pf, qp);          \
     }
-#define SCORE_DECODE_FNS(T)                                                                    \
+/* clang-format off */
+#define SCORE_DECODE_FNS(T)                                                                        \
     SCORE_DECODE_FN(T, 1) SCORE_DECODE_FN(T, 2) SCORE_DECODE_FN(T, 4) SCORE_DECODE_FN(T, 8)
+/* clang-format on */
 SCORE_DECODE_FNS(F32)
 SCORE_DECODE_FNS(F16)
 SCORE_DECODE_FNS(BF16)
-#define SCORE_DECODE_ROW(T)                                                                    \
-    {score_avx512_decode_##T##_1, score_avx512_decode_##T##_2, score_avx512_decode_##T##_4,    \
-     score_avx512_decode_##T##_8}
+#define SCORE_DECODE_ROW(T)                                                                        \
+    {                                                                                              \
+        score_avx512_decode_##T##_1, score_avx512_decode_##T##_2, score_avx512_decode_##T##_4,     \
+            score_avx512_decode_##T##_8                                                            \
+    }
 /* [F32, F16, BF16][RP 1, 2, 4, 8] */
 static score_avx512_decode_fn *const score_avx512_decode_fns[3][4] = {
     SCORE_DECODE_ROW(F32), SCORE_DECODE_ROW(F16), SCORE_DECODE_ROW(BF16)};
@@ -298,11 +302,13 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, flo
     __m512 a[DECODE_MAX_ROWS][8];
     __mmask16 mk[8];
     /* full: all NV vectors lie inside dv, so every load is a plain one */
-    SDPA_UNROLL for (int t = 0; t < NV; t++)
-        mk[t] = full ? (__mmask16)0xFFFF : c0 + 16 * t < dv ? lanes(dv - c0 - 16 * t) : 0;
-    SDPA_UNROLL for (int r = 0; r < R; r++) {
-        SDPA_UNROLL for (int t = 0; t < NV; t++)
-            a[r][t] = _mm512_maskz_loadu_ps(mk[t], acc + r * dv + c0 + 16 * t);
+    SDPA_UNROLL for (int t = 0; t < NV; t++) mk[t] = full               ? (__mmask16)0xFFFF
+                                                     : c0 + 16 * t < dv ? lanes(dv - c0 - 16 * t)
+                                                                        : 0;
+    SDPA_UNROLL for (int r = 0; r < R; r++)
+    {
+        SDPA_UNROLL for (int t = 0; t < NV; t++) a[r][t] =
+            _mm512_maskz_loadu_ps(mk[t], acc + r * dv + c0 + 16 * t);
         if (alpha) {
             const __m512 al = _mm512_set1_ps(alpha[r]);
             SDPA_UNROLL for (int t = 0; t < NV; t++) a[r][t] = _mm512_mul_ps(a[r][t], al);
@@ -310,8 +316,8 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, flo
     }
     size_t j = ja;
     const size_t jall = sdpa_min(jb, nk[0]), jmax = sdpa_min(jb, nk[R - 1]);
-    _Pragma("GCC unroll 2")
-    for (; j < jall; j++) {
+    _Pragma("GCC unroll 2") for (; j < jall; j++)
+    {
         const ptrdiff_t off = sdpa_row_off(vs, j0 + j) + (ptrdiff_t)c0;
         if (plain)
             decode_pf_simple(pf, PER, (j - ja) * (size_t)PER, plain == 1);
@@ -319,7 +325,8 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, flo
             decode_pf_step(pf);
         __m512 x[8];
         pv_avx512_decode_load(NV, x, v, vt, off, mk);
-        SDPA_UNROLL for (int r = 0; r < R; r++) {
+        SDPA_UNROLL for (int r = 0; r < R; r++)
+        {
             const __m512 p = _mm512_set1_ps(S[r * lds + j]);
             SDPA_UNROLL for (int t = 0; t < NV; t++) a[r][t] = _mm512_fmadd_ps(p, x[t], a[r][t]);
         }
@@ -332,16 +339,17 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, flo
             decode_pf_step(pf);
         __m512 x[8];
         pv_avx512_decode_load(NV, x, v, vt, off, mk);
-        SDPA_UNROLL for (int r = 1; r < R; r++) {
+        SDPA_UNROLL for (int r = 1; r < R; r++)
+        {
             if (j < nk[r]) {
                 const __m512 p = _mm512_set1_ps(S[r * lds + j]);
-                SDPA_UNROLL for (int t = 0; t < NV; t++) a[r][t] = _mm512_fmadd_ps(p, x[t], a[r][t]);
+                SDPA_UNROLL for (int t = 0; t < NV; t++) a[r][t] =
+                    _mm512_fmadd_ps(p, x[t], a[r][t]);
             }
         }
     }
-    SDPA_UNROLL for (int r = 0; r < R; r++)
-        SDPA_UNROLL for (int t = 0; t < NV; t++)
-            _mm512_mask_storeu_ps(acc + r * dv + c0 + 16 * t, mk[t], a[r][t]);
+    SDPA_UNROLL for (int r = 0; r < R; r++) SDPA_UNROLL for (int t = 0; t < NV; t++)
+        _mm512_mask_storeu_ps(acc + r * dv + c0 + 16 * t, mk[t], a[r][t]);
     if (plain) decode_pf_skip(pf, PER * kmax, plain == 1);
     *pfp = pf[0];
 }
@@ -361,7 +369,7 @@ SDPA_INLINE void pv_avx512_decode_tile(int R, int NV, int full, float *acc, size
     const int pm = full && dv % (16 * (size_t)NV) == 0 && (dv * ev) % 64 == 0
                        ? decode_pf_mode(pf, L, PER * kmax)
                        : 0;
-#define PV_TILE_P(p)                                                                           \
+#define PV_TILE_P(p)                                                                               \
     pv_avx512_decode_tile_p(R, NV, full, p, acc, dv, c0, alpha, S, v, vt, vs, j0, ja, jb, nk, pf)
     if (pm == 1)
         PV_TILE_P(1);
@@ -373,8 +381,8 @@ SDPA_INLINE void pv_avx512_decode_tile(int R, int NV, int full, float *acc, size
 }
 
 /* The value type is a template parameter so that each instance converts with one instruction
-   sequence and no per-load branch. Keys go in sub-blocks of DECODE_PV_KB, each one's V rows (a few KB)
-   staying in L1 while every column chunk passes over them; alpha is applied by the first. NV
+   sequence and no per-load branch. Keys go in sub-blocks of DECODE_PV_KB, each one's V rows (a few
+   KB) staying in L1 while every column chunk passes over them; alpha is applied by the first. NV
    (column vectors per pass) keeps R * NV accumulators at 8..24: at least 8 independent FMA
    chains to cover the FMA latency, few enough to stay in registers. */
 SDPA_INLINE void pv_avx512_decode_r(int R, int NV, sdpa_dtype vt, float *acc, size_t dv,
@@ -399,23 +407,28 @@ SDPA_INLINE void pv_avx512_decode_r(int R, int NV, sdpa_dtype vt, float *acc, si
 typedef void pv_avx512_decode_fn(float *acc, size_t dv, const float *alpha, const float *S,
                                  const void *v, ptrdiff_t vs, size_t j0, const size_t *nk,
                                  decode_pf *pf);
-#define PV_DECODE_FN(T, R, NV)                                                                 \
-    SDPA_NOINLINE void pv_avx512_decode_##T##_##R(float *acc, size_t dv, const float *alpha,   \
-                                                  const float *S, const void *v, ptrdiff_t vs, \
-                                                  size_t j0, const size_t *nk, decode_pf *pf)  \
-    {                                                                                          \
-        pv_avx512_decode_r(R, NV, SDPA_##T, acc, dv, alpha, S, v, vs, j0, nk, pf);             \
+#define PV_DECODE_FN(T, R, NV)                                                                     \
+    SDPA_NOINLINE void pv_avx512_decode_##T##_##R(float *acc, size_t dv, const float *alpha,       \
+                                                  const float *S, const void *v, ptrdiff_t vs,     \
+                                                  size_t j0, const size_t *nk, decode_pf *pf)      \
+    {                                                                                              \
+        pv_avx512_decode_r(R, NV, SDPA_##T, acc, dv, alpha, S, v, vs, j0, nk, pf);                 \
     }
-#define PV_DECODE_FNS(T)                                                                       \
-    PV_DECODE_FN(T, 1, 8) PV_DECODE_FN(T, 2, 8) PV_DECODE_FN(T, 3, 4) PV_DECODE_FN(T, 4, 4)    \
-    PV_DECODE_FN(T, 5, 4) PV_DECODE_FN(T, 6, 4) PV_DECODE_FN(T, 7, 2) PV_DECODE_FN(T, 8, 2)
+/* clang-format off */
+#define PV_DECODE_FNS(T)                                                                           \
+    PV_DECODE_FN(T, 1, 8)                                                                          \
+    PV_DECODE_FN(T, 2, 8) PV_DECODE_FN(T, 3, 4) PV_DECODE_FN(T, 4, 4) PV_DECODE_FN(T, 5, 4)        \
+    PV_DECODE_FN(T, 6, 4) PV_DECODE_FN(T, 7, 2) PV_DECODE_FN(T, 8, 2)
+/* clang-format on */
 PV_DECODE_FNS(F32)
 PV_DECODE_FNS(F16)
 PV_DECODE_FNS(BF16)
-#define PV_DECODE_ROW(T)                                                                       \
-    {pv_avx512_decode_##T##_1, pv_avx512_decode_##T##_2, pv_avx512_decode_##T##_3,             \
-     pv_avx512_decode_##T##_4, pv_avx512_decode_##T##_5, pv_avx512_decode_##T##_6,             \
-     pv_avx512_decode_##T##_7, pv_avx512_decode_##T##_8}
+#define PV_DECODE_ROW(T)                                                                           \
+    {                                                                                              \
+        pv_avx512_decode_##T##_1, pv_avx512_decode_##T##_2, pv_avx512_decode_##T##_3,              \
+            pv_avx512_decode_##T##_4, pv_avx512_decode_##T##_5, pv_avx512_decode_##T##_6,          \
+            pv_avx512_decode_##T##_7, pv_avx512_decode_##T##_8                                     \
+    }
 /* [F32, F16, BF16][rows - 1] */
 static pv_avx512_decode_fn *const pv_avx512_decode_fns[3][DECODE_MAX_ROWS] = {
     PV_DECODE_ROW(F32), PV_DECODE_ROW(F16), PV_DECODE_ROW(BF16)};
@@ -435,12 +448,12 @@ static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha
 
 typedef struct decode_ctx {
     const float *qr[DECODE_MAX_ROWS]; /* query rows, the last repeated up to DECODE_MAX_ROWS */
-    float       *qpk;                 /* q packed by lines for score_avx512_decode_fast */
-    size_t       ek, ev;              /* bytes per K, V element */
-    size_t       kend;                /* keys past it are never read (of the unit last given) */
-    size_t       NB;
-    int          other;               /* the other array's stream, and short blocks (decode_pf) */
-    decode_pf    pf;                  /* the block's streams, from the scores to the values */
+    float *qpk;                       /* q packed by lines for score_avx512_decode_fast */
+    size_t ek, ev;                    /* bytes per K, V element */
+    size_t kend;                      /* keys past it are never read (of the unit last given) */
+    size_t NB;
+    int other;    /* the other array's stream, and short blocks (decode_pf) */
+    decode_pf pf; /* the block's streams, from the scores to the values */
 } decode_ctx;
 
 static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
@@ -450,9 +463,9 @@ static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, si
     c->other = R <= 2;
     c->NB = c->other ? sdpa_min(DECODE_BLOCK_FEW, decode_block(w->block)) : decode_block(w->block);
     *lds = DECODE_LDS;
-    *alpha = w->ws;                   /* the state stays in w->m, w->l */
-    *S = *alpha + state_floats(R);    /* [R][lds] */
-    c->qpk = *S + R * DECODE_LDS;     /* aligned */
+    *alpha = w->ws;                /* the state stays in w->m, w->l */
+    *S = *alpha + state_floats(R); /* [R][lds] */
+    c->qpk = *S + R * DECODE_LDS;  /* aligned */
     for (size_t r = 0; r < DECODE_MAX_ROWS; r++) c->qr[r] = w->q + sdpa_min(r, R - 1) * d;
     const size_t RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8;
     pack_q_lines(c->qr, RP, d, w->k_type == SDPA_F32 ? 16 : 32, c->qpk);
@@ -463,8 +476,10 @@ static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, si
        requested here, at once, so that they too are on their way before they are needed (later
        requests are spread among the arithmetic: a burst of a whole block's lines would stall on
        the few line-fill buffers while no arithmetic runs) */
-    sdpa_pf_rows k0 = decode_rows(w->k, w->k_stride, c->ek, d * c->ek, w->kv_begin, DECODE_PF_KEYS, c->kend);
-    sdpa_pf_rows v0 = decode_rows(w->v, w->v_stride, c->ev, dv * c->ev, w->kv_begin, DECODE_PF_KEYS, c->kend);
+    sdpa_pf_rows k0 =
+        decode_rows(w->k, w->k_stride, c->ek, d * c->ek, w->kv_begin, DECODE_PF_KEYS, c->kend);
+    sdpa_pf_rows v0 =
+        decode_rows(w->v, w->v_stride, c->ev, dv * c->ev, w->kv_begin, DECODE_PF_KEYS, c->kend);
     sdpa_pf_rows_next(&k0, (int)k0.n);
     sdpa_pf_rows_next(&v0, (int)v0.n);
     return c->NB;
@@ -479,12 +494,13 @@ static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     c->kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]); /* w may be a page's piece */
     /* the score loop requests K DECODE_PF_KEYS keys ahead (and, with few rows, this block's V
        rows); never a key at or past kend (see decode_pf) */
-    const decode_pf pf = {{decode_rows(w->k, w->k_stride, c->ek, d * c->ek, j0 + DECODE_PF_KEYS, nb, c->kend),
-                           decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, j0, c->other ? nb : 0, c->kend)},
-                          {0, 0}};
+    const decode_pf pf = {
+        {decode_rows(w->k, w->k_stride, c->ek, d * c->ek, j0 + DECODE_PF_KEYS, nb, c->kend),
+         decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, j0, c->other ? nb : 0, c->kend)},
+        {0, 0}};
     c->pf = pf;
-    score_avx512_decode(c->qr, w->rows, d, w->k, w->k_type, w->k_stride, j0, nb, S, lds,
-                        &c->pf, c->qpk);
+    score_avx512_decode(c->qr, w->rows, d, w->k, w->k_type, w->k_stride, j0, nb, S, lds, &c->pf,
+                        c->qpk);
 }
 
 static inline float loop_softmax(decode_ctx *c, size_t r, float *s, size_t nv, size_t nb, float *m,
@@ -504,12 +520,14 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     c->kend = sdpa_min(w->kv_end, w->kv_limit[R - 1]);
     /* the P·V loop requests V DECODE_PF_KEYS keys ahead (and, with few rows, the next block's K
        rows) */
-    c->pf.s[0] = decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, j0 + DECODE_PF_KEYS, nb, c->kend);
-    c->pf.s[1] = decode_rows(w->k, w->k_stride, c->ek, w->d * c->ek, j0 + c->NB, c->other ? c->NB : 0, c->kend);
+    c->pf.s[0] =
+        decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, j0 + DECODE_PF_KEYS, nb, c->kend);
+    c->pf.s[1] = decode_rows(w->k, w->k_stride, c->ek, w->d * c->ek, j0 + c->NB,
+                             c->other ? c->NB : 0, c->kend);
     pv_avx512_decode(R, w->acc, w->dv, alpha, S, w->v, w->v_type, w->v_stride, j0, valid, &c->pf);
 }
 
-#define SDPA_LOOP_FN decode_loop_avx512
+#define SDPA_LOOP_FN  decode_loop_avx512
 #define SDPA_LOOP_CTX decode_ctx
 #include "rows_loop.h"
 

@@ -9,7 +9,7 @@ static inline float softmax_avx512_q(float *s, size_t nv, size_t nb, float *m, f
     return alpha;
 }
 
-#define SDPA_QD_FN decode_q_loop_avx512
+#define SDPA_QD_FN      decode_q_loop_avx512
 #define SDPA_QD_SOFTMAX softmax_avx512_q
 #ifndef SDPA_QD_VNNI
 #define SDPA_QD_VNNI 0

@@ -21,8 +21,8 @@ static size_t prefill_block(size_t block) { return sdpa_min(block ? block : 1, P
 size_t sdpa_prefill_ws_avx512(size_t rows, size_t d, size_t dv, size_t block)
 {
     const size_t nb = prefill_block(block);
-    return state_floats(rows) + sdpa_round16(rows) * d + nb * PREFILL_PANEL +
-           nb * sdpa_round16(d) + nb * sdpa_round16(dv) + PREFILL_PANEL + sdpa_round16(rows);
+    return state_floats(rows) + sdpa_round16(rows) * d + nb * PREFILL_PANEL + nb * sdpa_round16(d) +
+           nb * sdpa_round16(dv) + PREFILL_PANEL + sdpa_round16(rows);
 }
 
 /* Convert rows [j0, j0 + nb) of a K/V view (n elements each) to f32 rows of stride ld. */
@@ -58,32 +58,39 @@ SDPA_INLINE void score_avx512_tile(int NV, int NK, const float *qt, size_t pw, c
 {
     __m512 a[SCORE_NR][SCORE_NV];
     const float *kr[SCORE_NR];
-    SDPA_UNROLL for (int i = 0; i < NK; i++) {
+    SDPA_UNROLL for (int i = 0; i < NK; i++)
+    {
         kr[i] = k + i * ks;
         SDPA_UNROLL for (int t = 0; t < NV; t++) a[i][t] = _mm512_setzero_ps();
     }
-    _Pragma("GCC unroll 2")
-    for (size_t c = 0; c < d; c++) {
+    _Pragma("GCC unroll 2") for (size_t c = 0; c < d; c++)
+    {
         __m512 qv[SCORE_NV];
         SDPA_UNROLL for (int t = 0; t < NV; t++) qv[t] = _mm512_load_ps(qt + c * pw + 16 * t);
-        SDPA_UNROLL for (int i = 0; i < NK; i++) {
+        SDPA_UNROLL for (int i = 0; i < NK; i++)
+        {
             const __m512 kv = _mm512_set1_ps(kr[i][c]);
             SDPA_UNROLL for (int t = 0; t < NV; t++) a[i][t] = _mm512_fmadd_ps(kv, qv[t], a[i][t]);
         }
     }
     if (masked) {
         const __m512 ninf = _mm512_set1_ps(-INFINITY);
-        SDPA_UNROLL for (int t = 0; t < NV; t++) {
+        SDPA_UNROLL for (int t = 0; t < NV; t++)
+        {
             const __m512i L = _mm512_loadu_si512(lim + 16 * t);
-            SDPA_UNROLL for (int i = 0; i < NK; i++) {
-                const __mmask16 in = _mm512_cmpgt_epi32_mask(L, _mm512_set1_epi32((int32_t)(j + i)));
+            SDPA_UNROLL for (int i = 0; i < NK; i++)
+            {
+                const __mmask16 in =
+                    _mm512_cmpgt_epi32_mask(L, _mm512_set1_epi32((int32_t)(j + i)));
                 a[i][t] = _mm512_mask_mov_ps(ninf, in, a[i][t]);
             }
         }
     }
-    SDPA_UNROLL for (int t = 0; t < NV; t++) {
+    SDPA_UNROLL for (int t = 0; t < NV; t++)
+    {
         __m512 m = _mm512_load_ps(mx + 16 * t);
-        SDPA_UNROLL for (int i = 0; i < NK; i++) {
+        SDPA_UNROLL for (int i = 0; i < NK; i++)
+        {
             _mm512_store_ps(st + i * pw + 16 * t, a[i][t]);
             m = _mm512_max_ps(a[i][t], m);
         }
@@ -91,14 +98,22 @@ SDPA_INLINE void score_avx512_tile(int NV, int NK, const float *qt, size_t pw, c
     }
 }
 
-#define SCORE_TILE_NV(NK)                                                                      \
-    case NK:                                                                                   \
-        switch (nv) {                                                                          \
-        case 1: score_avx512_tile(1, NK, qt, pw, k, ks, d, st, j, 1, lim, mx); break;          \
-        case 2: score_avx512_tile(2, NK, qt, pw, k, ks, d, st, j, 1, lim, mx); break;          \
-        case 3: score_avx512_tile(3, NK, qt, pw, k, ks, d, st, j, 1, lim, mx); break;          \
-        default: score_avx512_tile(4, NK, qt, pw, k, ks, d, st, j, 1, lim, mx); break;         \
-        }                                                                                      \
+#define SCORE_TILE_NV(NK)                                                                          \
+    case NK:                                                                                       \
+        switch (nv) {                                                                              \
+        case 1:                                                                                    \
+            score_avx512_tile(1, NK, qt, pw, k, ks, d, st, j, 1, lim, mx);                         \
+            break;                                                                                 \
+        case 2:                                                                                    \
+            score_avx512_tile(2, NK, qt, pw, k, ks, d, st, j, 1, lim, mx);                         \
+            break;                                                                                 \
+        case 3:                                                                                    \
+            score_avx512_tile(3, NK, qt, pw, k, ks, d, st, j, 1, lim, mx);                         \
+            break;                                                                                 \
+        default:                                                                                   \
+            score_avx512_tile(4, NK, qt, pw, k, ks, d, st, j, 1, lim, mx);                         \
+            break;                                                                                 \
+        }                                                                                          \
         break;
 
 /* Every tile shape other than the full unmasked one, up to SCORE_MR rows (nv vectors) by
@@ -114,7 +129,8 @@ static void score_avx512_64x6(size_t nv, size_t nk, const float *qt, size_t pw, 
         SCORE_TILE_NV(4)
         SCORE_TILE_NV(5)
         SCORE_TILE_NV(6)
-    default: break;
+    default:
+        break;
     }
 }
 #undef SCORE_TILE_NV
@@ -132,8 +148,8 @@ static void score_avx512_panel(const float *qt, size_t pw, const float *k, ptrdi
     size_t j = 0;
     if (nv == SCORE_NV)
         for (; j + SCORE_NR <= nk && j + SCORE_NR <= jfree; j += SCORE_NR) {
-            score_avx512_tile(SCORE_NV, SCORE_NR, qt, pw, k + (ptrdiff_t)j * ks, ks, d,
-                              st + j * pw, j, 0, lim, mx);
+            score_avx512_tile(SCORE_NV, SCORE_NR, qt, pw, k + (ptrdiff_t)j * ks, ks, d, st + j * pw,
+                              j, 0, lim, mx);
             sdpa_pf_lines(pf, PREFILL_PF_LINES);
         }
     for (; j < nk; j += SCORE_NR) {
@@ -171,11 +187,13 @@ SDPA_INLINE void pv_avx512_tile(int MR, int full, float *acc, size_t dv, size_t 
     __m512 a[PV_MR][PV_NV];
     __mmask16 mk[PV_NV];
     /* full: all PV_NR columns inside dv, every load a plain one */
-    SDPA_UNROLL for (int t = 0; t < PV_NV; t++)
-        mk[t] = full ? (__mmask16)0xFFFF : c0 + 16 * t < dv ? lanes(dv - c0 - 16 * t) : 0;
-    SDPA_UNROLL for (int i = 0; i < MR; i++) {
-        SDPA_UNROLL for (int t = 0; t < PV_NV; t++)
-            a[i][t] = _mm512_maskz_loadu_ps(mk[t], acc + i * dv + c0 + 16 * t);
+    SDPA_UNROLL for (int t = 0; t < PV_NV; t++) mk[t] = full               ? (__mmask16)0xFFFF
+                                                        : c0 + 16 * t < dv ? lanes(dv - c0 - 16 * t)
+                                                                           : 0;
+    SDPA_UNROLL for (int i = 0; i < MR; i++)
+    {
+        SDPA_UNROLL for (int t = 0; t < PV_NV; t++) a[i][t] =
+            _mm512_maskz_loadu_ps(mk[t], acc + i * dv + c0 + 16 * t);
         if (alpha) {
             const __m512 al = _mm512_set1_ps(alpha[i]);
             SDPA_UNROLL for (int t = 0; t < PV_NV; t++) a[i][t] = _mm512_mul_ps(a[i][t], al);
@@ -186,48 +204,63 @@ SDPA_INLINE void pv_avx512_tile(int MR, int full, float *acc, size_t dv, size_t 
     const float *vp = v + c0, *pp = P;
     size_t j = 0;
     const size_t n0 = nk[0], n1 = nk[MR - 1];
-    _Pragma("GCC unroll 2")
-    for (; j < n0; j++, vp += vs, pp += pw) {
+    _Pragma("GCC unroll 2") for (; j < n0; j++, vp += vs, pp += pw)
+    {
         __m512 x[PV_NV];
-        SDPA_UNROLL for (int t = 0; t < PV_NV; t++)
-            x[t] = full ? _mm512_loadu_ps(vp + 16 * t) : _mm512_maskz_loadu_ps(mk[t], vp + 16 * t);
-        SDPA_UNROLL for (int i = 0; i < MR; i++) {
+        SDPA_UNROLL for (int t = 0; t < PV_NV; t++) x[t] =
+            full ? _mm512_loadu_ps(vp + 16 * t) : _mm512_maskz_loadu_ps(mk[t], vp + 16 * t);
+        SDPA_UNROLL for (int i = 0; i < MR; i++)
+        {
             const __m512 p = _mm512_set1_ps(pp[i]);
             SDPA_UNROLL for (int t = 0; t < PV_NV; t++) a[i][t] = _mm512_fmadd_ps(p, x[t], a[i][t]);
         }
     }
     for (; j < n1; j++) { /* the diagonal: some rows stop earlier */
         __m512 x[PV_NV];
-        SDPA_UNROLL for (int t = 0; t < PV_NV; t++)
-            x[t] = _mm512_maskz_loadu_ps(mk[t], v + (ptrdiff_t)j * vs + (ptrdiff_t)(c0 + 16 * t));
-        SDPA_UNROLL for (int i = 1; i < MR; i++) {
+        SDPA_UNROLL for (int t = 0; t < PV_NV; t++) x[t] =
+            _mm512_maskz_loadu_ps(mk[t], v + (ptrdiff_t)j * vs + (ptrdiff_t)(c0 + 16 * t));
+        SDPA_UNROLL for (int i = 1; i < MR; i++)
+        {
             if (j < nk[i]) {
                 const __m512 p = _mm512_set1_ps(P[j * pw + i]);
-                SDPA_UNROLL for (int t = 0; t < PV_NV; t++)
-                    a[i][t] = _mm512_fmadd_ps(p, x[t], a[i][t]);
+                SDPA_UNROLL for (int t = 0; t < PV_NV; t++) a[i][t] =
+                    _mm512_fmadd_ps(p, x[t], a[i][t]);
             }
         }
     }
-    SDPA_UNROLL for (int i = 0; i < MR; i++)
-        SDPA_UNROLL for (int t = 0; t < PV_NV; t++)
-            _mm512_mask_storeu_ps(acc + i * dv + c0 + 16 * t, mk[t], a[i][t]);
+    SDPA_UNROLL for (int i = 0; i < MR; i++) SDPA_UNROLL for (int t = 0; t < PV_NV; t++)
+        _mm512_mask_storeu_ps(acc + i * dv + c0 + 16 * t, mk[t], a[i][t]);
 }
 
 static void pv_avx512_6x64(size_t mr, float *acc, size_t dv, size_t c0, const float *alpha,
-                     const float *P, size_t pw, const float *v, ptrdiff_t vs, const size_t *nk)
+                           const float *P, size_t pw, const float *v, ptrdiff_t vs,
+                           const size_t *nk)
 {
     if (mr == PV_MR && c0 + PV_NR <= dv) {
         pv_avx512_tile(PV_MR, 1, acc, dv, c0, alpha, P, pw, v, vs, nk);
         return;
     }
     switch (mr) {
-    case 1: pv_avx512_tile(1, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
-    case 2: pv_avx512_tile(2, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
-    case 3: pv_avx512_tile(3, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
-    case 4: pv_avx512_tile(4, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
-    case 5: pv_avx512_tile(5, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
-    case 6: pv_avx512_tile(6, 0, acc, dv, c0, alpha, P, pw, v, vs, nk); break;
-    default: break;
+    case 1:
+        pv_avx512_tile(1, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
+        break;
+    case 2:
+        pv_avx512_tile(2, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
+        break;
+    case 3:
+        pv_avx512_tile(3, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
+        break;
+    case 4:
+        pv_avx512_tile(4, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
+        break;
+    case 5:
+        pv_avx512_tile(5, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
+        break;
+    case 6:
+        pv_avx512_tile(6, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
+        break;
+    default:
+        break;
     }
 }
 
@@ -235,7 +268,7 @@ static void pv_avx512_6x64(size_t mr, float *acc, size_t dv, size_t c0, const fl
    masked entries are already -inf and whose block maxima are bm (16 lanes). m, l, alpha: 16
    lanes in memory, updated. */
 static void softmax_avx512_t16(float *st, size_t pw, size_t nk, const float *bm, float *m, float *l,
-                        float *alpha)
+                               float *alpha)
 {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     const __m512 mo = _mm512_loadu_ps(m);
@@ -259,10 +292,11 @@ static void softmax_avx512_t16(float *st, size_t pw, size_t nk, const float *bm,
         _mm512_store_ps(st + j * pw, p0);
         s0 = _mm512_add_ps(s0, p0);
     }
-    const __m512 al = _mm512_mask_mov_ps(exp_avx512_ftz(_mm512_sub_ps(mo, mn)), dead,
-                                         _mm512_set1_ps(1.0f));
+    const __m512 al =
+        _mm512_mask_mov_ps(exp_avx512_ftz(_mm512_sub_ps(mo, mn)), dead, _mm512_set1_ps(1.0f));
     _mm512_storeu_ps(alpha, al);
-    _mm512_storeu_ps(l, _mm512_add_ps(_mm512_mul_ps(al, _mm512_loadu_ps(l)), _mm512_add_ps(s0, s1)));
+    _mm512_storeu_ps(l,
+                     _mm512_add_ps(_mm512_mul_ps(al, _mm512_loadu_ps(l)), _mm512_add_ps(s0, s1)));
     _mm512_storeu_ps(m, mn);
 }
 
@@ -272,11 +306,13 @@ static void softmax_avx512_t16(float *st, size_t pw, size_t nk, const float *bm,
 SDPA_INLINE void transpose16(__m512 r[16])
 {
     __m512 t[16], u[16];
-    SDPA_UNROLL for (int i = 0; i < 16; i += 2) {
+    SDPA_UNROLL for (int i = 0; i < 16; i += 2)
+    {
         t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
         t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
     }
-    SDPA_UNROLL for (int g = 0; g < 16; g += 4) {
+    SDPA_UNROLL for (int g = 0; g < 16; g += 4)
+    {
         const __m512d a = _mm512_castps_pd(t[g]), b = _mm512_castps_pd(t[g + 1]);
         const __m512d c = _mm512_castps_pd(t[g + 2]), e = _mm512_castps_pd(t[g + 3]);
         u[g] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
@@ -284,7 +320,8 @@ SDPA_INLINE void transpose16(__m512 r[16])
         u[g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));
         u[g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));
     }
-    SDPA_UNROLL for (int j = 0; j < 4; j++) {
+    SDPA_UNROLL for (int j = 0; j < 4; j++)
+    {
         const __m512 v0 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88);
         const __m512 v1 = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xDD);
         const __m512 v2 = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
@@ -309,13 +346,13 @@ static void pack_qt(const float *q, size_t R, size_t d, size_t Rp, float *qt)
             for (size_t c = 0; c < d; c += 16) {
                 const __mmask16 mc = lanes(d - c);
                 __m512 x[16];
-                SDPA_UNROLL for (int i = 0; i < 16; i++)
-                    x[i] = r0 + i < R ? _mm512_maskz_loadu_ps(mc, q + (r0 + i) * d + c)
-                                      : _mm512_setzero_ps();
+                SDPA_UNROLL for (int i = 0; i < 16; i++) x[i] =
+                    r0 + i < R ? _mm512_maskz_loadu_ps(mc, q + (r0 + i) * d + c)
+                               : _mm512_setzero_ps();
                 transpose16(x);
                 const size_t nc = sdpa_min(16, d - c);
-                SDPA_UNROLL for (int i = 0; i < 16; i++)
-                    if ((size_t)i < nc) _mm512_store_ps(qp + (c + i) * pw + rb, x[i]);
+                SDPA_UNROLL for (int i = 0; i < 16; i++) if ((size_t)i < nc)
+                    _mm512_store_ps(qp + (c + i) * pw + rb, x[i]);
             }
         }
     }
@@ -328,12 +365,12 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
     const size_t NB = prefill_block(w->block);
     float *mw = w->ws, *lw = mw + Rp, *aw = lw + Rp;
     int32_t *lim = (int32_t *)(void *)(aw + Rp);
-    float *qt = mw + state_floats(R); /* panels [R/64][d][64], the last one narrower */
-    float *st = qt + Rp * d;          /* [NB][PREFILL_PANEL] */
-    float *kc = st + NB * PREFILL_PANEL;      /* [NB][dp] */
-    float *vc = kc + NB * dp;         /* [NB][dvp] */
-    float *bm = vc + NB * dvp;        /* [PREFILL_PANEL] block maxima of a panel's rows */
-                                      /* then [Rp] score multipliers, with score_mul */
+    float *qt = mw + state_floats(R);    /* panels [R/64][d][64], the last one narrower */
+    float *st = qt + Rp * d;             /* [NB][PREFILL_PANEL] */
+    float *kc = st + NB * PREFILL_PANEL; /* [NB][dp] */
+    float *vc = kc + NB * dp;            /* [NB][dvp] */
+    float *bm = vc + NB * dvp;           /* [PREFILL_PANEL] block maxima of a panel's rows */
+                                         /* then [Rp] score multipliers, with score_mul */
     sdpa_pf_cursor pfc = sdpa_pf_begin(w);
 
     /* Pack Qᵀ once per call (padding rows are zero), load the row state (padding rows: dead). */
@@ -396,7 +433,8 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
             if (var) {
                 /* the modifiers on the real rows' visible keys, then their block maxima anew
                    (NaN skipped, as the score kernel's are); keys past a row's limit stay -inf */
-                if (md && md->softcap > 0.0f) sdpa_softcap(st, np * pw, md->softcap, md->inv_softcap);
+                if (md && md->softcap > 0.0f)
+                    sdpa_softcap(st, np * pw, md->softcap, md->inv_softcap);
                 for (size_t i = 0; i + p0 <= rl; i++) {
                     const size_t n = (size_t)lim[p0 + i];
                     if (md && md->softcap > 0.0f)
@@ -431,8 +469,9 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
                         }
                         /* no key seen at all: kb > 0, or kb == 0 and alpha = 1, p = 0 */
                         if (nk[mr - 1] == 0) continue;
-                        pv_avx512_6x64(mr, w->acc + (p0 + i) * dv, dv, c0, kb == 0 ? aw + p0 + i : NULL,
-                                 st + kb * pw + i, pw, vr + (ptrdiff_t)kb * vs, vs, nk);
+                        pv_avx512_6x64(mr, w->acc + (p0 + i) * dv, dv, c0,
+                                       kb == 0 ? aw + p0 + i : NULL, st + kb * pw + i, pw,
+                                       vr + (ptrdiff_t)kb * vs, vs, nk);
                     }
                 }
             }

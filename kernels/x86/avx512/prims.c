@@ -8,16 +8,18 @@
 /* a[perm(i)] += dot(q[0..16*NC), k row i) over NC chunks of 16, the last masked by mlast: the
    query chunks stay in registers and one pointer walks the 16 key rows. */
 SDPA_INLINE void dot16_acc(int NC, __m512 *a, const float *q, const float *k, ptrdiff_t ks,
-                  __mmask16 mlast)
+                           __mmask16 mlast)
 {
     __m512 qv[8];
-    SDPA_UNROLL for (int t = 0; t < NC; t++)
-        qv[t] = t < NC - 1 ? _mm512_loadu_ps(q + 16 * t) : _mm512_maskz_loadu_ps(mlast, q + 16 * t);
-    SDPA_UNROLL for (int i = 0; i < 16; i++) {
+    SDPA_UNROLL for (int t = 0; t < NC; t++) qv[t] =
+        t < NC - 1 ? _mm512_loadu_ps(q + 16 * t) : _mm512_maskz_loadu_ps(mlast, q + 16 * t);
+    SDPA_UNROLL for (int i = 0; i < 16; i++)
+    {
         const float *kr = k + i * ks;
         __m512 s0 = a[PERM16(i)], s1 = _mm512_setzero_ps();
         /* two chains per key: latency over the chunks halves, the 16 keys overlap the rest */
-        SDPA_UNROLL for (int t = 0; t < NC; t++) {
+        SDPA_UNROLL for (int t = 0; t < NC; t++)
+        {
             const __m512 kv = t < NC - 1 ? _mm512_loadu_ps(kr + 16 * t)
                                          : _mm512_maskz_loadu_ps(mlast, kr + 16 * t);
             if (t & 1)
@@ -39,14 +41,30 @@ static __m512 score_avx512_1x16(const float *q, const float *k, ptrdiff_t ks, si
     const size_t rem = d - c, nc = (rem + 15) / 16;
     const __mmask16 ml = lanes(rem - 16 * (nc - 1));
     switch (nc) {
-    case 1: dot16_acc(1, a, q + c, k + c, ks, ml); break;
-    case 2: dot16_acc(2, a, q + c, k + c, ks, ml); break;
-    case 3: dot16_acc(3, a, q + c, k + c, ks, ml); break;
-    case 4: dot16_acc(4, a, q + c, k + c, ks, ml); break;
-    case 5: dot16_acc(5, a, q + c, k + c, ks, ml); break;
-    case 6: dot16_acc(6, a, q + c, k + c, ks, ml); break;
-    case 7: dot16_acc(7, a, q + c, k + c, ks, ml); break;
-    default: dot16_acc(8, a, q + c, k + c, ks, ml); break;
+    case 1:
+        dot16_acc(1, a, q + c, k + c, ks, ml);
+        break;
+    case 2:
+        dot16_acc(2, a, q + c, k + c, ks, ml);
+        break;
+    case 3:
+        dot16_acc(3, a, q + c, k + c, ks, ml);
+        break;
+    case 4:
+        dot16_acc(4, a, q + c, k + c, ks, ml);
+        break;
+    case 5:
+        dot16_acc(5, a, q + c, k + c, ks, ml);
+        break;
+    case 6:
+        dot16_acc(6, a, q + c, k + c, ks, ml);
+        break;
+    case 7:
+        dot16_acc(7, a, q + c, k + c, ks, ml);
+        break;
+    default:
+        dot16_acc(8, a, q + c, k + c, ks, ml);
+        break;
     }
     return reduce16(a);
 }
@@ -77,8 +95,9 @@ void sdpa_score_f32_avx512(const float *q, const float *k, size_t k_stride, size
     const __m512 sc = _mm512_set1_ps(scale);
     size_t j = 0;
     for (; j + 16 <= n; j += 16)
-        _mm512_storeu_ps(s + j, _mm512_mul_ps(score_avx512_1x16(q, k + j * k_stride,
-                                                        (ptrdiff_t)k_stride, d), sc));
+        _mm512_storeu_ps(
+            s + j,
+            _mm512_mul_ps(score_avx512_1x16(q, k + j * k_stride, (ptrdiff_t)k_stride, d), sc));
     for (; j < n; j++) s[j] = dot1_f32(q, k + j * k_stride, d) * scale;
 }
 
@@ -94,20 +113,20 @@ void sdpa_accumulate_f32_avx512(float *o, float alpha, const float *p, const flo
     for (size_t c = 0; c < dv; c += 64) {
         __mmask16 mk[4];
         __m512 a[4];
-        SDPA_UNROLL for (int t = 0; t < 4; t++) {
+        SDPA_UNROLL for (int t = 0; t < 4; t++)
+        {
             mk[t] = c + 16 * t < dv ? lanes(dv - c - 16 * t) : 0;
             a[t] = _mm512_mul_ps(_mm512_maskz_loadu_ps(mk[t], o + c + 16 * t), al);
         }
         for (size_t j = 0; j < n; j++) {
             const __m512 pj = _mm512_set1_ps(p[j]);
             const float *vr = v + j * v_stride + c;
-            SDPA_UNROLL for (int t = 0; t < 4; t++)
-                a[t] = _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(mk[t], vr + 16 * t), a[t]);
+            SDPA_UNROLL for (int t = 0; t < 4; t++) a[t] =
+                _mm512_fmadd_ps(pj, _mm512_maskz_loadu_ps(mk[t], vr + 16 * t), a[t]);
         }
         SDPA_UNROLL for (int t = 0; t < 4; t++) _mm512_mask_storeu_ps(o + c + 16 * t, mk[t], a[t]);
     }
 }
-
 
 /* ------------------------------------------------------------------------------------------ */
 /* exp over an array, and the fused kernel's entry                                             */

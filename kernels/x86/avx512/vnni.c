@@ -1,4 +1,5 @@
-/* vnni.c -- avx512-vnni: the avx512 implementation, with fast int8 scores by vpdpbusd (AVX512-VNNI) */
+/* vnni.c -- avx512-vnni: the avx512 implementation, with fast int8 scores by vpdpbusd (AVX512-VNNI)
+ */
 #define SDPA_QD_VNNI 1
 #include "decode_q.c"
 

@@ -26,9 +26,9 @@
 
 typedef struct qd_ctx {
     const uint8_t *qu; /* fast scores with VNNI: the rows' quants plus 128, [rows][d] */
-    const float   *qz; /* fast scores: each row's block scales by pairs of blocks, each scale
+    const float *qz;   /* fast scores: each row's block scales by pairs of blocks, each scale
                           over 8 lanes, [rows][(d / 32 + 1) / 2 * 16] */
-    const float   *qm; /* fast scores, K in q4_1 or q5_1: qd * sum(q) of each row's blocks, qz's
+    const float *qm;   /* fast scores, K in q4_1 or q5_1: qd * sum(q) of each row's blocks, qz's
                           layout with lanes 1-7 of each block 0 (the sum enters once per block) */
 } qd_ctx;
 
@@ -95,17 +95,17 @@ typedef void qd_values_fn(const sdpa_rows *w, float *acc, const float *al, const
                           size_t lds, size_t j0, size_t n, size_t kend);
 #define QD_SCORES_FN(N, KT, R)                                                                     \
     SDPA_NOINLINE void qd_scores_##N##_##R(const sdpa_rows *w, const uint8_t *qu, const float *qz, \
-                                           const float *qm, size_t j0, size_t nb, float *S,    \
-                                           size_t lds)                                         \
-    {                                                                                          \
-        qd_scores_r(R, KT, w, qu, qz, qm, j0, nb, S, lds);                                     \
+                                           const float *qm, size_t j0, size_t nb, float *S,        \
+                                           size_t lds)                                             \
+    {                                                                                              \
+        qd_scores_r(R, KT, w, qu, qz, qm, j0, nb, S, lds);                                         \
     }
 #define QD_VALUES_FN(N, VT, R)                                                                     \
-    SDPA_NOINLINE void qd_values_##N##_##R(const sdpa_rows *w, float *acc, const float *al,    \
-                                           const float *P, size_t lds, size_t j0, size_t n,    \
-                                           size_t kend)                                        \
-    {                                                                                          \
-        qd_values_r(R, VT, w, acc, al, P, lds, j0, n, kend);                                   \
+    SDPA_NOINLINE void qd_values_##N##_##R(const sdpa_rows *w, float *acc, const float *al,        \
+                                           const float *P, size_t lds, size_t j0, size_t n,        \
+                                           size_t kend)                                            \
+    {                                                                                              \
+        qd_values_r(R, VT, w, acc, al, P, lds, j0, n, kend);                                       \
     }
 #define QD_FNS(F, N, T)                                                                            \
     F(N, T, 1) F(N, T, 2) F(N, T, 3) F(N, T, 4) F(N, T, 5) F(N, T, 6) F(N, T, 7) F(N, T, 8)
@@ -123,8 +123,11 @@ QD_FNS(QD_VALUES_FN, q50, SDPA_Q5_0)
 QD_FNS(QD_VALUES_FN, q51, SDPA_Q5_1)
 QD_FNS(QD_VALUES_FN, iq4, SDPA_IQ4_NL)
 QD_FNS(QD_VALUES_FN, el, qd_el(w->v_type))
-#define QD_ROW(F, N) {F##_##N##_1, F##_##N##_2, F##_##N##_3, F##_##N##_4,                          \
-                      F##_##N##_5, F##_##N##_6, F##_##N##_7, F##_##N##_8}
+#define QD_ROW(F, N)                                                                               \
+    {                                                                                              \
+        F##_##N##_1, F##_##N##_2, F##_##N##_3, F##_##N##_4, F##_##N##_5, F##_##N##_6, F##_##N##_7, \
+            F##_##N##_8                                                                            \
+    }
 /* [q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, an element type][rows - 1] */
 static qd_scores_fn *const qd_scores_fns[7][8] = {
     QD_ROW(qd_scores, q8),  QD_ROW(qd_scores, q4),  QD_ROW(qd_scores, q41), QD_ROW(qd_scores, q50),
@@ -141,13 +144,20 @@ static qd_values_fn *const qd_values_fns[7][8] = {
 static inline size_t qd_type_ix(sdpa_dtype t)
 {
     switch (t) {
-    case SDPA_Q8_0: return 0;
-    case SDPA_Q4_0: return 1;
-    case SDPA_Q4_1: return 2;
-    case SDPA_Q5_0: return 3;
-    case SDPA_Q5_1: return 4;
-    case SDPA_IQ4_NL: return 5;
-    default: return 6;
+    case SDPA_Q8_0:
+        return 0;
+    case SDPA_Q4_0:
+        return 1;
+    case SDPA_Q4_1:
+        return 2;
+    case SDPA_Q5_0:
+        return 3;
+    case SDPA_Q5_1:
+        return 4;
+    case SDPA_IQ4_NL:
+        return 5;
+    default:
+        return 6;
     }
 }
 static inline size_t qd_rows_ix(size_t R) { return (R < 8 ? R : 8) - 1; }
@@ -180,12 +190,12 @@ static inline void loop_values(qd_ctx *c, const sdpa_rows *w, size_t r0, size_t 
     qd_values_fn *const *fns = qd_values_fns[qd_type_ix(w->v_type)];
     /* rows [a, R) over block keys [ka, kb) (SDPA_PV_TILES) */
 #define QD_VALUES_RUN(a, ka, kb)                                                                   \
-    fns[qd_rows_ix(R - (a))](w, acc + (a) * dv, (ka) ? ones : alpha + (a), S + (a) * lds + (ka),  \
-                             lds, j0 + (ka), (kb) - (ka), kend)
+    fns[qd_rows_ix(R - (a))](w, acc + (a)*dv, (ka) ? ones : alpha + (a), S + (a)*lds + (ka), lds,  \
+                             j0 + (ka), (kb) - (ka), kend)
     SDPA_PV_TILES(w, w->kv_limit + r0, 0, R, j0, nb, QD_VALUES_RUN);
 #undef QD_VALUES_RUN
 }
 
-#define SDPA_LOOP_FN SDPA_QD_FN
+#define SDPA_LOOP_FN  SDPA_QD_FN
 #define SDPA_LOOP_CTX qd_ctx
 #include "rows_loop.h"

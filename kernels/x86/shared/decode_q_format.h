@@ -49,8 +49,8 @@ SDPA_INLINE __m256i qd_high_bits32(uint32_t h)
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
     return _mm256_maskz_mov_epi8((__mmask32)h, _mm256_set1_epi8(16));
 #else
-    const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1,
-                                         2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
+    const __m256i sel = _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2,
+                                         2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3);
     const __m256i bit = _mm256_set1_epi64x(0x8040201008040201LL);
     const __m256i t = _mm256_and_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), sel), bit);
     return _mm256_and_si256(_mm256_cmpeq_epi8(t, bit), _mm256_set1_epi8(16));
@@ -91,8 +91,10 @@ SDPA_INLINE __m256 qd_load_float(sdpa_dtype type, const void *row, size_t c, siz
 {
     if (n < 8) {
         float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        if (type == SDPA_F32) memcpy(t, (const float *)row + c, n * sizeof *t);
-        else sdpa_row_to_f32((const uint16_t *)row + c, type, 0, 0, n, t);
+        if (type == SDPA_F32)
+            memcpy(t, (const float *)row + c, n * sizeof *t);
+        else
+            sdpa_row_to_f32((const uint16_t *)row + c, type, 0, 0, n, t);
         return _mm256_loadu_ps(t);
     }
     if (type == SDPA_F32) return _mm256_loadu_ps((const float *)row + c);
@@ -211,13 +213,26 @@ static inline void qd_dequant(sdpa_dtype type, const void *src, float *dst, size
 {
     const unsigned char *s = (const unsigned char *)src;
     switch (type) {
-    case SDPA_Q8_0: qd_dequant_t(SDPA_Q8_0, s, dst, n); break;
-    case SDPA_Q4_0: qd_dequant_t(SDPA_Q4_0, s, dst, n); break;
-    case SDPA_Q4_1: qd_dequant_t(SDPA_Q4_1, s, dst, n); break;
-    case SDPA_Q5_0: qd_dequant_t(SDPA_Q5_0, s, dst, n); break;
-    case SDPA_Q5_1: qd_dequant_t(SDPA_Q5_1, s, dst, n); break;
-    case SDPA_IQ4_NL: qd_dequant_t(SDPA_IQ4_NL, s, dst, n); break;
-    default: break;
+    case SDPA_Q8_0:
+        qd_dequant_t(SDPA_Q8_0, s, dst, n);
+        break;
+    case SDPA_Q4_0:
+        qd_dequant_t(SDPA_Q4_0, s, dst, n);
+        break;
+    case SDPA_Q4_1:
+        qd_dequant_t(SDPA_Q4_1, s, dst, n);
+        break;
+    case SDPA_Q5_0:
+        qd_dequant_t(SDPA_Q5_0, s, dst, n);
+        break;
+    case SDPA_Q5_1:
+        qd_dequant_t(SDPA_Q5_1, s, dst, n);
+        break;
+    case SDPA_IQ4_NL:
+        qd_dequant_t(SDPA_IQ4_NL, s, dst, n);
+        break;
+    default:
+        break;
     }
 }
 

@@ -16,7 +16,7 @@
    then for q4_1 and q5_1 the fast scores' qd * sum(q) of each row's blocks (qm: qz's layout,
    only lane 0 of each block's 8 set, so that the sum enters once per block). */
 #define QD_WS_QM(R, d)                                                                             \
-    ((R) * sdpa_round16(DECODE_Q_BLOCK) + sdpa_round16(R) + sdpa_round16((R) * (d) / 4 + 1) +      \
+    ((R)*sdpa_round16(DECODE_Q_BLOCK) + sdpa_round16(R) + sdpa_round16((R) * (d) / 4 + 1) +        \
      sdpa_round16((R) * ((d) / 4 + 16)))
 #define QD_WS_FLOATS(R, d) (QD_WS_QM(R, d) + sdpa_round16((R) * ((d) / 4 + 16)))
 
@@ -32,19 +32,22 @@ SDPA_INLINE void qd_score_tile(int R, int NK, sdpa_dtype kt, const float *q, siz
         for (size_t b = 0; b < d / SDPA_QK; b++) {
             __m256 dk[8], ck[8];
             qd_src src[8];
-            SDPA_UNROLL for (int i = 0; i < NK; i++) {
+            SDPA_UNROLL for (int i = 0; i < NK; i++)
+            {
                 qd_scales8(kt, kr[i] + b * bb, &dk[i], &ck[i]);
                 src[i] = qd_prepare(kt, kr[i] + b * bb);
             }
-            SDPA_UNROLL for (int t = 0; t < 4; t++) {
+            SDPA_UNROLL for (int t = 0; t < 4; t++)
+            {
                 __m256 kv[8];
-                SDPA_UNROLL for (int i = 0; i < NK; i++)
-                    kv[i] = qd_x8(kt, &src[i], t, dk[i], ck[i]);
-                SDPA_UNROLL for (int r = 0; r < R; r++) {
+                SDPA_UNROLL for (int i = 0; i < NK; i++) kv[i] =
+                    qd_x8(kt, &src[i], t, dk[i], ck[i]);
+                SDPA_UNROLL for (int r = 0; r < R; r++)
+                {
                     __m256 qv = _mm256_loadu_ps(q + (size_t)r * d + b * SDPA_QK + 8 * (size_t)t);
                     if (NK > 1) __asm__("" : "+x"(qv)); /* one load per query vector */
-                    SDPA_UNROLL for (int i = 0; i < NK; i++)
-                        a[r * NK + i] = _mm256_fmadd_ps(qv, kv[i], a[r * NK + i]);
+                    SDPA_UNROLL for (int i = 0; i < NK; i++) a[r * NK + i] =
+                        _mm256_fmadd_ps(qv, kv[i], a[r * NK + i]);
                 }
             }
         }
@@ -53,10 +56,11 @@ SDPA_INLINE void qd_score_tile(int R, int NK, sdpa_dtype kt, const float *q, siz
             const size_t n = d - c < 8 ? d - c : 8;
             __m256 kv[8];
             SDPA_UNROLL for (int i = 0; i < NK; i++) kv[i] = qd_load_float(kt, kr[i], c, n);
-            SDPA_UNROLL for (int r = 0; r < R; r++) {
+            SDPA_UNROLL for (int r = 0; r < R; r++)
+            {
                 const __m256 qv = qd_load_float(SDPA_F32, q + (size_t)r * d, c, n);
-                SDPA_UNROLL for (int i = 0; i < NK; i++)
-                    a[r * NK + i] = _mm256_fmadd_ps(qv, kv[i], a[r * NK + i]);
+                SDPA_UNROLL for (int i = 0; i < NK; i++) a[r * NK + i] =
+                    _mm256_fmadd_ps(qv, kv[i], a[r * NK + i]);
             }
         }
     }
@@ -78,18 +82,21 @@ SDPA_INLINE void qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *qq
     const size_t bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
     (void)qq, (void)qu, (void)qm, (void)zr;
     for (size_t b = 0; b < nbk; b++) {
-        SDPA_UNROLL for (int i = 0; i < NK; i++) {
+        SDPA_UNROLL for (int i = 0; i < NK; i++)
+        {
             const unsigned char *kb = kr[i] + b * bb;
             __m256 dk, mk;
             qd_scales8(kt, kb, &dk, &mk);
             const __m256i k8 = qd_quants32(kt, kb);
 #if SDPA_QD_VNNI
-            const __m256i c0 = _mm256_sub_epi32(_mm256_setzero_si256(),
+            const __m256i c0 = _mm256_sub_epi32(
+                _mm256_setzero_si256(),
                 _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), k8));
 #else
             const __m256i ak = _mm256_sign_epi8(k8, k8);
 #endif
-            SDPA_UNROLL for (int r = 0; r < R; r++) {
+            SDPA_UNROLL for (int r = 0; r < R; r++)
+            {
 #if SDPA_QD_VNNI
                 const __m256i u8 = _mm256_loadu_si256(
                     (const __m256i *)(const void *)(qu + (size_t)r * d + b * SDPA_QK));
@@ -117,8 +124,8 @@ SDPA_INLINE void qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_t 
                               size_t n, const unsigned char **kr)
 {
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
-    SDPA_UNROLL for (int i = 0; i < NK; i++)
-        kr[i] = qd_row(w->k, kt, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
+    SDPA_UNROLL for (int i = 0; i < NK; i++) kr[i] =
+        qd_row(w->k, kt, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
     for (size_t i = 0; i < n; i++)
         if (j0 + j + i + DECODE_Q_PF_KEYS < kend)
             qd_request(w->k, kt, w->k_stride, j0 + j + i + DECODE_Q_PF_KEYS, w->d);
@@ -135,7 +142,6 @@ SDPA_INLINE void qd_tile_store(int R, int NK, const float *out, size_t n, float 
 
 #ifdef __AVX512F__
 /* --- 512-bit forms (the avx512 files): a block is two vectors ----------------------------- */
-
 
 /* Exact scores of R rows (padded to RP in {1, 2, 4, 8} by repeating the last; the padding is
    computed, never stored) against keys [j0, j0 + nb) of a quantized K, tiles of NK = 16 / RP
@@ -155,14 +161,17 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
         __m512 a[16];
         SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
         for (size_t b = 0; b < d / SDPA_QK; b++) {
-            SDPA_UNROLL for (int i = 0; i < NK; i++) {
+            SDPA_UNROLL for (int i = 0; i < NK; i++)
+            {
                 const unsigned char *kb = kr[i] + b * bb;
                 __m512 dk, ck;
                 qd_scales16(kt, kb, &dk, &ck);
                 const qd_src src = qd_prepare(kt, kb);
-                SDPA_UNROLL for (int h = 0; h < 2; h++) {
+                SDPA_UNROLL for (int h = 0; h < 2; h++)
+                {
                     const __m512 kv = qd_x16(kt, &src, h, dk, ck);
-                    SDPA_UNROLL for (int r = 0; r < RP; r++) {
+                    SDPA_UNROLL for (int r = 0; r < RP; r++)
+                    {
                         const __m512 qv = _mm512_loadu_ps(qr[r] + b * SDPA_QK + 16 * (size_t)h);
                         a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qv, kv, a[PERM16(r * NK + i)]);
                     }
@@ -182,8 +191,8 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
    pmaddubsw on |k| and the quants negated where k < 0. An odd last block takes 256 bits.
    q4_1 and q5_1 add m_k times qm (qd_score_tile_i8). */
 SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, const uint8_t *qu,
-                                  const float *qz, const float *qm, size_t j0, size_t nb,
-                                  float *S, size_t lds)
+                                  const float *qz, const float *qm, size_t j0, size_t nb, float *S,
+                                  size_t lds)
 {
     const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
     const size_t d = w->d, bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
@@ -199,7 +208,8 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
         SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
         size_t b = 0;
         for (; b + 2 <= nbk; b += 2) {
-            SDPA_UNROLL for (int i = 0; i < NK; i++) {
+            SDPA_UNROLL for (int i = 0; i < NK; i++)
+            {
                 const unsigned char *k0 = kr[i] + b * bb, *k1 = k0 + bb;
                 const __m512i k = _mm512_inserti64x4(_mm512_castsi256_si512(qd_quants32(kt, k0)),
                                                      qd_quants32(kt, k1), 1);
@@ -210,13 +220,15 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
                 const __m512 mk = _mm512_insertf32x8(_mm512_castps256_ps512(m0), m1, 1);
                 (void)mk;
 #if SDPA_QD_VNNI
-                const __m512i c0 = _mm512_sub_epi32(_mm512_setzero_si512(),
+                const __m512i c0 = _mm512_sub_epi32(
+                    _mm512_setzero_si512(),
                     _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), k));
 #else
                 const __m512i ak = _mm512_abs_epi8(k);
                 const __mmask64 neg = _mm512_movepi8_mask(k);
 #endif
-                SDPA_UNROLL for (int r = 0; r < RP; r++) {
+                SDPA_UNROLL for (int r = 0; r < RP; r++)
+                {
 #if SDPA_QD_VNNI
                     const __m512i u =
                         _mm512_loadu_si512((const void *)(qu + rr[r] * d + b * SDPA_QK));
@@ -233,20 +245,21 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
                     a[PERM16(r * NK + i)] =
                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, a[PERM16(r * NK + i)]);
                     if (sdpa_dtype_has_min(kt))
-                        a[PERM16(r * NK + i)] = _mm512_fmadd_ps(
-                            mk, _mm512_loadu_ps(qm + rr[r] * zr + b / 2 * 16),
-                            a[PERM16(r * NK + i)]);
+                        a[PERM16(r * NK + i)] =
+                            _mm512_fmadd_ps(mk, _mm512_loadu_ps(qm + rr[r] * zr + b / 2 * 16),
+                                            a[PERM16(r * NK + i)]);
                 }
             }
         }
-        if (b < nbk)
-            SDPA_UNROLL for (int i = 0; i < NK; i++) {
+        if (b < nbk) SDPA_UNROLL for (int i = 0; i < NK; i++)
+            {
                 const unsigned char *kb = kr[i] + b * bb;
                 const __m256i k8 = qd_quants32(kt, kb);
                 __m256 dk, mk;
                 qd_scales8(kt, kb, &dk, &mk);
                 const __m256i ak = _mm256_sign_epi8(k8, k8);
-                SDPA_UNROLL for (int r = 0; r < RP; r++) {
+                SDPA_UNROLL for (int r = 0; r < RP; r++)
+                {
                     const __m256i q8 = _mm256_loadu_si256(
                         (const __m256i *)(const void *)(w->qq + rr[r] * d + b * SDPA_QK));
                     const __m256i p = _mm256_madd_epi16(
@@ -273,11 +286,11 @@ SDPA_INLINE void qd_pv_block_z(int R, sdpa_dtype vt, float *acc, size_t dv, cons
                                size_t c0)
 {
     __m512 a[16];
-    SDPA_UNROLL for (int r = 0; r < R; r++) {
+    SDPA_UNROLL for (int r = 0; r < R; r++)
+    {
         const __m512 s = _mm512_set1_ps(al[r]);
-        SDPA_UNROLL for (int h = 0; h < 2; h++)
-            a[2 * r + h] =
-                _mm512_mul_ps(s, _mm512_loadu_ps(acc + (size_t)r * dv + c0 + 16 * (size_t)h));
+        SDPA_UNROLL for (int h = 0; h < 2; h++) a[2 * r + h] =
+            _mm512_mul_ps(s, _mm512_loadu_ps(acc + (size_t)r * dv + c0 + 16 * (size_t)h));
     }
     const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)c0);
     for (size_t j = 0; j < n; j++) {
@@ -286,15 +299,15 @@ SDPA_INLINE void qd_pv_block_z(int R, sdpa_dtype vt, float *acc, size_t dv, cons
         qd_scales16(vt, b, &dv16, &cv16);
         const qd_src src = qd_prepare(vt, b);
         const __m512 x0 = qd_x16(vt, &src, 0, dv16, cv16), x1 = qd_x16(vt, &src, 1, dv16, cv16);
-        SDPA_UNROLL for (int r = 0; r < R; r++) {
+        SDPA_UNROLL for (int r = 0; r < R; r++)
+        {
             const __m512 p = _mm512_set1_ps(P[(size_t)r * lds + j]);
             a[2 * r] = _mm512_fmadd_ps(p, x0, a[2 * r]);
             a[2 * r + 1] = _mm512_fmadd_ps(p, x1, a[2 * r + 1]);
         }
     }
-    SDPA_UNROLL for (int r = 0; r < R; r++)
-        SDPA_UNROLL for (int h = 0; h < 2; h++)
-            _mm512_storeu_ps(acc + (size_t)r * dv + c0 + 16 * (size_t)h, a[2 * r + h]);
+    SDPA_UNROLL for (int r = 0; r < R; r++) SDPA_UNROLL for (int h = 0; h < 2; h++)
+        _mm512_storeu_ps(acc + (size_t)r * dv + c0 + 16 * (size_t)h, a[2 * r + h]);
 }
 #endif
 
@@ -336,9 +349,11 @@ SDPA_INLINE void qd_pv_panel(int R, int NC, sdpa_dtype vt, float *acc, size_t dv
 {
     __m256 a[16];
     const size_t left = dv - c0;
-    SDPA_UNROLL for (int r = 0; r < R; r++) {
+    SDPA_UNROLL for (int r = 0; r < R; r++)
+    {
         const __m256 s = _mm256_broadcast_ss(al + r);
-        SDPA_UNROLL for (int t = 0; t < NC; t++) {
+        SDPA_UNROLL for (int t = 0; t < NC; t++)
+        {
             const size_t cnt = left - 8 * (size_t)t < 8 ? left - 8 * (size_t)t : 8;
             const __m256 o = qd_load_float(SDPA_F32, acc + (size_t)r * dv, c0 + 8 * (size_t)t, cnt);
             a[r * NC + t] = _mm256_mul_ps(s, o);
@@ -346,27 +361,29 @@ SDPA_INLINE void qd_pv_panel(int R, int NC, sdpa_dtype vt, float *acc, size_t dv
     }
     for (size_t j = 0; j < n; j++) {
         __m256 x[4];
-        SDPA_UNROLL for (int t = 0; t < NC; t++) {
+        SDPA_UNROLL for (int t = 0; t < NC; t++)
+        {
             const size_t cnt = left - 8 * (size_t)t < 8 ? left - 8 * (size_t)t : 8;
             x[t] = qd_load_float(vt, rv[j], c0 + 8 * (size_t)t, cnt);
         }
-        SDPA_UNROLL for (int r = 0; r < R; r++) {
+        SDPA_UNROLL for (int r = 0; r < R; r++)
+        {
             const __m256 p = _mm256_broadcast_ss(P + (size_t)r * lds + j);
-            SDPA_UNROLL for (int t = 0; t < NC; t++)
-                a[r * NC + t] = _mm256_fmadd_ps(p, x[t], a[r * NC + t]);
+            SDPA_UNROLL for (int t = 0; t < NC; t++) a[r * NC + t] =
+                _mm256_fmadd_ps(p, x[t], a[r * NC + t]);
         }
     }
-    SDPA_UNROLL for (int r = 0; r < R; r++)
-        SDPA_UNROLL for (int t = 0; t < NC; t++) {
-            const size_t c = c0 + 8 * (size_t)t;
-            if (left >= 8 * (size_t)t + 8) {
-                _mm256_storeu_ps(acc + (size_t)r * dv + c, a[r * NC + t]);
-            } else {
-                float tmp[8];
-                _mm256_storeu_ps(tmp, a[r * NC + t]);
-                memcpy(acc + (size_t)r * dv + c, tmp, (left - 8 * (size_t)t) * sizeof *tmp);
-            }
+    SDPA_UNROLL for (int r = 0; r < R; r++) SDPA_UNROLL for (int t = 0; t < NC; t++)
+    {
+        const size_t c = c0 + 8 * (size_t)t;
+        if (left >= 8 * (size_t)t + 8) {
+            _mm256_storeu_ps(acc + (size_t)r * dv + c, a[r * NC + t]);
+        } else {
+            float tmp[8];
+            _mm256_storeu_ps(tmp, a[r * NC + t]);
+            memcpy(acc + (size_t)r * dv + c, tmp, (left - 8 * (size_t)t) * sizeof *tmp);
         }
+    }
 }
 
 /* The same for a quantized V whose dv is a multiple of 32: whole vectors, no element type. */
@@ -375,11 +392,11 @@ SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, sdpa_dtype vt, float *acc,
                                const unsigned char *const *rv, size_t n, size_t c0)
 {
     __m256 a[16];
-    SDPA_UNROLL for (int r = 0; r < R; r++) {
+    SDPA_UNROLL for (int r = 0; r < R; r++)
+    {
         const __m256 s = _mm256_broadcast_ss(al + r);
-        SDPA_UNROLL for (int t = 0; t < NC; t++)
-            a[r * NC + t] =
-                _mm256_mul_ps(s, _mm256_loadu_ps(acc + (size_t)r * dv + c0 + 8 * (size_t)t));
+        SDPA_UNROLL for (int t = 0; t < NC; t++) a[r * NC + t] =
+            _mm256_mul_ps(s, _mm256_loadu_ps(acc + (size_t)r * dv + c0 + 8 * (size_t)t));
     }
     const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)(c0 / SDPA_QK * SDPA_QK));
     for (size_t j = 0; j < n; j++) {
@@ -389,15 +406,15 @@ SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, sdpa_dtype vt, float *acc,
         const qd_src src = qd_prepare(vt, b);
         __m256 x[4];
         SDPA_UNROLL for (int t = 0; t < NC; t++) x[t] = qd_x8(vt, &src, T0 + t, dv8, cv8);
-        SDPA_UNROLL for (int r = 0; r < R; r++) {
+        SDPA_UNROLL for (int r = 0; r < R; r++)
+        {
             const __m256 p = _mm256_broadcast_ss(P + (size_t)r * lds + j);
-            SDPA_UNROLL for (int t = 0; t < NC; t++)
-                a[r * NC + t] = _mm256_fmadd_ps(p, x[t], a[r * NC + t]);
+            SDPA_UNROLL for (int t = 0; t < NC; t++) a[r * NC + t] =
+                _mm256_fmadd_ps(p, x[t], a[r * NC + t]);
         }
     }
-    SDPA_UNROLL for (int r = 0; r < R; r++)
-        SDPA_UNROLL for (int t = 0; t < NC; t++)
-            _mm256_storeu_ps(acc + (size_t)r * dv + c0 + 8 * (size_t)t, a[r * NC + t]);
+    SDPA_UNROLL for (int r = 0; r < R; r++) SDPA_UNROLL for (int t = 0; t < NC; t++)
+        _mm256_storeu_ps(acc + (size_t)r * dv + c0 + 8 * (size_t)t, a[r * NC + t]);
 }
 
 /* Rows [0, R) over keys [0, n) from key j0 (every row sees them), in sub-blocks of
