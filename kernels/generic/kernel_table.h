@@ -148,7 +148,7 @@ typedef struct sdpa_tuning {
     size_t decode_block_few;   /* keys per decode block when few rows stream both K and V ahead */
     size_t decode_pf_keys;     /* software-prefetch distance of the decode streams, in keys */
     size_t decode_pv_kb;       /* keys per decode P·V sub-block (their V rows stay in L1) */
-    size_t decode_q_block;     /* keys per block of the q8_0 / q4_0 decode path (at most) */
+    size_t decode_q_block;     /* keys per block of the block-format decode path (at most) */
     size_t decode_q_pf_keys;   /* software-prefetch distance of that path, in keys */
     size_t decode_q_pv_kb;     /* keys per P·V sub-block of that path (their V rows stay in L1) */
     size_t prefill_block;      /* keys per prefill block (at most; the driver's hint may be less) */
