@@ -57,16 +57,8 @@ int main(void)
     tl_header("exp of every implementation, every float in [-104, 0]");
     uint64_t stride = 1;
     us_parse_stride("SDPA_EXP_STRIDE", &stride);
-    us_set_stride(&sweep, stride);
-    const uint64_t n_values = sweep.n_values, span = sweep.span;
-    if (stride == 1)
-        printf("# SDPA_EXP_STRIDE=1: exhaustive, %llu floats in [-104, -0] plus +0\n",
-               (unsigned long long)n_values);
-    else
-        printf("# SDPA_EXP_STRIDE=%llu: sampling every %lluth float, %llu of %llu in [-104, -0] "
-               "plus +0\n",
-               (unsigned long long)stride, (unsigned long long)stride, (unsigned long long)n_values,
-               (unsigned long long)span);
+    us_set_stride_and_say(&sweep, stride, "SDPA_EXP_STRIDE", "[-104, -0] plus +0");
+    const uint64_t n_values = sweep.n_values;
 
     tl_for_each_impl("exp special values", test_special);
 

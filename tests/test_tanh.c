@@ -202,16 +202,8 @@ int main(void)
         stride = 4 * stride + 1;
         stride_from = "4 SDPA_EXP_STRIDE + 1";
     }
-    us_set_stride(&sweep, stride);
-    const uint64_t n_values = sweep.n_values, span = sweep.span;
-    if (stride == 1)
-        printf("# exhaustive: %llu floats in [+0, FLT_MAX] and their negations\n",
-               (unsigned long long)n_values);
-    else
-        printf("# stride %llu (%s): sampling every %lluth float, %llu of %llu in [+0, FLT_MAX] "
-               "and their negations\n",
-               (unsigned long long)stride, stride_from, (unsigned long long)stride,
-               (unsigned long long)n_values, (unsigned long long)span);
+    us_set_stride_and_say(&sweep, stride, stride_from, "[+0, FLT_MAX] and their negations");
+    const uint64_t n_values = sweep.n_values;
 
     tl_for_each_impl("tanh special values", test_special);
 

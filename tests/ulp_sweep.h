@@ -90,6 +90,21 @@ static inline void us_set_stride(us_sweep *s, uint64_t stride)
     s->n_chunks = (s->n_values + US_CHUNK - 1) / US_CHUNK;
 }
 
+/* Sets the stride and prints the plan: "exhaustive", or the stride, where it came from
+   (stride_from) and how many of the span's values it samples; range names the values swept. */
+static inline void us_set_stride_and_say(us_sweep *s, uint64_t stride, const char *stride_from,
+                                         const char *range)
+{
+    us_set_stride(s, stride);
+    if (stride == 1)
+        printf("# exhaustive (%s): %llu floats in %s\n", stride_from,
+               (unsigned long long)s->n_values, range);
+    else
+        printf("# stride %llu (%s): sampling every %lluth float, %llu of %llu in %s\n",
+               (unsigned long long)stride, stride_from, (unsigned long long)stride,
+               (unsigned long long)s->n_values, (unsigned long long)s->span, range);
+}
+
 /* 1 / ulp(e) as an exact power of two, from the exponent field of e >= 0 (0 and doubles below
    2^-126 get the subnormal spacing's). */
 US_NOT_SANITIZED static inline double us_inv_ulp(double e)
