@@ -172,6 +172,16 @@ bool is_reference(const sdpa_impl *impl)
     return impl && sdpa_impl_requires_key(impl, 0) == nullptr;
 }
 
+std::vector<const sdpa_impl *> runnable_impls(bool simd_only)
+{
+    std::vector<const sdpa_impl *> out;
+    for (size_t i = 0; i < sdpa_impl_count(); i++) {
+        const sdpa_impl *impl = sdpa_impl_at(i);
+        if (sdpa_impl_supported(impl) && !(simd_only && is_reference(impl))) out.push_back(impl);
+    }
+    return out;
+}
+
 double seconds_since(std::chrono::steady_clock::time_point t0)
 {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
