@@ -90,21 +90,6 @@ static inline void us_set_stride(us_sweep *s, uint64_t stride)
     s->n_chunks = (s->n_values + US_CHUNK - 1) / US_CHUNK;
 }
 
-/* Sets the stride and prints the plan: "exhaustive", or the stride, where it came from
-   (stride_from) and how many of the span's values it samples; range names the values swept. */
-static inline void us_set_stride_and_say(us_sweep *s, uint64_t stride, const char *stride_from,
-                                         const char *range)
-{
-    us_set_stride(s, stride);
-    if (stride == 1)
-        printf("# exhaustive (%s): %llu floats in %s\n", stride_from,
-               (unsigned long long)s->n_values, range);
-    else
-        printf("# stride %llu (%s): sampling every %lluth float, %llu of %llu in %s\n",
-               (unsigned long long)stride, stride_from, (unsigned long long)stride,
-               (unsigned long long)s->n_values, (unsigned long long)s->span, range);
-}
-
 /* 1 / ulp(e) as an exact power of two, from the exponent field of e >= 0 (0 and doubles below
    2^-126 get the subnormal spacing's). */
 US_NOT_SANITIZED static inline double us_inv_ulp(double e)
@@ -233,6 +218,40 @@ static inline bool us_run(us_sweep *s)
     }
     for (size_t t = 0; t < US_THREADS; t++) pthread_join(th[t], NULL);
     return true;
+}
+
+/* A sweep test's main up to its reports: sets the stride and prints the plan (exhaustive, or
+   the stride, where it came from and how many of the span's values it samples; range names the
+   values swept), runs the special-value test on every implementation, then the sweep. */
+static inline bool us_plan_and_run(us_sweep *s, uint64_t stride, const char *stride_from,
+                                   const char *range, const char *special_name, tl_impl_fn special)
+{
+    us_set_stride(s, stride);
+    if (stride == 1)
+        printf("# exhaustive (%s): %llu floats in %s\n", stride_from,
+               (unsigned long long)s->n_values, range);
+    else
+        printf("# stride %llu (%s): sampling every %lluth float, %llu of %llu in %s\n",
+               (unsigned long long)stride, stride_from, (unsigned long long)stride,
+               (unsigned long long)s->n_values, (unsigned long long)s->span, range);
+    tl_for_each_impl(special_name, special);
+    return us_run(s);
+}
+
+/* The reports, in registry order: report(impl, m) for a supported implementation, m its index
+   among them (into the sweep's results); every test point of points a SKIP for the others. */
+static inline void us_report_each(const char *const *points, size_t n_points,
+                                  void (*report)(const sdpa_impl *impl, size_t m))
+{
+    size_t m = 0;
+    for (size_t i = 0; i < sdpa_impl_count(); i++) {
+        const sdpa_impl *impl = sdpa_impl_at(i);
+        if (sdpa_impl_supported(impl))
+            report(impl, m++);
+        else
+            for (size_t t = 0; t < n_points; t++)
+                tl_skip(points[t], sdpa_impl_name(impl), "not supported by this CPU or OS");
+    }
 }
 
 /* Appends to a list of shown entries (dst, counting have so far) what fits of the n entries of
