@@ -19,6 +19,15 @@
    once per block or run of tiles: expanded in place at every call site, the specialisations
    would make functions whose compile time grows faster than their size. */
 #define SDPA_NOINLINE static __attribute__((noinline))
+/* The cases 1 to N of a switch over a small count, each calling X(n) with its constant n, so
+   that every count gets its own specialisation; the caller writes the default. */
+#define SDPA_CASE(X, n)                                                                            \
+    case n:                                                                                        \
+        X(n);                                                                                      \
+        break;
+#define SDPA_CASES3(X) SDPA_CASE(X, 1) SDPA_CASE(X, 2) SDPA_CASE(X, 3)
+#define SDPA_CASES6(X) SDPA_CASES3(X) SDPA_CASE(X, 4) SDPA_CASE(X, 5) SDPA_CASE(X, 6)
+#define SDPA_CASES7(X) SDPA_CASES6(X) SDPA_CASE(X, 7)
 
 /* n rounded up to a multiple of 16 floats (64 bytes: scratch sub-buffers start on a line). */
 static inline size_t sdpa_round16(size_t n) { return (n + 15) & ~(size_t)15; }

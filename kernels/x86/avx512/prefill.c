@@ -46,6 +46,20 @@ static void convert_rows(const void *src, sdpa_dtype t, ptrdiff_t stride, size_t
     }
 }
 
+/* Rows [j0, j0 + nb) of a K/V view as f32 rows, their stride in *rs: the view's own rows when
+   it is f32, else converted into dst (convert_rows). */
+SDPA_INLINE const float *f32_rows(const void *src, sdpa_dtype t, ptrdiff_t stride, size_t j0,
+                                  size_t nb, size_t n, float *dst, size_t ld, ptrdiff_t *rs)
+{
+    if (t == SDPA_F32) {
+        *rs = stride;
+        return (const float *)src + sdpa_row_off(stride, j0);
+    }
+    convert_rows(src, t, stride, j0, nb, n, dst, ld);
+    *rs = (ptrdiff_t)ld;
+    return dst;
+}
+
 /* Sᵀ tile: st[i][0..16*NV) = sum_c k[i][c] * qt[c][0..16*NV) for 16 NV query rows (NV
    vectors) and NK keys i (key index j + i within the block). qt is a Qᵀ panel [d][pw]; each
    step broadcasts NK key elements against NV query vectors. With masking on, a key at or past a
@@ -240,28 +254,13 @@ static void pv_avx512_6x64(size_t mr, float *acc, size_t dv, size_t c0, const fl
         pv_avx512_tile(PV_MR, 1, acc, dv, c0, alpha, P, pw, v, vs, nk);
         return;
     }
+#define PV_TILE(m) pv_avx512_tile(m, 0, acc, dv, c0, alpha, P, pw, v, vs, nk)
     switch (mr) {
-    case 1:
-        pv_avx512_tile(1, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
-        break;
-    case 2:
-        pv_avx512_tile(2, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
-        break;
-    case 3:
-        pv_avx512_tile(3, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
-        break;
-    case 4:
-        pv_avx512_tile(4, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
-        break;
-    case 5:
-        pv_avx512_tile(5, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
-        break;
-    case 6:
-        pv_avx512_tile(6, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
-        break;
+        SDPA_CASES6(PV_TILE)
     default:
         break;
     }
+#undef PV_TILE
 }
 
 /* The online softmax of one 16-row vector of a panel's Sᵀ (stride pw), keys [0, nk), whose
@@ -400,26 +399,11 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
             const size_t L = w->kv_limit[r < R ? r : R - 1];
             lim[r] = (int32_t)(L <= j0 ? 0 : sdpa_min(nb, L - j0));
         }
-        const float *kr, *vr;
         ptrdiff_t ks, vs;
         /* the last row sees the most keys: nothing past its limit is converted or read */
         const size_t nmax = (size_t)lim[R - 1];
-        if (w->k_type == SDPA_F32) {
-            kr = (const float *)w->k + sdpa_row_off(w->k_stride, j0);
-            ks = w->k_stride;
-        } else {
-            convert_rows(w->k, w->k_type, w->k_stride, j0, nmax, d, kc, dp);
-            kr = kc;
-            ks = (ptrdiff_t)dp;
-        }
-        if (w->v_type == SDPA_F32) {
-            vr = (const float *)w->v + sdpa_row_off(w->v_stride, j0);
-            vs = w->v_stride;
-        } else {
-            convert_rows(w->v, w->v_type, w->v_stride, j0, nmax, dv, vc, dvp);
-            vr = vc;
-            vs = (ptrdiff_t)dvp;
-        }
+        const float *kr = f32_rows(w->k, w->k_type, w->k_stride, j0, nmax, d, kc, dp, &ks);
+        const float *vr = f32_rows(w->v, w->v_type, w->v_stride, j0, nmax, dv, vc, dvp, &vs);
 
         for (size_t p0 = 0; p0 < Rp; p0 += PREFILL_PANEL) {
             const size_t pw = sdpa_min(PREFILL_PANEL, Rp - p0);
