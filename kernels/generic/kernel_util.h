@@ -28,6 +28,19 @@
 #define SDPA_CASES3(X) SDPA_CASE(X, 1) SDPA_CASE(X, 2) SDPA_CASE(X, 3)
 #define SDPA_CASES6(X) SDPA_CASES3(X) SDPA_CASE(X, 4) SDPA_CASE(X, 5) SDPA_CASE(X, 6)
 #define SDPA_CASES7(X) SDPA_CASES6(X) SDPA_CASE(X, 7)
+/* A switch calling X(T) with t's block format T as a constant (SDPA_Q8_0 for q8_0 and every
+   type not listed), so that each format gets its own instance. */
+#define SDPA_FORMAT_SWITCH(t, X)                                                                   \
+    switch (t) {                                                                                   \
+        SDPA_CASE(X, SDPA_Q4_0)                                                                    \
+        SDPA_CASE(X, SDPA_Q4_1)                                                                    \
+        SDPA_CASE(X, SDPA_Q5_0)                                                                    \
+        SDPA_CASE(X, SDPA_Q5_1)                                                                    \
+        SDPA_CASE(X, SDPA_IQ4_NL)                                                                  \
+    default:                                                                                       \
+        X(SDPA_Q8_0);                                                                              \
+        break;                                                                                     \
+    }
 
 /* n rounded up to a multiple of 16 floats (64 bytes: scratch sub-buffers start on a line). */
 static inline size_t sdpa_round16(size_t n) { return (n + 15) & ~(size_t)15; }
