@@ -46,20 +46,6 @@ static void convert_rows(const void *src, sdpa_dtype t, ptrdiff_t stride, size_t
     }
 }
 
-/* Rows [j0, j0 + nb) of a K/V view as f32 rows, their stride in *rs: the view's own rows when
-   it is f32, else converted into dst (convert_rows). */
-SDPA_INLINE const float *f32_rows(const void *src, sdpa_dtype t, ptrdiff_t stride, size_t j0,
-                                  size_t nb, size_t n, float *dst, size_t ld, ptrdiff_t *rs)
-{
-    if (t == SDPA_F32) {
-        *rs = stride;
-        return (const float *)src + sdpa_row_off(stride, j0);
-    }
-    convert_rows(src, t, stride, j0, nb, n, dst, ld);
-    *rs = (ptrdiff_t)ld;
-    return dst;
-}
-
 /* Sᵀ tile: st[i][0..16*NV) = sum_c k[i][c] * qt[c][0..16*NV) for 16 NV query rows (NV
    vectors) and NK keys i (key index j + i within the block). qt is a Qᵀ panel [d][pw]; each
    step broadcasts NK key elements against NV query vectors. With masking on, a key at or past a
@@ -399,11 +385,26 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
             const size_t L = w->kv_limit[r < R ? r : R - 1];
             lim[r] = (int32_t)(L <= j0 ? 0 : sdpa_min(nb, L - j0));
         }
+        const float *kr, *vr;
         ptrdiff_t ks, vs;
         /* the last row sees the most keys: nothing past its limit is converted or read */
         const size_t nmax = (size_t)lim[R - 1];
-        const float *kr = f32_rows(w->k, w->k_type, w->k_stride, j0, nmax, d, kc, dp, &ks);
-        const float *vr = f32_rows(w->v, w->v_type, w->v_stride, j0, nmax, dv, vc, dvp, &vs);
+        if (w->k_type == SDPA_F32) {
+            kr = (const float *)w->k + sdpa_row_off(w->k_stride, j0);
+            ks = w->k_stride;
+        } else {
+            convert_rows(w->k, w->k_type, w->k_stride, j0, nmax, d, kc, dp);
+            kr = kc;
+            ks = (ptrdiff_t)dp;
+        }
+        if (w->v_type == SDPA_F32) {
+            vr = (const float *)w->v + sdpa_row_off(w->v_stride, j0);
+            vs = w->v_stride;
+        } else {
+            convert_rows(w->v, w->v_type, w->v_stride, j0, nmax, dv, vc, dvp);
+            vr = vc;
+            vs = (ptrdiff_t)dvp;
+        }
 
         for (size_t p0 = 0; p0 < Rp; p0 += PREFILL_PANEL) {
             const size_t pw = sdpa_min(PREFILL_PANEL, Rp - p0);
