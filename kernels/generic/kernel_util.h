@@ -28,6 +28,35 @@
 #define SDPA_CASES3(X) SDPA_CASE(X, 1) SDPA_CASE(X, 2) SDPA_CASE(X, 3)
 #define SDPA_CASES6(X) SDPA_CASES3(X) SDPA_CASE(X, 4) SDPA_CASE(X, 5) SDPA_CASE(X, 6)
 #define SDPA_CASES7(X) SDPA_CASES6(X) SDPA_CASE(X, 7)
+/* The row switch of a tile of 1 to 4 rows (mr): the statement FOUR for 4 rows, else X(3), X(2)
+   or X(1), the row count a constant in each. */
+#define SDPA_ROWS4_SWITCH(mr, FOUR, X)                                                             \
+    switch (mr) {                                                                                  \
+    case 4:                                                                                        \
+        FOUR;                                                                                      \
+        break;                                                                                     \
+        SDPA_CASE(X, 3)                                                                            \
+        SDPA_CASE(X, 2)                                                                            \
+    default:                                                                                       \
+        X(1);                                                                                      \
+        break;                                                                                     \
+    }
+/* A switch over a storage type t with the type as a constant in each case: ELEM(T) for f16 and
+   bf16 (and f32, the default), QUANT(T) for every block format. */
+#define SDPA_TYPE_SWITCH(t, ELEM, QUANT)                                                           \
+    switch (t) {                                                                                   \
+        SDPA_CASE(ELEM, SDPA_F16)                                                                  \
+        SDPA_CASE(ELEM, SDPA_BF16)                                                                 \
+        SDPA_CASE(QUANT, SDPA_Q8_0)                                                                \
+        SDPA_CASE(QUANT, SDPA_Q4_0)                                                                \
+        SDPA_CASE(QUANT, SDPA_Q4_1)                                                                \
+        SDPA_CASE(QUANT, SDPA_Q5_0)                                                                \
+        SDPA_CASE(QUANT, SDPA_Q5_1)                                                                \
+        SDPA_CASE(QUANT, SDPA_IQ4_NL)                                                              \
+    default:                                                                                       \
+        ELEM(SDPA_F32);                                                                            \
+        break;                                                                                     \
+    }
 /* A switch calling X(T) with t's block format T as a constant (SDPA_Q8_0 for q8_0 and every
    type not listed), so that each format gets its own instance. */
 #define SDPA_FORMAT_SWITCH(t, X)                                                                   \

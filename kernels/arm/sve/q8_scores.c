@@ -154,25 +154,10 @@ void sdpa_score_q8_sve(const int8_t *qq, const float *qd, const float *qs, size_
 #define Q8_TILE2(m) score_q8_sve_mxn(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds, m, 2)
 #define Q8_TILE1(m) score_q8_sve_mxn(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds, m, 1)
             if (W > vl) {
-                switch (mr) {
-                case 4:
-                    score_q8_sve_4x2v(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds);
-                    break;
-                    SDPA_CASE(Q8_TILE2, 3)
-                    SDPA_CASE(Q8_TILE2, 2)
-                default:
-                    Q8_TILE2(1);
-                    break;
-                }
+                SDPA_ROWS4_SWITCH(mr, score_q8_sve_4x2v(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds),
+                                  Q8_TILE2);
             } else {
-                switch (mr) {
-                    SDPA_CASE(Q8_TILE1, 4)
-                    SDPA_CASE(Q8_TILE1, 3)
-                    SDPA_CASE(Q8_TILE1, 2)
-                default:
-                    Q8_TILE1(1);
-                    break;
-                }
+                SDPA_ROWS4_SWITCH(mr, Q8_TILE1(4), Q8_TILE1);
             }
 #undef Q8_TILE1
 #undef Q8_TILE2
