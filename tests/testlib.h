@@ -240,7 +240,6 @@ static inline void tl_fill_sentinel(float *x, size_t n)
     for (size_t i = 0; i < n; i++) x[i] = s;
 }
 
-
 /* unit roundoff of binary32 */
 #define TL_U 0x1p-24
 

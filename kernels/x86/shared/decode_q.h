@@ -110,10 +110,11 @@ typedef void qd_values_fn(const sdpa_rows *w, float *acc, const float *al, const
 #define QD_FNS(F, N, T)                                                                            \
     F(N, T, 1) F(N, T, 2) F(N, T, 3) F(N, T, 4) F(N, T, 5) F(N, T, 6) F(N, T, 7) F(N, T, 8)
 /* X(F, name, type) for every block format in table order, then for the element types (EL) */
+/* clang-format off */
 #define QD_FORMATS(X, F, EL)                                                                       \
-    X(F, q8, SDPA_Q8_0)                                                                            \
-    X(F, q4, SDPA_Q4_0) X(F, q41, SDPA_Q4_1) X(F, q50, SDPA_Q5_0) X(F, q51, SDPA_Q5_1)             \
-        X(F, iq4, SDPA_IQ4_NL) X(F, el, EL)
+    X(F, q8, SDPA_Q8_0) X(F, q4, SDPA_Q4_0) X(F, q41, SDPA_Q4_1) X(F, q50, SDPA_Q5_0)              \
+    X(F, q51, SDPA_Q5_1) X(F, iq4, SDPA_IQ4_NL) X(F, el, EL)
+/* clang-format on */
 QD_FORMATS(QD_FNS, QD_SCORES_FN, qd_el(w->k_type))
 QD_FORMATS(QD_FNS, QD_VALUES_FN, qd_el(w->v_type))
 #define QD_ROW(F, N, T)                                                                            \
