@@ -11,25 +11,18 @@ namespace sdpa_bench
 {
 
 // The shapes of the brief: three prefill (compute-bound) and three decode (memory-bound).
-const std::vector<Shape> &prefill_shapes()
-{
-    static const std::vector<Shape> s = {
-        {"B1_H16_L2048_D128_causal", 1, 16, 16, 2048, 2048, 128, true, SDPA_F32},
-        {"B1_H32_L512_D64_causal", 1, 32, 32, 512, 512, 64, true, SDPA_F32},
-        {"B1_H8_L1024_D128", 1, 8, 8, 1024, 1024, 128, false, SDPA_F32},
-    };
-    return s;
-}
-
-const std::vector<Shape> &decode_shapes()
-{
-    static const std::vector<Shape> s = {
-        {"B1_Hq32_Hkv8_kv32768_D128_f16", 1, 32, 8, 1, 32768, 128, false, SDPA_F16},
-        {"B1_Hq32_Hkv8_kv32768_D128_bf16", 1, 32, 8, 1, 32768, 128, false, SDPA_BF16},
-        {"B1_Hq32_Hkv32_kv16384_D128_f16", 1, 32, 32, 1, 16384, 128, false, SDPA_F16},
-    };
-    return s;
-}
+static const std::vector<Shape> g_prefill_shapes = {
+    {"B1_H16_L2048_D128_causal", 1, 16, 16, 2048, 2048, 128, true, SDPA_F32},
+    {"B1_H32_L512_D64_causal", 1, 32, 32, 512, 512, 64, true, SDPA_F32},
+    {"B1_H8_L1024_D128", 1, 8, 8, 1024, 1024, 128, false, SDPA_F32},
+};
+static const std::vector<Shape> g_decode_shapes = {
+    {"B1_Hq32_Hkv8_kv32768_D128_f16", 1, 32, 8, 1, 32768, 128, false, SDPA_F16},
+    {"B1_Hq32_Hkv8_kv32768_D128_bf16", 1, 32, 8, 1, 32768, 128, false, SDPA_BF16},
+    {"B1_Hq32_Hkv32_kv16384_D128_f16", 1, 32, 32, 1, 16384, 128, false, SDPA_F16},
+};
+const std::vector<Shape> &prefill_shapes() { return g_prefill_shapes; }
+const std::vector<Shape> &decode_shapes() { return g_decode_shapes; }
 
 size_t dtype_bytes(sdpa_dtype t) { return t == SDPA_F32 ? 4 : 2; }
 
@@ -170,6 +163,16 @@ bool requires_feature(const sdpa_impl *impl, const char *key)
 bool is_reference(const sdpa_impl *impl)
 {
     return impl && sdpa_impl_requires_key(impl, 0) == nullptr;
+}
+
+std::vector<const sdpa_impl *> runnable_impls(bool simd_only)
+{
+    std::vector<const sdpa_impl *> out;
+    for (size_t i = 0; i < sdpa_impl_count(); i++) {
+        const sdpa_impl *impl = sdpa_impl_at(i);
+        if (sdpa_impl_supported(impl) && !(simd_only && is_reference(impl))) out.push_back(impl);
+    }
+    return out;
 }
 
 double seconds_since(std::chrono::steady_clock::time_point t0)

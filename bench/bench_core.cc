@@ -9,6 +9,24 @@
 namespace sdpa_bench
 {
 
+// The test tensors of s, or nullptr with the row skipped for want of memory.
+static Tensors *tensors_or_skip(benchmark::State &st, const Shape &s, bool with_scores)
+{
+    Tensors *t = tensors_for(s, with_scores);
+    if (!t) st.SkipWithError("out of memory for the test tensors");
+    return t;
+}
+
+// A read-bound row's share of the read bandwidth `limit` (none where it was not measured), for
+// its mean and fastest call.
+static void bw_counters(benchmark::State &st, double bytes, const BestCall &call, double limit)
+{
+    if (limit <= 0) return;
+    st.counters["pct_bw"] = bytes / call.mean() * 100.0 / limit;
+    st.counters["pct_bw_best"] = bytes / call.best * 100.0 / limit;
+    st.counters["limit_bytes_per_s"] = limit;
+}
+
 // ---- fused attention through sdpa_impl_forward ------------------------------------------
 void register_forward(const char *kind, const sdpa_impl *impl, const Shape &s, size_t threads)
 {
@@ -19,11 +37,8 @@ void register_forward(const char *kind, const sdpa_impl *impl, const Shape &s, s
     benchmark::RegisterBenchmark(
         name.c_str(),
         [=](benchmark::State &st) {
-            Tensors *t = tensors_for(s, false);
-            if (!t) {
-                st.SkipWithError("out of memory for the test tensors");
-                return;
-            }
+            Tensors *t = tensors_or_skip(st, s, false);
+            if (!t) return;
             const sdpa_params p = make_params(s, threads);
             const sdpa_tensor q = dense_view(t->q, SDPA_F32, s.q_heads, s.q_len, s.head_dim);
             const sdpa_tensor k = dense_view(t->k, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
@@ -57,11 +72,7 @@ void register_forward(const char *kind, const sdpa_impl *impl, const Shape &s, s
             if (decode) {
                 const double bytes = shape_kv_bytes(s);
                 st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
-                if (limit > 0) {
-                    st.counters["pct_bw"] = bytes / call.mean() * 100.0 / limit;
-                    st.counters["pct_bw_best"] = bytes / call.best * 100.0 / limit;
-                    st.counters["limit_bytes_per_s"] = limit;
-                }
+                bw_counters(st, bytes, call, limit);
             } else if (limit > 0) {
                 st.counters["pct_peak"] = flops / call.mean() * 100.0 / limit;
                 st.counters["pct_peak_best"] = flops / call.best * 100.0 / limit;
@@ -181,11 +192,8 @@ void register_blas(const Shape &s)
     benchmark::RegisterBenchmark(
         name.c_str(),
         [=](benchmark::State &st) {
-            Tensors *t = tensors_for(s, true);
-            if (!t) {
-                st.SkipWithError("out of memory for the test tensors");
-                return;
-            }
+            Tensors *t = tensors_or_skip(st, s, true);
+            if (!t) return;
             sdpa_params p = make_params(s, 1);
             p.parallel_for = nullptr;
             Probe probe{nullptr, 1, false};
@@ -227,11 +235,8 @@ void register_pattern(const Shape &s, int order, size_t pf)
     benchmark::RegisterBenchmark(
         name.c_str(),
         [=](benchmark::State &st) {
-            Tensors *t = tensors_for(s, false);
-            if (!t) {
-                st.SkipWithError("out of memory for the test tensors");
-                return;
-            }
+            Tensors *t = tensors_or_skip(st, s, false);
+            if (!t) return;
             Probe probe{BENCH_HAVE_AVX512, 1, true};
             BestCall call;
             const size_t rows = s.batch * s.kv_heads * s.kv_len;
@@ -247,11 +252,7 @@ void register_pattern(const Shape &s, int order, size_t pf)
             probe.sample();
             const double limit = probe.mean(), bytes = shape_kv_bytes(s);
             st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
-            if (limit > 0) {
-                st.counters["pct_bw"] = bytes / call.mean() * 100.0 / limit;
-                st.counters["pct_bw_best"] = bytes / call.best * 100.0 / limit;
-                st.counters["limit_bytes_per_s"] = limit;
-            }
+            bw_counters(st, bytes, call, limit);
             st.counters["best_call_ms"] = call.best * 1e3;
         })
         ->UseRealTime()

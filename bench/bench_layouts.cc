@@ -303,13 +303,10 @@ void register_layout(const sdpa_impl *impl, LayoutKind kind, size_t threads)
 // reference: it would take minutes); the scattered reads once, by the active implementation.
 void register_layout_rows()
 {
-    for (size_t i = 0; i < sdpa_impl_count(); i++) {
-        const sdpa_impl *impl = sdpa_impl_at(i);
-        if (!sdpa_impl_supported(impl) || is_reference(impl)) continue;
+    for (const sdpa_impl *impl : runnable_impls(true))
         for (size_t t = 1; t <= BENCH_MAX_THREADS; t++)
             for (LayoutKind k : {LK_UNIFORM, LK_PADDED, LK_PACKED, LK_PAGED16, LK_PAGED128, LK_MIX})
                 register_layout(impl, k, t);
-    }
     for (size_t t = 1; t <= BENCH_MAX_THREADS; t++)
         for (LayoutKind k : {LK_SCATTER16, LK_SCATTER128}) register_layout(sdpa_active(), k, t);
 }

@@ -260,12 +260,9 @@ void register_quant(const sdpa_impl *impl, const QuantCase &c, size_t threads)
 // prefill call takes seconds).
 void register_quant_rows()
 {
-    for (size_t i = 0; i < sdpa_impl_count(); i++) {
-        const sdpa_impl *impl = sdpa_impl_at(i);
-        if (!sdpa_impl_supported(impl) || is_reference(impl)) continue;
+    for (const sdpa_impl *impl : runnable_impls(true))
         for (const QuantCase &c : quant_cases())
             for (size_t t = 1; t <= BENCH_MAX_THREADS; t++) register_quant(impl, c, t);
-    }
 }
 
 } // namespace sdpa_bench

@@ -292,11 +292,8 @@ void register_variant(const sdpa_impl *impl, const VariantCase &c)
 
 void register_variant_rows()
 {
-    for (size_t i = 0; i < sdpa_impl_count(); i++) {
-        const sdpa_impl *impl = sdpa_impl_at(i);
-        if (!sdpa_impl_supported(impl)) continue;
+    for (const sdpa_impl *impl : runnable_impls(false))
         for (const VariantCase &c : variant_cases()) register_variant(impl, c);
-    }
 }
 
 // The summary of the variant rows that ran, as a Markdown table: per row the variant's and

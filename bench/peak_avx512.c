@@ -85,6 +85,13 @@ float bench_read_avx512(const float *p, size_t n)
    in address order, with prefetcht0 as the kernel does. The gap between this and the fused
    decode over the same bytes is the share of the bandwidth lost to the kernel's arithmetic; the
    gap between this and the plain read is the share lost to the order of the reads alone. */
+/* s[0] += the line's first 16 elements, s[1] += its last 16, converted */
+static inline void add_line(__m512 *s, const uint16_t *line)
+{
+    s[0] = _mm512_add_ps(s[0], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)line)));
+    s[1] = _mm512_add_ps(s[1], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(line + 16))));
+}
+
 float bench_kv_walk_avx512(const uint16_t *k, const uint16_t *v, size_t rows, size_t row_elems,
                            size_t block, int order, size_t pf)
 {
@@ -105,22 +112,12 @@ float bench_kv_walk_avx512(const uint16_t *k, const uint16_t *v, size_t rows, si
                 const uint16_t *row = base + j * row_elems;
                 if (order == 0) {
                     for (size_t r = 0; r < nr; r++)
-                        for (size_t g = 0; g < lines; g++) {
-                            const uint16_t *q = row + r * row_elems + 32 * g;
-                            s[0] = _mm512_add_ps(
-                                s[0], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)q)));
-                            s[1] = _mm512_add_ps(s[1], _mm512_cvtph_ps(_mm256_load_si256(
-                                                           (const __m256i *)(q + 16))));
-                        }
+                        for (size_t g = 0; g < lines; g++)
+                            add_line(&s[0], row + r * row_elems + 32 * g);
                 } else {
                     for (size_t g = 0; g < lines; g++)
-                        for (size_t r = 0; r < nr; r++) {
-                            const uint16_t *q = row + r * row_elems + 32 * g;
-                            s[2] = _mm512_add_ps(
-                                s[2], _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)q)));
-                            s[3] = _mm512_add_ps(s[3], _mm512_cvtph_ps(_mm256_load_si256(
-                                                           (const __m256i *)(q + 16))));
-                        }
+                        for (size_t r = 0; r < nr; r++)
+                            add_line(&s[2], row + r * row_elems + 32 * g);
                 }
             }
         }

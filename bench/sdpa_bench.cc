@@ -197,9 +197,7 @@ int main(int argc, char **argv)
 #endif
     if (!listing) add_machine_context();
 
-    for (size_t i = 0; i < sdpa_impl_count(); i++) {
-        const sdpa_impl *impl = sdpa_impl_at(i);
-        if (!sdpa_impl_supported(impl)) continue; // never run what this CPU cannot
+    for (const sdpa_impl *impl : runnable_impls(false)) { // never run what this CPU cannot
         register_primitives(impl);
         for (const Shape &s : prefill_shapes())
             for (size_t t = 1; t <= BENCH_MAX_THREADS; t++) register_forward("prefill", impl, s, t);

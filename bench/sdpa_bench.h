@@ -61,6 +61,8 @@ bool timed_forward(benchmark::State &st, const sdpa_impl *impl, const sdpa_param
 bool requires_feature(const sdpa_impl *impl, const char *key);
 // The portable reference implementation: it requires no CPU feature.
 bool is_reference(const sdpa_impl *impl);
+// The implementations this CPU runs, in registry order; with simd_only, not the reference.
+std::vector<const sdpa_impl *> runnable_impls(bool simd_only);
 
 // The limit a run is judged against, sampled between its timed iterations (timing paused):
 // once before each iteration and once after the last, averaged. An FMA sample is the best of

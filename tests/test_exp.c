@@ -52,44 +52,30 @@ static void test_special(const sdpa_impl *impl)
     }
 }
 
+static const char *const points[] = {"exp over [-104, 0]"};
+
+static void report(const sdpa_impl *impl, size_t m)
+{
+    const us_result all = us_merge(&sweep, m);
+    /* +0, which the enumeration (all negative) does not include */
+    float zero = 0.0f, y0;
+    sdpa_impl_exp_f32(impl, &zero, &y0, 1);
+
+    tl_start(points[0], sdpa_impl_name(impl));
+    us_report(&sweep, m, &all, sweep.n_values + 1);
+    CHECK(y0 == 1.0f, "exp(+0) = %.9g, want 1", y0);
+    tl_end();
+}
+
 int main(void)
 {
     tl_header("exp of every implementation, every float in [-104, 0]");
     uint64_t stride = 1;
     us_parse_stride("SDPA_EXP_STRIDE", &stride);
-    us_set_stride(&sweep, stride);
-    const uint64_t n_values = sweep.n_values, span = sweep.span;
-    if (stride == 1)
-        printf("# SDPA_EXP_STRIDE=1: exhaustive, %llu floats in [-104, -0] plus +0\n",
-               (unsigned long long)n_values);
-    else
-        printf("# SDPA_EXP_STRIDE=%llu: sampling every %lluth float, %llu of %llu in [-104, -0] "
-               "plus +0\n",
-               (unsigned long long)stride, (unsigned long long)stride, (unsigned long long)n_values,
-               (unsigned long long)span);
-
-    tl_for_each_impl("exp special values", test_special);
-
-    if (!us_run(&sweep)) return 1;
-
+    if (!us_plan_and_run(&sweep, stride, "SDPA_EXP_STRIDE", "[-104, -0] plus +0",
+                         "exp special values", test_special))
+        return 1;
     /* one test point per registered implementation, skips included */
-    size_t m = 0;
-    for (size_t i = 0; i < sdpa_impl_count(); i++) {
-        const sdpa_impl *impl = sdpa_impl_at(i);
-        if (!sdpa_impl_supported(impl)) {
-            tl_skip("exp over [-104, 0]", sdpa_impl_name(impl), "not supported by this CPU or OS");
-            continue;
-        }
-        const us_result all = us_merge(&sweep, m);
-        /* +0, which the enumeration (all negative) does not include */
-        float zero = 0.0f, y0;
-        sdpa_impl_exp_f32(impl, &zero, &y0, 1);
-
-        tl_start("exp over [-104, 0]", sdpa_impl_name(impl));
-        us_report(&sweep, m, &all, n_values + 1);
-        CHECK(y0 == 1.0f, "exp(+0) = %.9g, want 1", y0);
-        tl_end();
-        m++;
-    }
+    us_report_each(points, 1, report);
     return tl_finish();
 }

@@ -144,14 +144,8 @@ enum { MQ = 3, MH = 4, MD = 64, MK = 1000 };
 static sdpa_status part_call(const sdpa_impl *impl, const float *q, const float *k, const float *v,
                              size_t j0, size_t j1, float *o, float *lse, const float *sinks)
 {
-    sdpa_params p = {.batch = 1,
-                     .q_heads = MH,
-                     .kv_heads = 1,
-                     .q_len = MQ,
-                     .kv_len = j1 - j0,
-                     .head_dim = MD,
-                     .lse = lse,
-                     .sinks = sinks};
+    sdpa_params p = tl_params(1, MH, 1, MQ, j1 - j0, MD);
+    p.lse = lse, p.sinks = sinks;
     sdpa_tensor tq = {(void *)q, F32, MH * MQ * MD, MQ * MD, MD},
                 to = {o, F32, MH * MQ * MD, MQ * MD, MD};
     sdpa_tensor tk = {(void *)(k + j0 * MD), F32, MK * MD, MK * MD, MD},
@@ -407,6 +401,5 @@ int main(void)
     tl_for_each_impl("layouts: sdpa_merge against the unsplit call", t_merge);
     tl_for_each_impl("layouts: bad layouts refused", t_bad);
     t_merge_bad();
-    for (size_t t = 0; t < 2; t++) bench_pool_destroy(g_pool[t]);
-    return tl_finish();
+    return tl_pools_finish(g_pool, 2);
 }

@@ -1676,6 +1676,5 @@ int main(void)
     run_test("layouts-xcheck: sdpa_merge", t_merge);
     tl_for_each_impl("layouts-xcheck: bad layouts refused", t_bad);
     t_merge_bad();
-    for (size_t t = 0; t < 4; t++) bench_pool_destroy(g_pool[t]);
-    return tl_finish();
+    return tl_pools_finish(g_pool, 4);
 }

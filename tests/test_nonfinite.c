@@ -111,15 +111,8 @@ static void run_prob(const sdpa_impl *impl, prob *p)
     sdpa_tensor tk = {kb, p->kt, 0, (ptrdiff_t)(p->kvl * d), (ptrdiff_t)d};
     sdpa_tensor tv = {vb, p->vt, 0, (ptrdiff_t)(p->kvl * d), (ptrdiff_t)d};
     for (int m = 0; m < 2; m++) {
-        sdpa_params pr = {.batch = 1,
-                          .q_heads = p->hq,
-                          .kv_heads = p->hkv,
-                          .q_len = p->ql,
-                          .kv_len = p->kvl,
-                          .head_dim = d,
-                          .scale = p->scale,
-                          .causal = p->causal,
-                          .lse = lse[m]};
+        sdpa_params pr = tl_params(1, p->hq, p->hkv, p->ql, p->kvl, d);
+        pr.scale = p->scale, pr.causal = p->causal, pr.lse = lse[m];
         if (m == 1) {
             pr.parallel_for = bench_pool_parallel_for;
             pr.pool = g_pool;
@@ -358,14 +351,8 @@ static void t_tiny_weights(const sdpa_impl *impl)
         run_prob(impl, &p);
         const double want = exp(above ? -86.0 : -88.0) * 1e38;
         float o, lse;
-        sdpa_params pr = {.batch = 1,
-                          .q_heads = 1,
-                          .kv_heads = 1,
-                          .q_len = 1,
-                          .kv_len = 2,
-                          .head_dim = 1,
-                          .scale = 1.0f,
-                          .lse = &lse};
+        sdpa_params pr = tl_params(1, 1, 1, 1, 2, 1);
+        pr.scale = 1.0f, pr.lse = &lse;
         sdpa_tensor tq = {p.q, SDPA_F32, 1, 1, 1}, tk = {p.k, SDPA_F32, 2, 2, 1},
                     tv = {p.v, SDPA_F32, 2, 2, 1};
         sdpa_tensor to = {&o, SDPA_F32, 1, 1, 1};

@@ -24,6 +24,13 @@ static inline bool tl_pools_create(bench_pool **pools, size_t n, size_t first, u
     return true;
 }
 
+/* The end of a test with n pools: destroys them and returns tl_finish's exit status. */
+static inline int tl_pools_finish(bench_pool **pools, size_t n)
+{
+    for (size_t t = 0; t < n; t++) bench_pool_destroy(pools[t]);
+    return tl_finish();
+}
+
 /* sdpa_impl_forward of p on impl: serially when pool is NULL, else through that pool. */
 static inline sdpa_status tl_forward_on(const sdpa_impl *impl, const sdpa_params *p,
                                         bench_pool *pool, const sdpa_tensor *q,

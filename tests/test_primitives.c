@@ -24,6 +24,25 @@ static void init_dims(void)
 
 static const size_t pads[4] = {0, 1, 7, MAX_PAD};
 
+/* The case being checked, for the messages of near_sum and guards_kept. */
+static char g_case[128];
+
+/* A sum's result got against its float64 value ref: a sum of products in any order (FMA or
+   not) is within gamma_k, so within k u mag (mag the sum of the |products|) plus the least
+   subnormal. The message names element name[i] of the case g_case. */
+static bool near_sum(float got, double ref, double mag, size_t k, const char *name, size_t i)
+{
+    const double tol = (double)k * TL_U * mag + FLT_TRUE_MIN;
+    return CHECK(fabs(got - ref) <= tol, "%s: %s[%zu]=%.9g, float64 %.9g, tol %.3g", g_case, name,
+                 i, got, ref, tol);
+}
+
+/* The sentinels around an output of n floats at buf + off (off 0 or 1) are untouched. */
+static bool guards_kept(const float *buf, size_t off, size_t n)
+{
+    return tl_is_sentinel(buf[off + n]) && (off == 0 || tl_is_sentinel(buf[0]));
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* score: s[j] = scale * dot(q, k_j)                                                           */
 /* Tolerance: any summation order (with or without FMA, with the scale folded into q or        */
@@ -47,6 +66,8 @@ static void test_score(const sdpa_impl *impl)
             float scale = scales[(7 * n + d) % 4];
             if (scale == 0.0f) scale = 1.0f / sqrtf((float)d);
             float *q = qb + off, *k = kb + off, *s = sb + off;
+            snprintf(g_case, sizeof g_case, "n=%zu d=%zu k_stride=%zu offset=%zu scale=%g", n, d,
+                     ks, off, scale);
             tl_fill(&r, q, d, -1.0f, 1.0f);
             tl_fill(&r, k, (n - 1) * ks + d, -1.0f, 1.0f);
             tl_fill_sentinel(sb, MAX_LEN + 2);
@@ -57,22 +78,12 @@ static void test_score(const sdpa_impl *impl)
                     ref += (double)q[i] * k[j * ks + i];
                     mag += fabs((double)q[i] * k[j * ks + i]);
                 }
-                ref *= scale;
-                mag *= fabs(scale);
-                double tol = (double)(d + 4) * TL_U * mag + FLT_TRUE_MIN;
-                if (!CHECK(fabs(s[j] - ref) <= tol,
-                           "n=%zu d=%zu k_stride=%zu offset=%zu scale=%g: s[%zu]=%.9g, float64 "
-                           "%.9g, tol %.3g",
-                           n, d, ks, off, scale, j, s[j], ref, tol))
-                    break;
+                if (!near_sum(s[j], ref * scale, mag * fabs(scale), d + 4, "s", j)) break;
             }
-            CHECK(tl_is_sentinel(sb[off + n]) && (off == 0 || tl_is_sentinel(sb[0])),
-                  "n=%zu d=%zu: score wrote outside s[0..n)", n, d);
+            CHECK(guards_kept(sb, off, n), "%s: score wrote outside s[0..n)", g_case);
         }
     }
-    free(qb);
-    free(kb);
-    free(sb);
+    free(qb), free(kb), free(sb);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -331,6 +342,8 @@ static void test_accumulate(const sdpa_impl *impl)
                 alpha = tl_uniform(&r, 0.0f, 1.0f);
             }
             float *o = ob + off, *p = pb + off, *v = vb + off;
+            snprintf(g_case, sizeof g_case, "n=%zu dv=%zu v_stride=%zu offset=%zu alpha=%g", n, dv,
+                     vs, off, alpha);
             tl_fill(&r, o0, dv, -2.0f, 2.0f);
             tl_fill(&r, p, n, 0.0f, 1.0f);
             if (n > 3) p[n / 3] = 0.0f; /* a masked key's weight */
@@ -344,21 +357,12 @@ static void test_accumulate(const sdpa_impl *impl)
                     ref += (double)p[j] * v[j * vs + c];
                     mag += fabs((double)p[j] * v[j * vs + c]);
                 }
-                double tol = (double)(n + 3) * TL_U * mag + FLT_TRUE_MIN;
-                if (!CHECK(fabs(o[c] - ref) <= tol,
-                           "n=%zu dv=%zu v_stride=%zu offset=%zu alpha=%g: o[%zu]=%.9g, float64 "
-                           "%.9g, tol %.3g",
-                           n, dv, vs, off, alpha, c, o[c], ref, tol))
-                    break;
+                if (!near_sum(o[c], ref, mag, n + 3, "o", c)) break;
             }
-            CHECK(tl_is_sentinel(ob[off + dv]) && (off == 0 || tl_is_sentinel(ob[0])),
-                  "n=%zu dv=%zu: accumulate wrote outside o[0..dv)", n, dv);
+            CHECK(guards_kept(ob, off, dv), "%s: accumulate wrote outside o[0..dv)", g_case);
         }
     }
-    free(ob);
-    free(o0);
-    free(pb);
-    free(vb);
+    free(ob), free(o0), free(pb), free(vb);
 }
 
 /* ------------------------------------------------------------------------------------------ */

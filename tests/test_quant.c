@@ -851,6 +851,5 @@ int main(void)
     run_test("quant: window, mask, softcap, alibi, sinks, lse", t_variants);
     run_test("quant: q8_scores within the stated bound", t_fast);
     tl_for_each_impl("quant: bad block layouts and q8_scores refused", t_bad);
-    for (size_t t = 0; t < 2; t++) bench_pool_destroy(g_pool[t]);
-    return tl_finish();
+    return tl_pools_finish(g_pool, 2);
 }

@@ -55,13 +55,8 @@ static void run_q8case(const sdpa_impl *impl, const q8case *c, tl_rng *rng)
                 blk[2 + i] = (unsigned char)x;
             }
         }
-    sdpa_params p = {.batch = 1,
-                     .q_heads = Hq,
-                     .kv_heads = Hkv,
-                     .q_len = Lq,
-                     .kv_len = Lk,
-                     .head_dim = D,
-                     .q8_scores = 1};
+    sdpa_params p = tl_params(1, Hq, Hkv, Lq, Lk, D);
+    p.q8_scores = 1;
     sdpa_tensor tq = {q, SDPA_F32, 0, (ptrdiff_t)(Lq * D), (ptrdiff_t)D};
     sdpa_tensor tk = {k, SDPA_Q8_0, 0, (ptrdiff_t)(Lk * D), (ptrdiff_t)D};
     sdpa_tensor tv = {v, SDPA_F32, 0, (ptrdiff_t)(Lk * D), (ptrdiff_t)D};
@@ -174,14 +169,8 @@ static void test_window_wide(const sdpa_impl *impl)
                                    Lk + 1};
     for (int ragged = 0; ragged < 2; ragged++)
         for (int causal = 0; causal < 2; causal++) {
-            sdpa_params p = {.batch = B,
-                             .q_heads = H,
-                             .kv_heads = H,
-                             .q_len = Lq,
-                             .kv_len = Lk,
-                             .head_dim = D,
-                             .causal = causal,
-                             .lse = lse0};
+            sdpa_params p = tl_params(B, H, H, Lq, Lk, D);
+            p.causal = causal, p.lse = lse0;
             if (ragged) p.q_lens = ql, p.kv_lens = kvl;
             memset(o0, 0, B * H * Lq * D * sizeof(float));
             sdpa_status st = sdpa_impl_forward(impl, &p, &tq, &tk, &tv, &to0);
@@ -247,22 +236,10 @@ static void test_outputs_over_reads(const sdpa_impl *impl)
                 sinks[0] = 0.5f, sinks[1] = -1.0f, slopes[0] = 0.25f, slopes[1] = 0.125f;
                 for (size_t e = 0; e < B * H * LQ * LK; e++) mask[e] = (float)(e % 3) - 1.0f;
                 sdpa_tensor tm = {mask, SDPA_F32, H * LQ * LK, LQ * LK, LK};
-                sdpa_params p = {.batch = B,
-                                 .q_heads = H,
-                                 .kv_heads = H,
-                                 .q_len = LQ,
-                                 .kv_len = LK,
-                                 .head_dim = D,
-                                 .sinks = sinks,
-                                 .alibi_slopes = slopes,
-                                 .mask = &tm,
-                                 .kv_lens = kvlens,
-                                 .block_table = tab,
-                                 .page_size = PS,
-                                 .max_pages = MP,
-                                 .n_pages = NP,
-                                 .workspace = ws,
-                                 .workspace_bytes = ws_bytes};
+                sdpa_params p = tl_params(B, H, H, LQ, LK, D);
+                p.sinks = sinks, p.alibi_slopes = slopes, p.mask = &tm, p.kv_lens = kvlens;
+                p.block_table = tab, p.page_size = PS, p.max_pages = MP, p.n_pages = NP;
+                p.workspace = ws, p.workspace_bytes = ws_bytes;
                 if (variant == 0)
                     p.q_lens = qlens;
                 else
@@ -391,6 +368,5 @@ int main(void)
     tl_for_each_impl("outputs-over-reads", test_outputs_over_reads);
     test_quant_subnormal();
     test_quant_empty();
-    for (size_t t = 0; t < 2; t++) bench_pool_destroy(g_pool[t]);
-    return tl_finish();
+    return tl_pools_finish(g_pool, 2);
 }

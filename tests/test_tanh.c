@@ -192,6 +192,47 @@ static void test_in_place(const sdpa_impl *impl)
     tl_guard_free(&gz);
 }
 
+static const char *const points[] = {"tanh over [+0, FLT_MAX]", "tanh odd over every finite float",
+                                     "tanh in place"};
+
+static void report(const sdpa_impl *impl, size_t m)
+{
+    const char *name = sdpa_impl_name(impl);
+    const us_result all = us_merge(&sweep, m);
+    more_result more = {0};
+    for (size_t t = 0; t < US_THREADS; t++) {
+        const more_result *r = &more_results[t][m];
+        us_keep_shown(more.odd_bits, more.n_odd_bad, r->odd_bits, r->n_odd_bad,
+                      sizeof r->odd_bits[0]);
+        us_keep_shown(more.odd_yp, more.n_odd_bad, r->odd_yp, r->n_odd_bad, sizeof r->odd_yp[0]);
+        us_keep_shown(more.odd_yn, more.n_odd_bad, r->odd_yn, r->n_odd_bad, sizeof r->odd_yn[0]);
+        more.n_odd_bad += r->n_odd_bad;
+        if (more.n_in_place_bad == 0) more.in_place_bits = r->in_place_bits;
+        more.n_in_place_bad += r->n_in_place_bad;
+        more.n_in_place += r->n_in_place;
+    }
+
+    tl_start(points[0], name);
+    us_report(&sweep, m, &all, sweep.n_values);
+    tl_end();
+
+    tl_start(points[1], name);
+    CHECK(more.n_odd_bad == 0, "%llu values x >= 0 with tanh(-x) other than -tanh(x) bit for bit",
+          (unsigned long long)more.n_odd_bad);
+    for (uint64_t b = 0; b < more.n_odd_bad && b < US_MAX_SHOWN; b++)
+        printf("#   x=%.9g (0x%08x): tanh(x) %.9g, tanh(-x) %.9g\n", tl_from_bits(more.odd_bits[b]),
+               more.odd_bits[b], more.odd_yp[b], more.odd_yn[b]);
+    tl_end();
+
+    tl_start(points[2], name);
+    CHECK(more.n_in_place_bad == 0,
+          "%llu of %llu values differ in place from out of place, the first at x=%.9g (0x%08x)",
+          (unsigned long long)more.n_in_place_bad, (unsigned long long)more.n_in_place,
+          tl_from_bits(more.in_place_bits), more.in_place_bits);
+    test_in_place(impl);
+    tl_end();
+}
+
 int main(void)
 {
     tl_header("tanh of every implementation, every finite float");
@@ -202,70 +243,10 @@ int main(void)
         stride = 4 * stride + 1;
         stride_from = "4 SDPA_EXP_STRIDE + 1";
     }
-    us_set_stride(&sweep, stride);
-    const uint64_t n_values = sweep.n_values, span = sweep.span;
-    if (stride == 1)
-        printf("# exhaustive: %llu floats in [+0, FLT_MAX] and their negations\n",
-               (unsigned long long)n_values);
-    else
-        printf("# stride %llu (%s): sampling every %lluth float, %llu of %llu in [+0, FLT_MAX] "
-               "and their negations\n",
-               (unsigned long long)stride, stride_from, (unsigned long long)stride,
-               (unsigned long long)n_values, (unsigned long long)span);
-
-    tl_for_each_impl("tanh special values", test_special);
-
-    if (!us_run(&sweep)) return 1;
-
+    if (!us_plan_and_run(&sweep, stride, stride_from, "[+0, FLT_MAX] and their negations",
+                         "tanh special values", test_special))
+        return 1;
     /* three test points per registered implementation, skips included */
-    size_t m = 0;
-    for (size_t i = 0; i < sdpa_impl_count(); i++) {
-        const sdpa_impl *impl = sdpa_impl_at(i);
-        const char *name = sdpa_impl_name(impl);
-        if (!sdpa_impl_supported(impl)) {
-            tl_skip("tanh over [+0, FLT_MAX]", name, "not supported by this CPU or OS");
-            tl_skip("tanh odd over every finite float", name, "not supported by this CPU or OS");
-            tl_skip("tanh in place", name, "not supported by this CPU or OS");
-            continue;
-        }
-        const us_result all = us_merge(&sweep, m);
-        more_result more = {0};
-        for (size_t t = 0; t < US_THREADS; t++) {
-            const more_result *r = &more_results[t][m];
-            us_keep_shown(more.odd_bits, more.n_odd_bad, r->odd_bits, r->n_odd_bad,
-                          sizeof r->odd_bits[0]);
-            us_keep_shown(more.odd_yp, more.n_odd_bad, r->odd_yp, r->n_odd_bad,
-                          sizeof r->odd_yp[0]);
-            us_keep_shown(more.odd_yn, more.n_odd_bad, r->odd_yn, r->n_odd_bad,
-                          sizeof r->odd_yn[0]);
-            more.n_odd_bad += r->n_odd_bad;
-            if (more.n_in_place_bad == 0) more.in_place_bits = r->in_place_bits;
-            more.n_in_place_bad += r->n_in_place_bad;
-            more.n_in_place += r->n_in_place;
-        }
-
-        tl_start("tanh over [+0, FLT_MAX]", name);
-        us_report(&sweep, m, &all, n_values);
-        tl_end();
-
-        tl_start("tanh odd over every finite float", name);
-        CHECK(more.n_odd_bad == 0,
-              "%llu values x >= 0 with tanh(-x) other than -tanh(x) bit for bit",
-              (unsigned long long)more.n_odd_bad);
-        for (uint64_t b = 0; b < more.n_odd_bad && b < US_MAX_SHOWN; b++)
-            printf("#   x=%.9g (0x%08x): tanh(x) %.9g, tanh(-x) %.9g\n",
-                   tl_from_bits(more.odd_bits[b]), more.odd_bits[b], more.odd_yp[b],
-                   more.odd_yn[b]);
-        tl_end();
-
-        tl_start("tanh in place", name);
-        CHECK(more.n_in_place_bad == 0,
-              "%llu of %llu values differ in place from out of place, the first at x=%.9g (0x%08x)",
-              (unsigned long long)more.n_in_place_bad, (unsigned long long)more.n_in_place,
-              tl_from_bits(more.in_place_bits), more.in_place_bits);
-        test_in_place(impl);
-        tl_end();
-        m++;
-    }
+    us_report_each(points, 3, report);
     return tl_finish();
 }

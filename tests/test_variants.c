@@ -1794,6 +1794,5 @@ int main(void)
     run_test("variants: same bits for 1, 2, 3 threads", t_determinism);
     tl_for_each_impl("variants: bad values refused", t_bad_values);
     t_alibi_slopes();
-    for (size_t t = 0; t < 3; t++) bench_pool_destroy(g_pool[t]);
-    return tl_finish();
+    return tl_pools_finish(g_pool, 3);
 }

@@ -14,13 +14,8 @@ static void run_case(const sdpa_impl *impl, size_t Hq, size_t Hkv, size_t Lq, si
     tview_alloc(&q), tview_alloc(&k), tview_alloc(&v), tview_alloc(&o);
     tview_fill(&q, &rng, -1.0f, 1.0f), tview_fill(&k, &rng, -1.0f, 1.0f),
         tview_fill(&v, &rng, -1.0f, 1.0f);
-    sdpa_params p = {.batch = 1,
-                     .q_heads = Hq,
-                     .kv_heads = Hkv,
-                     .q_len = Lq,
-                     .kv_len = Lk,
-                     .head_dim = D,
-                     .causal = causal};
+    sdpa_params p = tl_params(1, Hq, Hkv, Lq, Lk, D);
+    p.causal = causal;
     const sdpa_tensor tq = tview_tensor(&q), tk = tview_tensor(&k), tv = tview_tensor(&v),
                       to = tview_tensor(&o);
     const size_t out_bytes = o.n_elems * sizeof(float);

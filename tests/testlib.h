@@ -200,6 +200,18 @@ static inline void tl_fill(tl_rng *r, float *x, size_t n, float lo, float hi)
     for (size_t i = 0; i < n; i++) x[i] = tl_uniform(r, lo, hi);
 }
 
+/* The params of a call of these sizes, every other field 0. */
+static inline sdpa_params tl_params(size_t batch, size_t q_heads, size_t kv_heads, size_t q_len,
+                                    size_t kv_len, size_t head_dim)
+{
+    return (sdpa_params){.batch = batch,
+                         .q_heads = q_heads,
+                         .kv_heads = kv_heads,
+                         .q_len = q_len,
+                         .kv_len = kv_len,
+                         .head_dim = head_dim};
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Float helpers                                                                                */
 /* ------------------------------------------------------------------------------------------ */
@@ -210,6 +222,11 @@ static inline uint32_t tl_bits(float f)
     return u;
 }
 
+/* A NaN payload no computation produces: output cells still holding it were never written. */
+#define TL_SENTINEL 0x7fc5a5a5u
+
+static inline bool tl_is_sentinel(float f) { return tl_bits(f) == TL_SENTINEL; }
+
 static inline float tl_from_bits(uint32_t u)
 {
     float f;
@@ -217,16 +234,11 @@ static inline float tl_from_bits(uint32_t u)
     return f;
 }
 
-/* A NaN payload no computation produces: output cells still holding it were never written. */
-#define TL_SENTINEL 0x7fc5a5a5u
-
 static inline void tl_fill_sentinel(float *x, size_t n)
 {
     float s = tl_from_bits(TL_SENTINEL);
     for (size_t i = 0; i < n; i++) x[i] = s;
 }
-
-static inline bool tl_is_sentinel(float f) { return tl_bits(f) == TL_SENTINEL; }
 
 /* unit roundoff of binary32 */
 #define TL_U 0x1p-24

@@ -220,6 +220,40 @@ static inline bool us_run(us_sweep *s)
     return true;
 }
 
+/* A sweep test's main up to its reports: sets the stride and prints the plan (exhaustive, or
+   the stride, where it came from and how many of the span's values it samples; range names the
+   values swept), runs the special-value test on every implementation, then the sweep. */
+static inline bool us_plan_and_run(us_sweep *s, uint64_t stride, const char *stride_from,
+                                   const char *range, const char *special_name, tl_impl_fn special)
+{
+    us_set_stride(s, stride);
+    if (stride == 1)
+        printf("# exhaustive (%s): %llu floats in %s\n", stride_from,
+               (unsigned long long)s->n_values, range);
+    else
+        printf("# stride %llu (%s): sampling every %lluth float, %llu of %llu in %s\n",
+               (unsigned long long)stride, stride_from, (unsigned long long)stride,
+               (unsigned long long)s->n_values, (unsigned long long)s->span, range);
+    tl_for_each_impl(special_name, special);
+    return us_run(s);
+}
+
+/* The reports, in registry order: report(impl, m) for a supported implementation, m its index
+   among them (into the sweep's results); every test point of points a SKIP for the others. */
+static inline void us_report_each(const char *const *points, size_t n_points,
+                                  void (*report)(const sdpa_impl *impl, size_t m))
+{
+    size_t m = 0;
+    for (size_t i = 0; i < sdpa_impl_count(); i++) {
+        const sdpa_impl *impl = sdpa_impl_at(i);
+        if (sdpa_impl_supported(impl))
+            report(impl, m++);
+        else
+            for (size_t t = 0; t < n_points; t++)
+                tl_skip(points[t], sdpa_impl_name(impl), "not supported by this CPU or OS");
+    }
+}
+
 /* Appends to a list of shown entries (dst, counting have so far) what fits of the n entries of
    src, each size bytes; the counts go on past US_MAX_SHOWN, the stored entries do not. */
 static inline void us_keep_shown(void *dst, uint64_t have, const void *src, uint64_t n, size_t size)

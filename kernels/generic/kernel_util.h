@@ -19,6 +19,57 @@
    once per block or run of tiles: expanded in place at every call site, the specialisations
    would make functions whose compile time grows faster than their size. */
 #define SDPA_NOINLINE static __attribute__((noinline))
+/* The cases 1 to N of a switch over a small count, each calling X(n) with its constant n, so
+   that every count gets its own specialisation; the caller writes the default. */
+#define SDPA_CASE(X, n)                                                                            \
+    case n:                                                                                        \
+        X(n);                                                                                      \
+        break;
+#define SDPA_CASES3(X) SDPA_CASE(X, 1) SDPA_CASE(X, 2) SDPA_CASE(X, 3)
+#define SDPA_CASES6(X) SDPA_CASES3(X) SDPA_CASE(X, 4) SDPA_CASE(X, 5) SDPA_CASE(X, 6)
+#define SDPA_CASES7(X) SDPA_CASES6(X) SDPA_CASE(X, 7)
+/* The row switch of a tile of 1 to 4 rows (mr): the statement FOUR for 4 rows, else X(3), X(2)
+   or X(1), the row count a constant in each. */
+#define SDPA_ROWS4_SWITCH(mr, FOUR, X)                                                             \
+    switch (mr) {                                                                                  \
+    case 4:                                                                                        \
+        FOUR;                                                                                      \
+        break;                                                                                     \
+        SDPA_CASE(X, 3)                                                                            \
+        SDPA_CASE(X, 2)                                                                            \
+    default:                                                                                       \
+        X(1);                                                                                      \
+        break;                                                                                     \
+    }
+/* A switch over a storage type t with the type as a constant in each case: ELEM(T) for f16 and
+   bf16 (and f32, the default), QUANT(T) for every block format. */
+#define SDPA_TYPE_SWITCH(t, ELEM, QUANT)                                                           \
+    switch (t) {                                                                                   \
+        SDPA_CASE(ELEM, SDPA_F16)                                                                  \
+        SDPA_CASE(ELEM, SDPA_BF16)                                                                 \
+        SDPA_CASE(QUANT, SDPA_Q8_0)                                                                \
+        SDPA_CASE(QUANT, SDPA_Q4_0)                                                                \
+        SDPA_CASE(QUANT, SDPA_Q4_1)                                                                \
+        SDPA_CASE(QUANT, SDPA_Q5_0)                                                                \
+        SDPA_CASE(QUANT, SDPA_Q5_1)                                                                \
+        SDPA_CASE(QUANT, SDPA_IQ4_NL)                                                              \
+    default:                                                                                       \
+        ELEM(SDPA_F32);                                                                            \
+        break;                                                                                     \
+    }
+/* A switch calling X(T) with t's block format T as a constant (SDPA_Q8_0 for q8_0 and every
+   type not listed), so that each format gets its own instance. */
+#define SDPA_FORMAT_SWITCH(t, X)                                                                   \
+    switch (t) {                                                                                   \
+        SDPA_CASE(X, SDPA_Q4_0)                                                                    \
+        SDPA_CASE(X, SDPA_Q4_1)                                                                    \
+        SDPA_CASE(X, SDPA_Q5_0)                                                                    \
+        SDPA_CASE(X, SDPA_Q5_1)                                                                    \
+        SDPA_CASE(X, SDPA_IQ4_NL)                                                                  \
+    default:                                                                                       \
+        X(SDPA_Q8_0);                                                                              \
+        break;                                                                                     \
+    }
 
 /* n rounded up to a multiple of 16 floats (64 bytes: scratch sub-buffers start on a line). */
 static inline size_t sdpa_round16(size_t n) { return (n + 15) & ~(size_t)15; }

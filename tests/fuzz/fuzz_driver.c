@@ -264,15 +264,22 @@ typedef struct named_spec {
     fz_spec spec;
 } named_spec;
 
-/* One long uniform-valued problem of a single query row (decode) over kv_len keys. */
-static fz_spec decode_spec(unsigned kv_len, unsigned d)
+/* The defaults with lse, uniform values (fill 0) and the given seed. */
+static fz_spec uniform_spec(unsigned seed)
 {
     fz_spec s;
     fz_spec_init(&s);
     s.lse = 1;
-    s.kv_len = kv_len, s.head_dim = d;
     s.fill[0] = s.fill[1] = s.fill[2] = 0;
-    s.seed = 7;
+    s.seed = seed;
+    return s;
+}
+
+/* One long uniform-valued problem of a single query row (decode) over kv_len keys. */
+static fz_spec decode_spec(unsigned kv_len, unsigned d)
+{
+    fz_spec s = uniform_spec(7);
+    s.kv_len = kv_len, s.head_dim = d;
     return s;
 }
 
@@ -386,9 +393,8 @@ static size_t known_specs(named_spec *out)
     out[n++] = (named_spec){"var-mask-holes-kv-nonfinite", s};
     /* a bf16 block-diagonal mask (blocks of 5) on a causal prefill; V +inf on the keys the
        first row hides */
-    fz_spec_init(&s);
-    s.lse = 1, s.causal = 1, s.q_len = 24, s.kv_len = 24, s.head_dim = 8;
-    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 21;
+    s = uniform_spec(21);
+    s.causal = 1, s.q_len = 24, s.kv_len = 24, s.head_dim = 8;
     s.mask = 3, s.mask_class = 3, s.mask_param = 4, s.poison = 1 + (1 | 1 << 2);
     out[n++] = (named_spec){"var-mask-block-diagonal-v-inf", s};
     /* split decode whose first 1024-key chunk the mask hides whole, its K NaN */
@@ -412,31 +418,26 @@ static size_t known_specs(named_spec *out)
        past its scratch slot when R D / 32 is odd (here one row per item and D = 96: the slot
        was 32 floats and the 3 scales went to floats 32-34), over the plan's sequence table; the
        second KV head's item then reads garbage lengths. */
-    fz_spec_init(&s);
-    s.lse = 1, s.kv_heads = 3, s.kv_len = 40, s.head_dim = 96;
-    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 24;
+    s = uniform_spec(24);
+    s.kv_heads = 3, s.kv_len = 40, s.head_dim = 96;
     s.k_format = 1, s.q8_scores = 1;
     out[n++] = (named_spec){"api-bug1-q8-scores-scales-past-slot", s};
     /* padded queries and keys: sequences of 0 queries, of 0 keys, and of more queries than keys,
        causal (rows before the first key see nothing) */
-    fz_spec_init(&s);
-    s.lse = 1, s.causal = 1, s.batch = 3, s.kv_heads = 2, s.group = 2, s.q_len = 9, s.kv_len = 7,
+    s = uniform_spec(31);
+    s.causal = 1, s.batch = 3, s.kv_heads = 2, s.group = 2, s.q_len = 9, s.kv_len = 7,
     s.head_dim = 24;
-    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 31;
     s.q_form = 1, s.kv_form = 1, s.q_lens_class = 5, s.kv_lens_class = 3;
     out[n++] = (named_spec){"api-padded-zero-and-short", s};
     /* packed queries and keys with unused tokens after the last sequence, a window, ALiBi */
-    fz_spec_init(&s);
-    s.lse = 1, s.batch = 3, s.group = 3, s.q_len = 12, s.kv_len = 50, s.head_dim = 40;
-    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 32;
+    s = uniform_spec(32);
+    s.batch = 3, s.group = 3, s.q_len = 12, s.kv_len = 50, s.head_dim = 40;
     s.q_form = 2, s.kv_form = 2, s.slack = 3, s.q_lens_class = 1, s.kv_lens_class = 2;
     s.window = 9, s.alibi_kind = 1, s.alibi_param = 7;
     out[n++] = (named_spec){"api-packed-slack-window", s};
     /* paged, pages of one key, shared pages, junk in unused entries, shuffled, spare pages */
-    fz_spec_init(&s);
-    s.lse = 1, s.batch = 3, s.kv_heads = 2, s.group = 2, s.q_len = 3, s.kv_len = 37,
-    s.head_dim = 32;
-    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 33;
+    s = uniform_spec(33);
+    s.batch = 3, s.kv_heads = 2, s.group = 2, s.q_len = 3, s.kv_len = 37, s.head_dim = 32;
     s.kv_form = 1, s.kv_lens_class = 1;
     s.paged = 1 | 2 | 4 | 8 | 3 << 4 | 2 << 6, s.page_size = 1;
     out[n++] = (named_spec){"api-paged-ps1-shared-junk", s};
@@ -447,10 +448,8 @@ static size_t known_specs(named_spec *out)
     s.paged = 1 | 1 << 4, s.page_size = 16;
     out[n++] = (named_spec){"api-paged-ps16-runs-split", s};
     /* paged prefill, pages of 48 keys (gathered into a staged copy), f16 K beside q4_0 V */
-    fz_spec_init(&s);
-    s.lse = 1, s.causal = 1, s.group = 4, s.q_len = 20, s.kv_len = 150, s.head_dim = 64,
-    s.k_dtype = 1;
-    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 35;
+    s = uniform_spec(35);
+    s.causal = 1, s.group = 4, s.q_len = 20, s.kv_len = 150, s.head_dim = 64, s.k_dtype = 1;
     s.v_format = 2, s.paged = 1 | 4 | 8, s.page_size = 48;
     out[n++] = (named_spec){"api-paged-ps48-q4-v", s};
     /* q4_0 K with q8_scores on a split decode */
@@ -458,17 +457,14 @@ static size_t known_specs(named_spec *out)
     s.group = 3, s.k_format = 2, s.q8_scores = 1;
     out[n++] = (named_spec){"api-q4-k-q8-scores-split", s};
     /* q8_0 K and V, head dim 256, GQA 4, a prefill block beyond the decode path's rows */
-    fz_spec_init(&s);
-    s.lse = 1, s.causal = 1, s.kv_heads = 2, s.group = 4, s.q_len = 8, s.kv_len = 70,
-    s.head_dim = 256;
-    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 37;
+    s = uniform_spec(37);
+    s.causal = 1, s.kv_heads = 2, s.group = 4, s.q_len = 8, s.kv_len = 70, s.head_dim = 256;
     s.k_format = s.v_format = 1;
     out[n++] = (named_spec){"api-q8-kv-d256-gqa", s};
     /* an odd head dim (255) with bf16 K and a v_dim of 1 in f16 */
-    fz_spec_init(&s);
-    s.lse = 1, s.group = 2, s.q_len = 5, s.kv_len = 33, s.head_dim = 255, s.v_dim = 1,
-    s.k_dtype = 2, s.v_dtype = 1;
-    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 38;
+    s = uniform_spec(38);
+    s.group = 2, s.q_len = 5, s.kv_len = 33, s.head_dim = 255, s.v_dim = 1, s.k_dtype = 2,
+    s.v_dtype = 1;
     out[n++] = (named_spec){"api-odd-dim-255", s};
     /* sdpa_merge: 8 parts of special lse values (-inf, NaN, +inf, huge) merged in place, dv 200 */
     fz_spec_init(&s);
@@ -487,10 +483,9 @@ static size_t known_specs(named_spec *out)
     out[n++] = (named_spec){"api-refused-o-over-cu-kv-merge-overflow", s};
 
     /* The block formats of issue #26. q4_1 K beside q5_0 V on a causal GQA prefill, head dim 96 */
-    fz_spec_init(&s);
-    s.lse = 1, s.causal = 1, s.kv_heads = 2, s.group = 3, s.q_len = 12, s.kv_len = 70;
+    s = uniform_spec(41);
+    s.causal = 1, s.kv_heads = 2, s.group = 3, s.q_len = 12, s.kv_len = 70;
     s.head_dim = 96;
-    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 41;
     s.k_format = 3, s.v_format = 4;
     out[n++] = (named_spec){"fmt-q4_1-k-q5_0-v-prefill", s};
     /* iq4_nl K with q8_scores on a split decode, head dim 160, V in f16 */
@@ -514,9 +509,8 @@ static size_t known_specs(named_spec *out)
     s.k_format = 3, s.v_format = 5, s.q8_scores = 1;
     out[n++] = (named_spec){"fmt-q4_1-k-q8-scores-one-sign", s};
     /* iq4_nl K with a -inf element, q5_0 V with a NaN one, a causal prefill with sinks */
-    fz_spec_init(&s);
-    s.lse = 1, s.causal = 1, s.group = 2, s.q_len = 6, s.kv_len = 40, s.head_dim = 32;
-    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 45;
+    s = uniform_spec(45);
+    s.causal = 1, s.group = 2, s.q_len = 6, s.kv_len = 40, s.head_dim = 32;
     s.sink_kind = 1, s.sink_param = 2;
     s.inject[s.n_inject++] = inj(FZ_K, FZS_ELEMENT, FZV_NINF, 5 * 32 + 7, 0, 0, 0);
     s.inject[s.n_inject++] = inj(FZ_V, FZS_ELEMENT, FZV_NAN, 20 * 32 + 3, 0, 0, 0);

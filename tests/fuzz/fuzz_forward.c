@@ -578,10 +578,7 @@ static void view_place(view *v, size_t margin)
     ptrdiff_t lo = 0, hi = (ptrdiff_t)v->D - 1;
     for (int a = 0; a < 3; a++) {
         const ptrdiff_t reach = (ptrdiff_t)(v->n[a] - 1) * v->st[a];
-        if (reach < 0)
-            lo += reach;
-        else
-            hi += reach;
+        *(reach < 0 ? &lo : &hi) += reach;
     }
     v->origin = (ptrdiff_t)margin - lo;
     v->n_elems = (size_t)(hi - lo + 1) + 2 * margin;

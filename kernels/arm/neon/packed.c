@@ -98,40 +98,32 @@ SDPA_INLINE void pack_k_neon_typed(const sdpa_rows *w, size_t j0, size_t nb, flo
 static void pack_k(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
 {
     /* one specialised copy per storage type, so the per-element conversion is branch-free */
-    switch (w->k_type) {
-    case SDPA_F16:
-        pack_k_neon_typed(w, j0, nb, kp, SDPA_F16);
-        break;
-    case SDPA_BF16:
-        pack_k_neon_typed(w, j0, nb, kp, SDPA_BF16);
-        break;
-    case SDPA_Q8_0:
-        pack_k_neon_typed(w, j0, nb, kp, SDPA_Q8_0);
-        break;
-    case SDPA_Q4_0:
-        pack_k_neon_typed(w, j0, nb, kp, SDPA_Q4_0);
-        break;
-    case SDPA_Q4_1:
-        pack_k_neon_typed(w, j0, nb, kp, SDPA_Q4_1);
-        break;
-    case SDPA_Q5_0:
-        pack_k_neon_typed(w, j0, nb, kp, SDPA_Q5_0);
-        break;
-    case SDPA_Q5_1:
-        pack_k_neon_typed(w, j0, nb, kp, SDPA_Q5_1);
-        break;
-    case SDPA_IQ4_NL:
-        pack_k_neon_typed(w, j0, nb, kp, SDPA_IQ4_NL);
-        break;
-    default:
-        pack_k_neon_typed(w, j0, nb, kp, SDPA_F32);
-        break;
-    }
+#define PACK(T) pack_k_neon_typed(w, j0, nb, kp, T)
+    SDPA_TYPE_SWITCH(w->k_type, PACK, PACK);
+#undef PACK
 }
 
 /* ------------------------------------------------------------------------------------------ */
 /* Score and P·V tiles                                                                         */
 /* ------------------------------------------------------------------------------------------ */
+
+/* One step of a register tile: acc[r][x] += the 4 floats at b + 4x times lane L (a constant) of
+   c[r], for r < mr and x < NV (the tile's constants in scope). */
+#define FMA_LANES(acc, b, c, L)                                                                    \
+    do {                                                                                           \
+        const float *b_ = (b);                                                                     \
+        for (int x_ = 0; x_ < NV; x_++) {                                                          \
+            const float32x4_t bv_ = vld1q_f32(b_ + 4 * x_);                                        \
+            for (int r_ = 0; r_ < mr; r_++)                                                        \
+                (acc)[r_][x_] = vfmaq_laneq_f32((acc)[r_][x_], bv_, (c)[r_], L);                   \
+        }                                                                                          \
+    } while (0)
+/* STEP(L) for the four lanes L of a vector, in order */
+#define LANES4(STEP)                                                                               \
+    STEP(0);                                                                                       \
+    STEP(1);                                                                                       \
+    STEP(2);                                                                                       \
+    STEP(3)
 
 /* S[r][0..4*NV) = dot(q_r, keys of a panel of width 4*NV) for r < mr (mr <= 4 and NV are
    compile-time constants after inlining, so acc stays in registers). Four dimensions per step:
@@ -147,18 +139,8 @@ SDPA_INLINE void score_neon_mxn(const float *q, size_t d, const float *kp, float
     for (; dd + 4 <= d; dd += 4) {
         float32x4_t qv[TILE_MR];
         for (int r = 0; r < mr; r++) qv[r] = vld1q_f32(q + r * d + dd);
-#define SCORE_STEP(L)                                                                              \
-    do {                                                                                           \
-        const float *kr = kp + (dd + (L)) * W;                                                     \
-        for (int v = 0; v < NV; v++) {                                                             \
-            const float32x4_t kv = vld1q_f32(kr + 4 * v);                                          \
-            for (int r = 0; r < mr; r++) acc[r][v] = vfmaq_laneq_f32(acc[r][v], kv, qv[r], L);     \
-        }                                                                                          \
-    } while (0)
-        SCORE_STEP(0);
-        SCORE_STEP(1);
-        SCORE_STEP(2);
-        SCORE_STEP(3);
+#define SCORE_STEP(L) FMA_LANES(acc, kp + (dd + (L)) * W, qv, L)
+        LANES4(SCORE_STEP);
 #undef SCORE_STEP
     }
     for (; dd < d; dd++)
@@ -183,37 +165,15 @@ static void score_neon_4x4(const float *q, size_t d, const float *kp, float *S, 
 static void score_neon_panel(const float *q, size_t mr, size_t d, const float *kp, float *S,
                              size_t lds, size_t W)
 {
+#define SCORE16(m) score_neon_mxn(q, d, kp, S, lds, m, 4)
+#define SCORE4(m)  score_neon_mxn(q, d, kp, S, lds, m, 1)
     if (W == 16) {
-        switch (mr) {
-        case 4:
-            score_neon_4x16(q, d, kp, S, lds);
-            break;
-        case 3:
-            score_neon_mxn(q, d, kp, S, lds, 3, 4);
-            break;
-        case 2:
-            score_neon_mxn(q, d, kp, S, lds, 2, 4);
-            break;
-        default:
-            score_neon_mxn(q, d, kp, S, lds, 1, 4);
-            break;
-        }
+        SDPA_ROWS4_SWITCH(mr, score_neon_4x16(q, d, kp, S, lds), SCORE16);
     } else {
-        switch (mr) {
-        case 4:
-            score_neon_4x4(q, d, kp, S, lds);
-            break;
-        case 3:
-            score_neon_mxn(q, d, kp, S, lds, 3, 1);
-            break;
-        case 2:
-            score_neon_mxn(q, d, kp, S, lds, 2, 1);
-            break;
-        default:
-            score_neon_mxn(q, d, kp, S, lds, 1, 1);
-            break;
-        }
+        SDPA_ROWS4_SWITCH(mr, score_neon_4x4(q, d, kp, S, lds), SCORE4);
     }
+#undef SCORE4
+#undef SCORE16
 }
 
 static void score_tile(const float *q, size_t ra, size_t d, const float *kp, size_t nb, float *S,
@@ -253,18 +213,8 @@ SDPA_INLINE void pv_neon_mxn(float *acc, size_t dv, const float *alpha, const fl
     for (; j + 4 <= nb; j += 4) {
         float32x4_t pv[TILE_MR];
         for (int r = 0; r < mr; r++) pv[r] = vld1q_f32(P + r * lds + j);
-#define PV_STEP(L)                                                                                 \
-    do {                                                                                           \
-        const float *vr = v + (ptrdiff_t)(j + (L)) * vs;                                           \
-        for (int x = 0; x < NV; x++) {                                                             \
-            const float32x4_t vv = vld1q_f32(vr + 4 * x);                                          \
-            for (int r = 0; r < mr; r++) a[r][x] = vfmaq_laneq_f32(a[r][x], vv, pv[r], L);         \
-        }                                                                                          \
-    } while (0)
-        PV_STEP(0);
-        PV_STEP(1);
-        PV_STEP(2);
-        PV_STEP(3);
+#define PV_STEP(L) FMA_LANES(a, v + (ptrdiff_t)(j + (L)) * vs, pv, L)
+        LANES4(PV_STEP);
 #undef PV_STEP
     }
     for (; j < nb; j++)
@@ -285,37 +235,15 @@ static void pv_neon_4x16(float *acc, size_t dv, const float *alpha, const float 
 static void pv_neon_block(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,
                           const float *v, ptrdiff_t vs, size_t nb, size_t mr, size_t W)
 {
+#define PV16(m) pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, m, 4)
+#define PV4(m)  pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, m, 1)
     if (W == 16) {
-        switch (mr) {
-        case 4:
-            pv_neon_4x16(acc, dv, alpha, P, lds, v, vs, nb);
-            break;
-        case 3:
-            pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 3, 4);
-            break;
-        case 2:
-            pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 2, 4);
-            break;
-        default:
-            pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 1, 4);
-            break;
-        }
+        SDPA_ROWS4_SWITCH(mr, pv_neon_4x16(acc, dv, alpha, P, lds, v, vs, nb), PV16);
     } else {
-        switch (mr) {
-        case 4:
-            pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 4, 1);
-            break;
-        case 3:
-            pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 3, 1);
-            break;
-        case 2:
-            pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 2, 1);
-            break;
-        default:
-            pv_neon_mxn(acc, dv, alpha, P, lds, v, vs, nb, 1, 1);
-            break;
-        }
+        SDPA_ROWS4_SWITCH(mr, PV4(4), PV4);
     }
+#undef PV4
+#undef PV16
 }
 
 static void pv_tile(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,

@@ -25,26 +25,9 @@ SDPA_INLINE void pack_kq_neon_typed(const sdpa_rows *w, size_t j0, size_t nb, in
 
 void sdpa_pack_kq_neon(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd, float *km)
 {
-    switch (w->k_type) {
-    case SDPA_Q4_0:
-        pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_Q4_0);
-        break;
-    case SDPA_Q4_1:
-        pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_Q4_1);
-        break;
-    case SDPA_Q5_0:
-        pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_Q5_0);
-        break;
-    case SDPA_Q5_1:
-        pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_Q5_1);
-        break;
-    case SDPA_IQ4_NL:
-        pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_IQ4_NL);
-        break;
-    default:
-        pack_kq_neon_typed(w, j0, nb, kq, kd, km, SDPA_Q8_0);
-        break;
-    }
+#define PACK(T) pack_kq_neon_typed(w, j0, nb, kq, kd, km, T)
+    SDPA_FORMAT_SWITCH(w->k_type, PACK);
+#undef PACK
 }
 
 /* s + the exact int32 dot product of 32 int8 pairs, in four lanes: armv8-a has no SDOT, so

@@ -87,35 +87,11 @@ SDPA_INLINE void pack_k_sve_typed(const sdpa_rows *w, size_t j0, size_t nb, floa
 static void pack_k(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
 {
     /* one specialised copy per storage type, so the per-element conversion is branch-free */
-    switch (w->k_type) {
-    case SDPA_F16:
-        pack_k_sve_typed(w, j0, nb, kp, SDPA_F16);
-        break;
-    case SDPA_BF16:
-        pack_k_sve_typed(w, j0, nb, kp, SDPA_BF16);
-        break;
-    case SDPA_Q8_0:
-        pack_k_sve_q(w, j0, nb, kp, SDPA_Q8_0);
-        break;
-    case SDPA_Q4_0:
-        pack_k_sve_q(w, j0, nb, kp, SDPA_Q4_0);
-        break;
-    case SDPA_Q4_1:
-        pack_k_sve_q(w, j0, nb, kp, SDPA_Q4_1);
-        break;
-    case SDPA_Q5_0:
-        pack_k_sve_q(w, j0, nb, kp, SDPA_Q5_0);
-        break;
-    case SDPA_Q5_1:
-        pack_k_sve_q(w, j0, nb, kp, SDPA_Q5_1);
-        break;
-    case SDPA_IQ4_NL:
-        pack_k_sve_q(w, j0, nb, kp, SDPA_IQ4_NL);
-        break;
-    default:
-        pack_k_sve_typed(w, j0, nb, kp, SDPA_F32);
-        break;
-    }
+#define PACK(T)   pack_k_sve_typed(w, j0, nb, kp, T)
+#define PACK_Q(T) pack_k_sve_q(w, j0, nb, kp, T)
+    SDPA_TYPE_SWITCH(w->k_type, PACK, PACK_Q);
+#undef PACK_Q
+#undef PACK
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -196,37 +172,15 @@ static void score_tile(const float *q, size_t ra, size_t d, const float *kp, siz
         for (size_t c0 = 0; c0 < nb; c0 += 2 * vl) {
             const size_t W = nb - c0 < 2 * vl ? nb - c0 : 2 * vl;
             const float *panel = kp + c0 * d;
+#define SCORE2(m) score_sve_mxn(qr, d, panel, W, Sr + c0, lds, m, 2)
+#define SCORE1(m) score_sve_mxn(qr, d, panel, W, Sr + c0, lds, m, 1)
             if (W > vl) {
-                switch (mr) {
-                case 4:
-                    score_sve_4x2v(qr, d, panel, W, Sr + c0, lds);
-                    break;
-                case 3:
-                    score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 3, 2);
-                    break;
-                case 2:
-                    score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 2, 2);
-                    break;
-                default:
-                    score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 1, 2);
-                    break;
-                }
+                SDPA_ROWS4_SWITCH(mr, score_sve_4x2v(qr, d, panel, W, Sr + c0, lds), SCORE2);
             } else { /* a narrow last panel needs one vector of keys */
-                switch (mr) {
-                case 4:
-                    score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 4, 1);
-                    break;
-                case 3:
-                    score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 3, 1);
-                    break;
-                case 2:
-                    score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 2, 1);
-                    break;
-                default:
-                    score_sve_mxn(qr, d, panel, W, Sr + c0, lds, 1, 1);
-                    break;
-                }
+                SDPA_ROWS4_SWITCH(mr, SCORE1(4), SCORE1);
             }
+#undef SCORE1
+#undef SCORE2
         }
     }
 }
@@ -311,37 +265,15 @@ static void pv_tile(float *acc, size_t dv, const float *alpha, const float *P, s
         float *ar = acc + r0 * dv;
         const float *Pr = P + r0 * lds, *al = alpha + r0;
         for (size_t c = 0; c < dv; c += 2 * vl) {
+#define PV2(m) pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, m, 2)
+#define PV1(m) pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, m, 1)
             if (dv - c > vl) {
-                switch (mr) {
-                case 4:
-                    pv_sve_4x2v(ar, dv, c, al, Pr, lds, v, vs, nb);
-                    break;
-                case 3:
-                    pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 3, 2);
-                    break;
-                case 2:
-                    pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 2, 2);
-                    break;
-                default:
-                    pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 1, 2);
-                    break;
-                }
+                SDPA_ROWS4_SWITCH(mr, pv_sve_4x2v(ar, dv, c, al, Pr, lds, v, vs, nb), PV2);
             } else { /* the last columns fit one vector */
-                switch (mr) {
-                case 4:
-                    pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 4, 1);
-                    break;
-                case 3:
-                    pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 3, 1);
-                    break;
-                case 2:
-                    pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 2, 1);
-                    break;
-                default:
-                    pv_sve_mxn(ar, dv, c, al, Pr, lds, v, vs, nb, 1, 1);
-                    break;
-                }
+                SDPA_ROWS4_SWITCH(mr, PV1(4), PV1);
             }
+#undef PV1
+#undef PV2
         }
     }
 }

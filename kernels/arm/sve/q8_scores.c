@@ -45,26 +45,9 @@ SDPA_INLINE void pack_kq_sve_typed(const sdpa_rows *w, size_t j0, size_t nb, int
 
 void sdpa_pack_kq_sve(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd, float *km)
 {
-    switch (w->k_type) {
-    case SDPA_Q4_0:
-        pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q4_0);
-        break;
-    case SDPA_Q4_1:
-        pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q4_1);
-        break;
-    case SDPA_Q5_0:
-        pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q5_0);
-        break;
-    case SDPA_Q5_1:
-        pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q5_1);
-        break;
-    case SDPA_IQ4_NL:
-        pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_IQ4_NL);
-        break;
-    default:
-        pack_kq_sve_typed(w, j0, nb, kq, kd, km, SDPA_Q8_0);
-        break;
-    }
+#define PACK(T) pack_kq_sve_typed(w, j0, nb, kq, kd, km, T)
+    SDPA_FORMAT_SWITCH(w->k_type, PACK);
+#undef PACK
 }
 
 /* Fast scores of mr rows against a panel of W <= NV * VL keys: per block, int32 sums by SDOT
@@ -167,39 +150,17 @@ void sdpa_score_q8_sve(const int8_t *qq, const float *qd, const float *qs, size_
             const int32_t *pn = (const int32_t *)(const void *)(kq + c0 * d);
             const float *kdp = kd + c0 * nblk, *kmp = km + c0 * nblk;
             float *Sc = Sr + c0;
-#define Q8_TILE(m, nv) score_q8_sve_mxn(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds, m, nv)
+            /* mr rows (1 to TILE_MR = 4) by two vectors of keys, or one for a narrow last panel */
+#define Q8_TILE2(m) score_q8_sve_mxn(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds, m, 2)
+#define Q8_TILE1(m) score_q8_sve_mxn(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds, m, 1)
             if (W > vl) {
-                switch (mr) {
-                case 4:
-                    score_q8_sve_4x2v(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds);
-                    break;
-                case 3:
-                    Q8_TILE(3, 2);
-                    break;
-                case 2:
-                    Q8_TILE(2, 2);
-                    break;
-                default:
-                    Q8_TILE(1, 2);
-                    break;
-                }
-            } else { /* a narrow last panel needs one vector of keys */
-                switch (mr) {
-                case 4:
-                    Q8_TILE(4, 1);
-                    break;
-                case 3:
-                    Q8_TILE(3, 1);
-                    break;
-                case 2:
-                    Q8_TILE(2, 1);
-                    break;
-                default:
-                    Q8_TILE(1, 1);
-                    break;
-                }
+                SDPA_ROWS4_SWITCH(mr, score_q8_sve_4x2v(qr, qdr, qsr, d, pn, kdp, kmp, W, Sc, lds),
+                                  Q8_TILE2);
+            } else {
+                SDPA_ROWS4_SWITCH(mr, Q8_TILE1(4), Q8_TILE1);
             }
-#undef Q8_TILE
+#undef Q8_TILE1
+#undef Q8_TILE2
         }
     }
 }

@@ -129,6 +129,10 @@ SDPA_INLINE void score_avx2_decode_block(sdpa_dtype t, size_t R, const float *q,
         /* a tile of m rows x n_ keys from key j0 + jj, requesting no other array */
 #define SCORE_TILE(m, n_, jj)                                                                      \
     score_avx2_decode_tile(m, n_, t, q, d, k, ks, j0 + (jj), S + (jj), lds, pfo, NULL, NULL, 0)
+#define TILE_CASE(m, n_)                                                                           \
+    case m:                                                                                        \
+        SCORE_TILE(m, n_, j);                                                                      \
+        break;
         if (n == nk) {
             switch (R) { /* constant shapes, so the accumulators live in registers */
             case 1:
@@ -138,44 +142,27 @@ SDPA_INLINE void score_avx2_decode_block(sdpa_dtype t, size_t R, const float *q,
                 else
                     SCORE_TILE(1, 8, j);
                 break;
-            case 2:
-                SCORE_TILE(2, 4, j);
-                break;
-            case 3:
-                SCORE_TILE(3, 2, j);
-                break;
-            case 4:
-                SCORE_TILE(4, 3, j);
-                break;
-            case 5:
-                SCORE_TILE(5, 1, j);
-                break;
-            case 6:
-                SCORE_TILE(6, 1, j);
-                break;
-            case 7:
-                SCORE_TILE(7, 1, j);
-                break;
+                TILE_CASE(2, 4)
+                TILE_CASE(3, 2)
+                TILE_CASE(4, 3)
+                TILE_CASE(5, 1)
+                TILE_CASE(6, 1)
+                TILE_CASE(7, 1)
+#undef TILE_CASE
             default:
                 SCORE_TILE(8, 1, j);
                 break;
             }
         } else {
             for (size_t i = 0; i < n; i++) {
+#define SCORE_KEY(m) SCORE_TILE(m, 1, j + i)
                 switch (R) {
-                case 1:
-                    SCORE_TILE(1, 1, j + i);
-                    break;
-                case 2:
-                    SCORE_TILE(2, 1, j + i);
-                    break;
-                case 3:
-                    SCORE_TILE(3, 1, j + i);
-                    break;
+                    SDPA_CASES3(SCORE_KEY)
                 default:
-                    SCORE_TILE(4, 1, j + i);
+                    SCORE_KEY(4);
                     break;
                 }
+#undef SCORE_KEY
             }
         }
 #undef SCORE_TILE
@@ -192,27 +179,22 @@ typedef void score_avx2_decode_fn(const sdpa_rows *w, const float *q, size_t j0,
     {                                                                                              \
         score_avx2_decode_block(SDPA_##T, R, q, w->d, w->k, w->k_stride, j0, nb, S, lds, w, O);    \
     }
+/* The shapes of a decode function F(T, R, O) for a storage type T: the one-row streaming
+   scheme (O = 1), then 1 to 8 rows; DECODE_FNS makes them for F32, F16 and BF16, and
+   DECODE_TABLE(P) lists functions P_T_R_O as [F32, F16, BF16][0: one streaming row, else R]. */
 /* clang-format off */
-#define SCORE_DECODE_FNS(T)                                                                        \
-    SCORE_DECODE_FN(T, 1, 1)                                                                       \
-    SCORE_DECODE_FN(T, 1, 0) SCORE_DECODE_FN(T, 2, 0) SCORE_DECODE_FN(T, 3, 0)                     \
-    SCORE_DECODE_FN(T, 4, 0) SCORE_DECODE_FN(T, 5, 0) SCORE_DECODE_FN(T, 6, 0)                     \
-    SCORE_DECODE_FN(T, 7, 0) SCORE_DECODE_FN(T, 8, 0)
+#define DECODE_SHAPES(F, T)                                                                        \
+    F(T, 1, 1) F(T, 1, 0) F(T, 2, 0) F(T, 3, 0) F(T, 4, 0) F(T, 5, 0) F(T, 6, 0) F(T, 7, 0)       \
+    F(T, 8, 0)
+#define DECODE_FNS(F) DECODE_SHAPES(F, F32) DECODE_SHAPES(F, F16) DECODE_SHAPES(F, BF16)
+#define DECODE_ROW(P, T)                                                                           \
+    {P##_##T##_1_1, P##_##T##_1_0, P##_##T##_2_0, P##_##T##_3_0, P##_##T##_4_0, P##_##T##_5_0,     \
+     P##_##T##_6_0, P##_##T##_7_0, P##_##T##_8_0}
+#define DECODE_TABLE(P) {DECODE_ROW(P, F32), DECODE_ROW(P, F16), DECODE_ROW(P, BF16)}
 /* clang-format on */
-SCORE_DECODE_FNS(F32)
-SCORE_DECODE_FNS(F16)
-SCORE_DECODE_FNS(BF16)
-#define SCORE_DECODE_ROW(T)                                                                        \
-    {                                                                                              \
-        score_avx2_decode_##T##_1_1, score_avx2_decode_##T##_1_0, score_avx2_decode_##T##_2_0,     \
-            score_avx2_decode_##T##_3_0, score_avx2_decode_##T##_4_0, score_avx2_decode_##T##_5_0, \
-            score_avx2_decode_##T##_6_0, score_avx2_decode_##T##_7_0, score_avx2_decode_##T##_8_0  \
-    }
-/* [F32, F16, BF16][0: one streaming row, else the rows] */
-static score_avx2_decode_fn *const score_avx2_decode_fns[3][DECODE_MAX_ROWS + 1] = {
-    SCORE_DECODE_ROW(F32), SCORE_DECODE_ROW(F16), SCORE_DECODE_ROW(BF16)};
-#undef SCORE_DECODE_ROW
-#undef SCORE_DECODE_FNS
+DECODE_FNS(SCORE_DECODE_FN)
+static score_avx2_decode_fn *const score_avx2_decode_fns[3][DECODE_MAX_ROWS + 1] =
+    DECODE_TABLE(score_avx2_decode);
 #undef SCORE_DECODE_FN
 
 /* The row of a [type] table for a K or V storage type: F32, F16, BF16 (anything else as F32). */
@@ -360,26 +342,13 @@ typedef void pv_avx2_decode_fn(float *acc, size_t dv, const float *alpha, const 
     {                                                                                              \
         pv_avx2_decode_block(SDPA_##T, R, acc, dv, alpha, P, lds, v, vs, j0, nb, *pf, O);          \
     }
-/* clang-format off */
-#define PV_DECODE_FNS(T)                                                                           \
-    PV_DECODE_FN(T, 1, 1)                                                                          \
-    PV_DECODE_FN(T, 1, 0) PV_DECODE_FN(T, 2, 0) PV_DECODE_FN(T, 3, 0) PV_DECODE_FN(T, 4, 0)        \
-    PV_DECODE_FN(T, 5, 0) PV_DECODE_FN(T, 6, 0) PV_DECODE_FN(T, 7, 0) PV_DECODE_FN(T, 8, 0)
-/* clang-format on */
-PV_DECODE_FNS(F32)
-PV_DECODE_FNS(F16)
-PV_DECODE_FNS(BF16)
-#define PV_DECODE_ROW(T)                                                                           \
-    {                                                                                              \
-        pv_avx2_decode_##T##_1_1, pv_avx2_decode_##T##_1_0, pv_avx2_decode_##T##_2_0,              \
-            pv_avx2_decode_##T##_3_0, pv_avx2_decode_##T##_4_0, pv_avx2_decode_##T##_5_0,          \
-            pv_avx2_decode_##T##_6_0, pv_avx2_decode_##T##_7_0, pv_avx2_decode_##T##_8_0           \
-    }
-/* [F32, F16, BF16][0: one streaming row, else the rows] */
-static pv_avx2_decode_fn *const pv_avx2_decode_fns[3][DECODE_MAX_ROWS + 1] = {
-    PV_DECODE_ROW(F32), PV_DECODE_ROW(F16), PV_DECODE_ROW(BF16)};
-#undef PV_DECODE_ROW
-#undef PV_DECODE_FNS
+DECODE_FNS(PV_DECODE_FN)
+static pv_avx2_decode_fn *const pv_avx2_decode_fns[3][DECODE_MAX_ROWS + 1] =
+    DECODE_TABLE(pv_avx2_decode);
+#undef DECODE_TABLE
+#undef DECODE_ROW
+#undef DECODE_FNS
+#undef DECODE_SHAPES
 #undef PV_DECODE_FN
 
 static void pv_avx2_decode(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, const float *alpha,

@@ -112,6 +112,9 @@ static size_t pack_v_avx2(const sdpa_rows *w, size_t j0, size_t nb, float *vp)
    tile in memory and stores it on every iteration. ACC_ROWS(X) expands X(r) for r < 6; the
    "if (mr > r)" guards fold away since mr is a constant in every instantiation. */
 #define ACC_ROWS(X) X(0) X(1) X(2) X(3) X(4) X(5)
+/* row r's two accumulators += a times the 16 columns b0 b1 */
+#define FMA_ROW(r, a)                                                                              \
+    c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0), c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1)
 
 /* Queries packed once per call in row panels of SCORE_MR rows, k-major: row 6g + i, element k at
    qp[6gd + 6k + i] (a last partial panel keeps the stride 6). Every broadcast of the score
@@ -144,8 +147,7 @@ SDPA_INLINE void score_avx2_mx16(size_t mr, const float *qp, size_t d, const flo
 #define STEP(r)                                                                                    \
     if (mr > r) {                                                                                  \
         const __m256 a = _mm256_broadcast_ss(qp + k * SCORE_MR + r);                               \
-        c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0);                                                 \
-        c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1);                                                 \
+        FMA_ROW(r, a);                                                                             \
     }
         ACC_ROWS(STEP)
 #undef STEP
@@ -228,8 +230,7 @@ SDPA_INLINE void pv_avx2_mx16(size_t mr, float *acc, size_t dv, const float *alp
 #define STEP(r)                                                                                    \
     if (mr > r) {                                                                                  \
         const __m256 a = _mm256_broadcast_ss((r < 3 ? P : P3) + (r % 3) * lds + j);                \
-        c##r##0 = _mm256_fmadd_ps(a, b0, c##r##0);                                                 \
-        c##r##1 = _mm256_fmadd_ps(a, b1, c##r##1);                                                 \
+        FMA_ROW(r, a);                                                                             \
     }
         ACC_ROWS(STEP)
 #undef STEP

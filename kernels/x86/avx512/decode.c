@@ -278,10 +278,17 @@ static void score_avx512_decode(const float *const *qr, size_t R, size_t d, cons
     score_avx512_decode_fns[decode_type_ix(kt)][rp](qr, R, d, k, ks, j0, nk, S, lds, pf, qp);
 }
 
-/* NV vectors of a V row from element off (masks mk), converted. */
-SDPA_INLINE void pv_avx512_decode_load(int NV, __m512 *x, const void *v, sdpa_dtype vt,
-                                       ptrdiff_t off, const __mmask16 *mk)
+/* NV vectors of V row j0 + j from column c0 (masks mk), converted, after the pass's prefetch
+   step for key j: the plain cursor's step j - ja (plain != 0), else the general cursor's next. */
+SDPA_INLINE void pv_avx512_decode_key(int NV, __m512 *x, const void *v, sdpa_dtype vt, ptrdiff_t vs,
+                                      size_t c0, const __mmask16 *mk, size_t j0, size_t j,
+                                      size_t ja, decode_pf *pf, int plain, int PER)
 {
+    const ptrdiff_t off = sdpa_row_off(vs, j0 + j) + (ptrdiff_t)c0;
+    if (plain)
+        decode_pf_simple(pf, PER, (j - ja) * (size_t)PER, plain == 1);
+    else
+        decode_pf_step(pf);
     SDPA_UNROLL for (int t = 0; t < NV; t++) x[t] = load_kv(v, vt, off + 16 * t, mk[t]);
 }
 
@@ -318,13 +325,8 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, flo
     const size_t jall = sdpa_min(jb, nk[0]), jmax = sdpa_min(jb, nk[R - 1]);
     _Pragma("GCC unroll 2") for (; j < jall; j++)
     {
-        const ptrdiff_t off = sdpa_row_off(vs, j0 + j) + (ptrdiff_t)c0;
-        if (plain)
-            decode_pf_simple(pf, PER, (j - ja) * (size_t)PER, plain == 1);
-        else
-            decode_pf_step(pf);
         __m512 x[8];
-        pv_avx512_decode_load(NV, x, v, vt, off, mk);
+        pv_avx512_decode_key(NV, x, v, vt, vs, c0, mk, j0, j, ja, pf, plain, PER);
         SDPA_UNROLL for (int r = 0; r < R; r++)
         {
             const __m512 p = _mm512_set1_ps(S[r * lds + j]);
@@ -332,13 +334,8 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, flo
         }
     }
     for (; j < jmax; j++) {
-        const ptrdiff_t off = sdpa_row_off(vs, j0 + j) + (ptrdiff_t)c0;
-        if (plain)
-            decode_pf_simple(pf, PER, (j - ja) * (size_t)PER, plain == 1);
-        else
-            decode_pf_step(pf);
         __m512 x[8];
-        pv_avx512_decode_load(NV, x, v, vt, off, mk);
+        pv_avx512_decode_key(NV, x, v, vt, vs, c0, mk, j0, j, ja, pf, plain, PER);
         SDPA_UNROLL for (int r = 1; r < R; r++)
         {
             if (j < nk[r]) {

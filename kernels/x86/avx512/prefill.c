@@ -240,28 +240,13 @@ static void pv_avx512_6x64(size_t mr, float *acc, size_t dv, size_t c0, const fl
         pv_avx512_tile(PV_MR, 1, acc, dv, c0, alpha, P, pw, v, vs, nk);
         return;
     }
+#define PV_TILE(m) pv_avx512_tile(m, 0, acc, dv, c0, alpha, P, pw, v, vs, nk)
     switch (mr) {
-    case 1:
-        pv_avx512_tile(1, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
-        break;
-    case 2:
-        pv_avx512_tile(2, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
-        break;
-    case 3:
-        pv_avx512_tile(3, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
-        break;
-    case 4:
-        pv_avx512_tile(4, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
-        break;
-    case 5:
-        pv_avx512_tile(5, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
-        break;
-    case 6:
-        pv_avx512_tile(6, 0, acc, dv, c0, alpha, P, pw, v, vs, nk);
-        break;
+        SDPA_CASES6(PV_TILE)
     default:
         break;
     }
+#undef PV_TILE
 }
 
 /* The online softmax of one 16-row vector of a panel's Sᵀ (stride pw), keys [0, nk), whose

@@ -40,32 +40,14 @@ static __m512 score_avx512_1x16(const float *q, const float *k, ptrdiff_t ks, si
     for (; d - c > 128; c += 128) dot16_acc(8, a, q + c, k + c, ks, 0xFFFF);
     const size_t rem = d - c, nc = (rem + 15) / 16;
     const __mmask16 ml = lanes(rem - 16 * (nc - 1));
+#define DOT16(n) dot16_acc(n, a, q + c, k + c, ks, ml)
     switch (nc) {
-    case 1:
-        dot16_acc(1, a, q + c, k + c, ks, ml);
-        break;
-    case 2:
-        dot16_acc(2, a, q + c, k + c, ks, ml);
-        break;
-    case 3:
-        dot16_acc(3, a, q + c, k + c, ks, ml);
-        break;
-    case 4:
-        dot16_acc(4, a, q + c, k + c, ks, ml);
-        break;
-    case 5:
-        dot16_acc(5, a, q + c, k + c, ks, ml);
-        break;
-    case 6:
-        dot16_acc(6, a, q + c, k + c, ks, ml);
-        break;
-    case 7:
-        dot16_acc(7, a, q + c, k + c, ks, ml);
-        break;
+        SDPA_CASES7(DOT16)
     default:
-        dot16_acc(8, a, q + c, k + c, ks, ml);
+        DOT16(8);
         break;
     }
+#undef DOT16
     return reduce16(a);
 }
 

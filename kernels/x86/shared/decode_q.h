@@ -109,33 +109,22 @@ typedef void qd_values_fn(const sdpa_rows *w, float *acc, const float *al, const
     }
 #define QD_FNS(F, N, T)                                                                            \
     F(N, T, 1) F(N, T, 2) F(N, T, 3) F(N, T, 4) F(N, T, 5) F(N, T, 6) F(N, T, 7) F(N, T, 8)
-QD_FNS(QD_SCORES_FN, q8, SDPA_Q8_0)
-QD_FNS(QD_SCORES_FN, q4, SDPA_Q4_0)
-QD_FNS(QD_SCORES_FN, q41, SDPA_Q4_1)
-QD_FNS(QD_SCORES_FN, q50, SDPA_Q5_0)
-QD_FNS(QD_SCORES_FN, q51, SDPA_Q5_1)
-QD_FNS(QD_SCORES_FN, iq4, SDPA_IQ4_NL)
-QD_FNS(QD_SCORES_FN, el, qd_el(w->k_type))
-QD_FNS(QD_VALUES_FN, q8, SDPA_Q8_0)
-QD_FNS(QD_VALUES_FN, q4, SDPA_Q4_0)
-QD_FNS(QD_VALUES_FN, q41, SDPA_Q4_1)
-QD_FNS(QD_VALUES_FN, q50, SDPA_Q5_0)
-QD_FNS(QD_VALUES_FN, q51, SDPA_Q5_1)
-QD_FNS(QD_VALUES_FN, iq4, SDPA_IQ4_NL)
-QD_FNS(QD_VALUES_FN, el, qd_el(w->v_type))
-#define QD_ROW(F, N)                                                                               \
-    {                                                                                              \
-        F##_##N##_1, F##_##N##_2, F##_##N##_3, F##_##N##_4, F##_##N##_5, F##_##N##_6, F##_##N##_7, \
-            F##_##N##_8                                                                            \
-    }
+/* X(F, name, type) for every block format in table order, then for the element types (EL) */
+/* clang-format off */
+#define QD_FORMATS(X, F, EL)                                                                       \
+    X(F, q8, SDPA_Q8_0) X(F, q4, SDPA_Q4_0) X(F, q41, SDPA_Q4_1) X(F, q50, SDPA_Q5_0)              \
+    X(F, q51, SDPA_Q5_1) X(F, iq4, SDPA_IQ4_NL) X(F, el, EL)
+/* clang-format on */
+QD_FORMATS(QD_FNS, QD_SCORES_FN, qd_el(w->k_type))
+QD_FORMATS(QD_FNS, QD_VALUES_FN, qd_el(w->v_type))
+#define QD_ROW(F, N, T)                                                                            \
+    {F##_##N##_1, F##_##N##_2, F##_##N##_3, F##_##N##_4,                                           \
+     F##_##N##_5, F##_##N##_6, F##_##N##_7, F##_##N##_8},
 /* [q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, an element type][rows - 1] */
-static qd_scores_fn *const qd_scores_fns[7][8] = {
-    QD_ROW(qd_scores, q8),  QD_ROW(qd_scores, q4),  QD_ROW(qd_scores, q41), QD_ROW(qd_scores, q50),
-    QD_ROW(qd_scores, q51), QD_ROW(qd_scores, iq4), QD_ROW(qd_scores, el)};
-static qd_values_fn *const qd_values_fns[7][8] = {
-    QD_ROW(qd_values, q8),  QD_ROW(qd_values, q4),  QD_ROW(qd_values, q41), QD_ROW(qd_values, q50),
-    QD_ROW(qd_values, q51), QD_ROW(qd_values, iq4), QD_ROW(qd_values, el)};
+static qd_scores_fn *const qd_scores_fns[7][8] = {QD_FORMATS(QD_ROW, qd_scores, 0)};
+static qd_values_fn *const qd_values_fns[7][8] = {QD_FORMATS(QD_ROW, qd_values, 0)};
 #undef QD_ROW
+#undef QD_FORMATS
 #undef QD_FNS
 #undef QD_VALUES_FN
 #undef QD_SCORES_FN

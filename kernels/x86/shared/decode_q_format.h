@@ -17,12 +17,18 @@
 #include "convert.h"
 #include "kernel_util.h"
 
-/* A block's f16 scale at p (little-endian), exactly to f32, in every lane. */
-SDPA_INLINE __m256 qd_f16x8(const unsigned char *p)
+/* The bits of a block's f16 scale at p (little-endian). */
+SDPA_INLINE short qd_f16_bits(const unsigned char *p)
 {
     short h;
     memcpy(&h, p, sizeof h);
-    return _mm256_cvtph_ps(_mm_set1_epi16(h));
+    return h;
+}
+
+/* A block's f16 scale at p, exactly to f32, in every lane. */
+SDPA_INLINE __m256 qd_f16x8(const unsigned char *p)
+{
+    return _mm256_cvtph_ps(_mm_set1_epi16(qd_f16_bits(p)));
 }
 
 /* The 32 nibbles of the 16 bytes at p as bytes, in element order (element i < 16 the low
@@ -212,28 +218,18 @@ SDPA_INLINE void qd_dequant_t(sdpa_dtype type, const unsigned char *src, float *
 static inline void qd_dequant(sdpa_dtype type, const void *src, float *dst, size_t n)
 {
     const unsigned char *s = (const unsigned char *)src;
+#define QD_DEQUANT(T) qd_dequant_t(T, s, dst, n) /* one instance per format */
     switch (type) {
-    case SDPA_Q8_0:
-        qd_dequant_t(SDPA_Q8_0, s, dst, n);
-        break;
-    case SDPA_Q4_0:
-        qd_dequant_t(SDPA_Q4_0, s, dst, n);
-        break;
-    case SDPA_Q4_1:
-        qd_dequant_t(SDPA_Q4_1, s, dst, n);
-        break;
-    case SDPA_Q5_0:
-        qd_dequant_t(SDPA_Q5_0, s, dst, n);
-        break;
-    case SDPA_Q5_1:
-        qd_dequant_t(SDPA_Q5_1, s, dst, n);
-        break;
-    case SDPA_IQ4_NL:
-        qd_dequant_t(SDPA_IQ4_NL, s, dst, n);
-        break;
+        SDPA_CASE(QD_DEQUANT, SDPA_Q8_0)
+        SDPA_CASE(QD_DEQUANT, SDPA_Q4_0)
+        SDPA_CASE(QD_DEQUANT, SDPA_Q4_1)
+        SDPA_CASE(QD_DEQUANT, SDPA_Q5_0)
+        SDPA_CASE(QD_DEQUANT, SDPA_Q5_1)
+        SDPA_CASE(QD_DEQUANT, SDPA_IQ4_NL)
     default:
         break;
     }
+#undef QD_DEQUANT
 }
 
 #ifdef __AVX512F__
@@ -241,9 +237,7 @@ static inline void qd_dequant(sdpa_dtype type, const void *src, float *dst, size
 
 SDPA_INLINE __m512 qd_f16x16(const unsigned char *p)
 {
-    short h;
-    memcpy(&h, p, sizeof h);
-    return _mm512_cvtph_ps(_mm256_set1_epi16(h));
+    return _mm512_cvtph_ps(_mm256_set1_epi16(qd_f16_bits(p)));
 }
 
 /* qd_scales8 over 16 lanes. */

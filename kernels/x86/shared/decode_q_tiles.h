@@ -117,18 +117,20 @@ SDPA_INLINE void qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *qq
     _mm256_storeu_ps(out, qd_reduce8(a));
 }
 
-/* The rows of a score tile's keys j0 + j + i, i < NK (a tail tile of n < NK keys repeats its
-   last, in bounds), and the rows DECODE_Q_PF_KEYS keys ahead of its real ones requested (none
-   at or past the keys any row sees). */
-SDPA_INLINE void qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_t j0, size_t j,
-                              size_t n, const unsigned char **kr)
+/* The rows of a score tile's keys j0 + j + i, i < NK, of the nb from j0 (a tail tile of n < NK
+   keys repeats its last, in bounds), and the rows DECODE_Q_PF_KEYS keys ahead of its real ones
+   requested (none at or past the keys any row sees). Returns n, the tile's real keys. */
+SDPA_INLINE size_t qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_t j0, size_t j,
+                                size_t nb, const unsigned char **kr)
 {
+    const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
     SDPA_UNROLL for (int i = 0; i < NK; i++) kr[i] =
         qd_row(w->k, kt, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
     for (size_t i = 0; i < n; i++)
         if (j0 + j + i + DECODE_Q_PF_KEYS < kend)
             qd_request(w->k, kt, w->k_stride, j0 + j + i + DECODE_Q_PF_KEYS, w->d);
+    return n;
 }
 
 /* A tile's scores, out[r NK + i] for row r and key i, to S[r][j + i] for the R real rows and n
@@ -155,9 +157,8 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
     const float *qr[8];
     for (int r = 0; r < 8; r++) qr[r] = w->q + (size_t)(r < R ? r : R - 1) * d;
     for (size_t j = 0; j < nb; j += (size_t)NK) {
-        const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
         const unsigned char *kr[16];
-        qd_tile_keys(NK, kt, w, j0, j, n, kr);
+        const size_t n = qd_tile_keys(NK, kt, w, j0, j, nb, kr);
         __m512 a[16];
         SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
         for (size_t b = 0; b < d / SDPA_QK; b++) {
@@ -201,9 +202,8 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
     for (int r = 0; r < 8; r++) rr[r] = (size_t)(r < R ? r : R - 1);
     (void)qu;
     for (size_t j = 0; j < nb; j += (size_t)NK) {
-        const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
         const unsigned char *kr[16];
-        qd_tile_keys(NK, kt, w, j0, j, n, kr);
+        const size_t n = qd_tile_keys(NK, kt, w, j0, j, nb, kr);
         __m512 a[16];
         SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
         size_t b = 0;
@@ -330,9 +330,8 @@ SDPA_INLINE void qd_scores_r(int R, sdpa_dtype kt, const sdpa_rows *w, const uin
 #endif
     float out[8];
     for (size_t j = 0; j < nb; j += (size_t)NK) {
-        const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
         const unsigned char *kr[8];
-        qd_tile_keys(NK, kt, w, j0, j, n, kr);
+        const size_t n = qd_tile_keys(NK, kt, w, j0, j, nb, kr);
         if (w->qq && sdpa_dtype_quantized(kt)) /* fast scores: K in a block format */
             qd_score_tile_i8(R, NK, kt, w->qq, qu, w->qd, qm, w->d, kr, out);
         else
