@@ -1,12 +1,15 @@
 /* fuzz_driver.c -- seeded driver of the fuzz target: fixed-seed inputs and the corpus replay as
  * TAP, corpus writer */
 /*
- * usage: fuzz_driver [--execs N] [--seed S] [--variants 0|1|2] [--api 0|1|2] [--corpus DIR]
- * [--describe] [FILE...] (FILEs alone: no generated inputs unless --execs; --variants: generated
- * inputs with the attention variants, --api: with the API fields (ragged, paged, block formats,
- * head dims up to 256, sdpa_merge): 0 none, 1 half (default), 2 all) fuzz_driver [--describe] --hex
- * HEX   replay one input given as hex bytes (and print it) fuzz_driver --write-corpus DIR   write
- * the reproducers and seeds of tests/fuzz/corpus
+ * usage:
+ *   fuzz_driver [--execs N] [--seed S] [--variants 0|1|2] [--api 0|1|2] [--formats 0|1|2]
+ *               [--team 0|1|2] [--corpus DIR] [--describe] [FILE...]
+ *     generated inputs (FILEs alone: none unless --execs), each option the share of them with
+ *     the attention variants, the API fields (ragged, paged, q8_0/q4_0, head dims up to 256,
+ *     sdpa_merge), the block formats of every kind, or mask_scales and teams: 0 none, 1 half
+ *     (default), 2 all; then the replay of DIR and the FILEs
+ *   fuzz_driver [--describe] --hex HEX    replay one input given as hex bytes (and print it)
+ *   fuzz_driver --write-corpus DIR        write the reproducers and seeds of tests/fuzz/corpus
  *
  * Prints one TAP point per implementation for the generated inputs (an implementation this CPU
  * cannot run is a SKIP, never a pass) and one for the replay of the corpus directory and FILEs.
@@ -183,8 +186,30 @@ static void gen_formats(uint64_t *r, fz_spec *s)
     }
 }
 
-/* variants, api and formats: 0 never, 1 on half of the inputs, 2 always */
-static void gen_spec(uint64_t *r, fz_spec *s, int variants, int api, int formats)
+/* mask_scales and the team: on a third of the inputs that have any, factors over the mask (one
+   made here when the spec has none) of every class, the mask a distance mask (ggml's ALiBi)
+   on a third of those; a team of 1 to 4 threads on a quarter (teams of threads that outnumber
+   the cores wait long at their barriers); a few refused mask_scales calls. Drawn after
+   everything else, so that a spec without them draws what it drew before. */
+static void gen_team(uint64_t *r, fz_spec *s)
+{
+    if (rnd(r, 3) == 0) {
+        if (!s->mask) {
+            s->mask = (uint8_t)between(r, 1, 3);
+            s->mask_layout = rnd(r, 2) ? 0 : (uint8_t)rng_next(r);
+            s->mask_class = (uint8_t)rnd(r, 8);
+            s->mask_param = (uint8_t)rng_next(r);
+        }
+        s->scales_kind = (uint8_t)(between(r, 1, 3) | (rnd(r, 3) == 0 ? 4 : 0));
+        s->scales_param = (uint8_t)rng_next(r);
+    }
+    if (rnd(r, 4) == 0) s->team = (uint8_t)between(r, 1, FZ_MAX_TEAM);
+    if (s->invalid < 0 && rnd(r, 30) == 0)
+        s->invalid = FZ_INVALID_SCALES_FIRST + (int)rnd(r, FZ_N_INVALID_SCALES);
+}
+
+/* variants, api, formats and team: 0 never, 1 on half of the inputs, 2 always */
+static void gen_spec(uint64_t *r, fz_spec *s, int variants, int api, int formats, int team)
 {
     fz_spec_init(s);
     s->causal = rnd(r, 2);
@@ -243,6 +268,7 @@ static void gen_spec(uint64_t *r, fz_spec *s, int variants, int api, int formats
     if (variants == 2 || (variants == 1 && rnd(r, 2))) gen_variants(r, s);
     if (api == 2 || (api == 1 && rnd(r, 2))) gen_api(r, s);
     if (formats == 2 || (formats == 1 && rnd(r, 2))) gen_formats(r, s);
+    if (team == 2 || (team == 1 && rnd(r, 2))) gen_team(r, s);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -516,6 +542,84 @@ static size_t known_specs(named_spec *out)
     s.inject[s.n_inject++] = inj(FZ_V, FZS_ELEMENT, FZV_NAN, 20 * 32 + 3, 0, 0, 0);
     s.k_format = 6, s.v_format = 4;
     out[n++] = (named_spec){"fmt-iq4_nl-k-q5_0-v-nonfinite", s};
+
+    /* mask_scales (scales_kind: class | 4 for ggml's distance mask) and teams. ggml's ALiBi: the
+       standard slopes of max_bias 8 over one f32 distance mask shared by batch and heads, a
+       causal GQA prefill on a team of 4 */
+    fz_spec_init(&s);
+    s.lse = 1, s.causal = 1, s.batch = 2, s.group = 4, s.q_len = 16, s.kv_len = 40;
+    s.head_dim = 32;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 51;
+    s.mask = 1, s.mask_layout = 1 | 2, s.scales_kind = 1 | 4, s.scales_param = 7, s.team = 4;
+    out[n++] = (named_spec){"ms-alibi-distance-mask-prefill", s};
+    /* the same over an f16 distance mask with -inf holes, a split decode with sinks, team of 3 */
+    s = decode_spec(2100, 64);
+    s.group = 4, s.sink_kind = 1, s.sink_param = 2;
+    s.mask = 2, s.mask_class = 2, s.mask_param = 40, s.scales_kind = 1 | 4, s.scales_param = 7;
+    s.team = 3;
+    out[n++] = (named_spec){"ms-alibi-split-decode-sinks", s};
+    /* factors 0, -0, negative, subnormal, ... per head over a bf16 mask of -inf, 0, +-8 and -100;
+       V +inf on the keys every row hides */
+    fz_spec_init(&s);
+    s.lse = 1, s.kv_heads = 2, s.group = 4, s.q_len = 6, s.kv_len = 50, s.head_dim = 40;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 53;
+    s.mask = 3, s.mask_class = 7, s.poison = 1 + (1 | 0 << 2), s.scales_kind = 2;
+    out[n++] = (named_spec){"ms-random-factors-bf16-mask", s};
+    /* a factor of 2^20 over large finite negatives (-1e4 .. -FLT_MAX): products beyond float
+       are -inf, scores of weight 0 on keys the row still sees; team of 2 */
+    fz_spec_init(&s);
+    s.lse = 1, s.group = 2, s.q_len = 5, s.kv_len = 30, s.head_dim = 16;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 54;
+    s.mask = 1, s.mask_class = 5, s.scales_kind = 3, s.scales_param = 0, s.team = 2;
+    out[n++] = (named_spec){"ms-large-factor-huge-mask", s};
+    /* -2^24 on the odd heads over the same mask: +inf scores, NaN rows there */
+    s.scales_param = 128 + 4, s.seed = 55;
+    out[n++] = (named_spec){"ms-large-negative-factor-nan", s};
+    /* teams: a split decode over 2150 keys on 4 threads, the workspace sized for them */
+    s = decode_spec(2150, 128);
+    s.kv_heads = 2, s.group = 2, s.workspace = 1, s.team = 4;
+    out[n++] = (named_spec){"team-split-decode-nth4", s};
+    /* paged q8_0 K with q8_scores on 3 threads, a workspace too small (thread 0 allocates) */
+    fz_spec_init(&s);
+    s.lse = 1, s.batch = 3, s.kv_heads = 2, s.group = 2, s.q_len = 3, s.kv_len = 90;
+    s.head_dim = 96;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 57;
+    s.kv_form = 1, s.kv_lens_class = 1, s.paged = 1 | 4 | 8, s.page_size = 16;
+    s.k_format = 1, s.q8_scores = 1, s.workspace = 2, s.team = 3;
+    out[n++] = (named_spec){"team-paged-q8-scores-nth3", s};
+    /* packed queries and padded keys with sinks on 2 threads, the workspace sized for 2 + 2
+       threads and 4 bytes off malloc's alignment */
+    fz_spec_init(&s);
+    s.lse = 1, s.causal = 1, s.batch = 3, s.group = 3, s.q_len = 12, s.kv_len = 60;
+    s.head_dim = 48;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 58;
+    s.q_form = 2, s.kv_form = 1, s.q_lens_class = 1, s.kv_lens_class = 5, s.sink_kind = 2;
+    s.workspace = 1, s.misc = 1 | 2, s.team = 2;
+    out[n++] = (named_spec){"team-ragged-sinks-nth2", s};
+    /* a team of one on a causal prefill */
+    fz_spec_init(&s);
+    s.lse = 1, s.causal = 1, s.kv_heads = 3, s.q_len = 40, s.kv_len = 64, s.head_dim = 64;
+    s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 59;
+    s.team = 1;
+    out[n++] = (named_spec){"team-nth1-prefill", s};
+    /* refused mask_scales calls, each made by a team too (every thread refuses) */
+    static const struct {
+        const char *name;
+        int kind;
+        uint8_t team;
+    } refused[5] = {{"ms-refused-nan-factor-team", 0, 4},
+                    {"ms-refused-inf-factor", 1, 0},
+                    {"ms-refused-no-mask-team", 3, 2},
+                    {"ms-refused-lse-over-scales-team", 4, 3},
+                    {"ms-refused-o-over-scales", 5, 0}};
+    for (int i = 0; i < 5; i++) {
+        fz_spec_init(&s);
+        s.lse = 1, s.batch = 2, s.group = 3, s.q_len = 4, s.kv_len = 20, s.head_dim = 16;
+        s.fill[0] = s.fill[1] = s.fill[2] = 0, s.seed = 60 + (uint32_t)i;
+        s.mask = 1, s.mask_class = 1, s.scales_kind = 2, s.team = refused[i].team;
+        s.invalid = FZ_INVALID_SCALES_FIRST + refused[i].kind;
+        out[n++] = (named_spec){refused[i].name, s};
+    }
     return n;
 }
 
@@ -524,16 +628,18 @@ static size_t known_specs(named_spec *out)
 #define N_OLD_KNOWN 10 /* reproducers before the variants: the plain seeds' generator offset */
 #define N_API_SEEDS 12 /* generated seeds with the API fields (api-seed-NN) */
 #define N_FMT_SEEDS 12 /* generated seeds with the block formats of issue #26 (fmt-seed-NN) */
+#define N_MS_SEEDS  12 /* generated seeds with mask_scales and teams (ms-seed-NN) */
 
 static int write_corpus(const char *dir)
 {
-    named_spec specs[64];
+    named_spec specs[96];
     const size_t n = known_specs(specs);
     mkdir(dir, 0777);
     uint8_t buf[FZ_MAX_BYTES];
     char path[4096];
     int written = 0;
-    for (size_t i = 0; i < n + N_SEEDS + N_VAR_SEEDS + N_API_SEEDS + N_FMT_SEEDS; i++) {
+    for (size_t i = 0; i < n + N_SEEDS + N_VAR_SEEDS + N_API_SEEDS + N_FMT_SEEDS + N_MS_SEEDS;
+         i++) {
         fz_spec s;
         char name[64];
         if (i < n) {
@@ -542,21 +648,26 @@ static int write_corpus(const char *dir)
         } else if (i < n + N_SEEDS) {
             /* the index the seed had before the variants' reproducers joined the list */
             uint64_t r = 0xc0ffee00u + N_OLD_KNOWN + (i - n);
-            gen_spec(&r, &s, 0, 0, 0); /* the seeds written before the variants, unchanged */
+            gen_spec(&r, &s, 0, 0, 0, 0); /* the seeds written before the variants, unchanged */
             snprintf(name, sizeof name, "seed-%02zu", i - n);
         } else if (i < n + N_SEEDS + N_VAR_SEEDS) {
             uint64_t r = 0x7a810000u + (i - n - N_SEEDS);
-            gen_spec(&r, &s, 2, 0, 0);
+            gen_spec(&r, &s, 2, 0, 0, 0);
             snprintf(name, sizeof name, "var-seed-%02zu", i - n - N_SEEDS);
         } else if (i < n + N_SEEDS + N_VAR_SEEDS + N_API_SEEDS) {
             uint64_t r = 0xa9100000u + (i - n - N_SEEDS - N_VAR_SEEDS);
-            gen_spec(&r, &s, 1, 2, 0);
+            gen_spec(&r, &s, 1, 2, 0, 0);
             snprintf(name, sizeof name, "api-seed-%02zu", i - n - N_SEEDS - N_VAR_SEEDS);
-        } else {
+        } else if (i < n + N_SEEDS + N_VAR_SEEDS + N_API_SEEDS + N_FMT_SEEDS) {
             const size_t k = i - n - N_SEEDS - N_VAR_SEEDS - N_API_SEEDS;
             uint64_t r = 0xb10c0000u + k;
-            gen_spec(&r, &s, 1, 1, 2);
+            gen_spec(&r, &s, 1, 1, 2, 0);
             snprintf(name, sizeof name, "fmt-seed-%02zu", k);
+        } else {
+            const size_t k = i - n - N_SEEDS - N_VAR_SEEDS - N_API_SEEDS - N_FMT_SEEDS;
+            uint64_t r = 0x3ca1e000u + k;
+            gen_spec(&r, &s, 1, 1, 1, 2);
+            snprintf(name, sizeof name, "ms-seed-%02zu", k);
         }
         const size_t len = fz_encode(&s, buf, sizeof buf);
         snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -708,6 +819,8 @@ static void print_counts(const char *what, double secs)
            "(q8_scores %lu; q4_1, q5_0, q5_1 or iq4_nl %lu); sdpa_merge %lu checked, %lu refused\n",
            what, c->ragged_calls, c->paged_calls, c->quant_calls, c->q8_calls, c->newfmt_calls,
            c->merge_calls, c->merge_refused);
+    printf("# %s: valid calls with mask_scales %lu; team calls %lu\n", what, c->scaled_calls,
+           c->team_calls);
 }
 
 static int hexval(int ch)
@@ -729,6 +842,7 @@ int main(int argc, char **argv)
     int variants = 1; /* generated inputs with attention variants: 0 none, 1 half, 2 all */
     int api = 1;      /* ... with the API fields, likewise */
     int formats = 1;  /* ... with the block formats of every kind, likewise */
+    int team = 1;     /* ... with mask_scales and teams, likewise */
     const char *e = getenv("SDPA_FUZZ_SEED");
     if (e && *e) seed = strtoull(e, NULL, 0);
     e = getenv("SDPA_FUZZ_EXECS");
@@ -751,12 +865,15 @@ int main(int argc, char **argv)
             api = (int)strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--formats") && i + 1 < argc)
             formats = (int)strtol(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--team") && i + 1 < argc)
+            team = (int)strtol(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--write-corpus") && i + 1 < argc)
             return write_corpus(argv[++i]);
         else if (argv[i][0] == '-') {
             fprintf(stderr,
                     "usage: %s [--execs N] [--seed S] [--variants 0|1|2] [--api 0|1|2] "
-                    "[--formats 0|1|2] [--corpus DIR] [--hex HEX] [FILE...] | --write-corpus DIR\n",
+                    "[--formats 0|1|2] [--team 0|1|2] [--corpus DIR] [--hex HEX] [FILE...] | "
+                    "--write-corpus DIR\n",
                     argv[0]);
             return 2;
         } else if (n_files < 256)
@@ -812,7 +929,7 @@ int main(int argc, char **argv)
         const double t0 = now_s();
         for (long x = 0; x < execs; x++) {
             fz_spec s;
-            gen_spec(&r, &s, variants, api, formats);
+            gen_spec(&r, &s, variants, api, formats, team);
             const size_t n = fz_encode(&s, buf, sizeof buf);
             char tag[64];
             snprintf(tag, sizeof tag, "seed%llu-%ld", (unsigned long long)seed, x);

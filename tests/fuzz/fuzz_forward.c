@@ -3,8 +3,9 @@
 /*
  * One input decodes to one call of sdpa_impl_forward (README.md gives the byte format), and
  * optionally one of sdpa_merge. The call runs on every implementation this CPU supports,
- * serially and through bench/pool.h's pool in shuffled order; the two results must be the same
- * bits, and the serial one must match the float64 oracle below, which uses no library code.
+ * serially, through bench/pool.h's pool in shuffled order and, when the input asks, by a team of
+ * threads (sdpa_impl_forward_team); the results must be the same bits, and the serial one must
+ * match the float64 oracle below, which uses no library code.
  * Inputs built to be refused must be refused, with the same status from sdpa_validate and a
  * message, and must write nothing.
  */
@@ -15,6 +16,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -196,6 +198,10 @@ enum {
 };
 _Static_assert(N_BAD_API == FZ_N_INVALID_API, "the API refusals of fuzz_forward.h");
 
+/* The refused calls of the mask_scales bytes, kind FZ_INVALID_SCALES_FIRST + these (README). */
+enum { BAD_MS_NAN, BAD_MS_PINF, BAD_MS_NINF, BAD_MS_NO_MASK, BAD_MS_LSE, BAD_MS_O, N_BAD_MS };
+_Static_assert(N_BAD_MS == FZ_N_INVALID_SCALES, "the mask_scales refusals of fuzz_forward.h");
+
 typedef struct reader {
     const uint8_t *p;
     size_t n, i;
@@ -312,6 +318,13 @@ void fz_decode(const uint8_t *data, size_t size, fz_spec *s)
     const uint8_t bf = rd8(&r);
     if (bf & 15) s->k_format = (uint8_t)(1 + ((bf & 15) - 1) % FZ_N_FORMATS);
     if (bf >> 4) s->v_format = (uint8_t)(1 + ((bf >> 4) - 1) % FZ_N_FORMATS);
+    /* mask_scales and the team, after the block formats, for the same reason */
+    s->scales_kind = rd8(&r) & 7;
+    s->scales_param = rd8(&r);
+    s->team = rd8(&r);
+    const uint8_t refuse_scales = rd8(&r);
+    if (s->invalid < 0 && refuse_scales)
+        s->invalid = FZ_INVALID_SCALES_FIRST + (refuse_scales - 1) % FZ_N_INVALID_SCALES;
 }
 
 /* A format the API fields' two bits hold (0, q8_0, q4_0); the others go to the block-format
@@ -325,12 +338,19 @@ static bool has_format_byte(const fz_spec *s)
     return byte_format(s->k_format) || byte_format(s->v_format);
 }
 
+static bool has_team_bytes(const fz_spec *s)
+{
+    return s->scales_kind & 7 || s->scales_param || s->team ||
+           s->invalid >= FZ_INVALID_SCALES_FIRST;
+}
+
 static bool has_api_bytes(const fz_spec *s)
 {
-    return s->k_format % 7 || s->v_format % 7 || s->q8_scores || s->misc || s->q_form % 3 ||
-           s->kv_form % 3 || s->slack || s->q_lens_class % 8 || s->kv_lens_class % 8 || s->paged ||
-           (s->page_size - 1) % 256 || s->merge || s->merge_rows || s->merge_layout ||
-           s->merge_refuse || s->invalid >= FZ_INVALID_API_FIRST;
+    return has_team_bytes(s) || s->k_format % 7 || s->v_format % 7 || s->q8_scores || s->misc ||
+           s->q_form % 3 || s->kv_form % 3 || s->slack || s->q_lens_class % 8 ||
+           s->kv_lens_class % 8 || s->paged || (s->page_size - 1) % 256 || s->merge ||
+           s->merge_rows || s->merge_layout || s->merge_refuse ||
+           (s->invalid >= FZ_INVALID_API_FIRST && s->invalid < FZ_INVALID_SCALES_FIRST);
 }
 
 static bool has_variant_bytes(const fz_spec *s)
@@ -426,11 +446,20 @@ size_t fz_encode(const fz_spec *s, uint8_t *out, size_t cap)
     i = wr8(out, cap, i, s->merge_layout);
     i = wr8(out, cap, i, s->merge_refuse);
     i = wr8(out, cap, i,
-            s->invalid >= FZ_INVALID_API_FIRST
+            s->invalid >= FZ_INVALID_API_FIRST && s->invalid < FZ_INVALID_SCALES_FIRST
                 ? 1 + (unsigned)(s->invalid - FZ_INVALID_API_FIRST) % FZ_N_INVALID_API
                 : 0);
-    if (!has_format_byte(s)) return i; /* the bytes of the format before the block-format byte */
-    return wr8(out, cap, i, byte_format(s->k_format) | byte_format(s->v_format) << 4);
+    /* the bytes of the format before the block-format byte */
+    if (!has_format_byte(s) && !has_team_bytes(s)) return i;
+    i = wr8(out, cap, i, byte_format(s->k_format) | byte_format(s->v_format) << 4);
+    if (!has_team_bytes(s)) return i; /* the bytes of the format before mask_scales */
+    i = wr8(out, cap, i, s->scales_kind & 7);
+    i = wr8(out, cap, i, s->scales_param);
+    i = wr8(out, cap, i, s->team);
+    return wr8(out, cap, i,
+               s->invalid >= FZ_INVALID_SCALES_FIRST
+                   ? 1 + (unsigned)(s->invalid - FZ_INVALID_SCALES_FIRST) % FZ_N_INVALID_SCALES
+                   : 0);
 }
 
 static unsigned round32(unsigned d) { return (d + 31) / 32 * 32; }
@@ -500,6 +529,16 @@ static void fz_effective(fz_spec *s)
         break;
     default:
         break;
+    }
+    /* mask_scales need a mask: without one the class is off, unless a refusal wants it */
+    if (s->invalid >= FZ_INVALID_SCALES_FIRST) {
+        if (!(s->scales_kind & 3)) s->scales_kind |= 2;
+        if (s->invalid - FZ_INVALID_SCALES_FIRST == BAD_MS_NO_MASK)
+            s->mask = 0;
+        else if (!s->mask)
+            s->mask = 1;
+    } else if (!s->mask) {
+        s->scales_kind = 0;
     }
     if ((s->paged & 1) && s->kv_form == 2) s->kv_form = 1;
     if (s->k_format || (s->v_format && !s->v_dim)) s->head_dim = round32(s->head_dim);
@@ -982,23 +1021,27 @@ static float decode_softcap(const fz_spec *s)
     }
 }
 
-/* ALiBi slopes [Hq] from their class (README); writes nothing for class 0. The standard ones are
-   computed here from their definition, not by sdpa_alibi_slopes. */
+/* The standard ALiBi slope of head h of Hq (Press et al.; ggml's derivation from max_bias),
+   computed here from its definition, not by sdpa_alibi_slopes. */
+static float standard_slope(size_t h, size_t Hq, double max_bias)
+{
+    size_t n2 = 1;
+    while (n2 * 2 <= Hq) n2 *= 2;
+    return (float)(h < n2 ? exp2(-max_bias * (double)(h + 1) / (double)n2)
+                          : exp2(-max_bias * (double)(2 * (h - n2) + 1) / (double)(2 * n2)));
+}
+
+/* ALiBi slopes [Hq] from their class (README); writes nothing for class 0. */
 static void make_slopes(const fz_spec *s, size_t Hq, float *out)
 {
     uint64_t st = ((uint64_t)s->seed << 8) ^ 0x51ed270b27u;
     const unsigned p = s->alibi_param;
-    size_t n2 = 1;
-    while (n2 * 2 <= Hq) n2 *= 2;
     for (size_t h = 0; h < Hq; h++) {
         const double u = fz_unit(&st);
         switch (s->alibi_kind % 4) {
-        case 1: {
-            const double mb = 1.0 + p % 16;
-            out[h] = (float)(h < n2 ? exp2(-mb * (double)(h + 1) / (double)n2)
-                                    : exp2(-mb * (double)(2 * (h - n2) + 1) / (double)(2 * n2)));
+        case 1:
+            out[h] = standard_slope(h, Hq, 1.0 + p % 16);
             break;
-        }
         case 2:
             out[h] = (float)ldexp(u, (int)(p % 16) - 8);
             break;
@@ -1013,6 +1056,39 @@ static void make_slopes(const fz_spec *s, size_t Hq, float *out)
             break;
         }
         default:
+            break;
+        }
+    }
+}
+
+/* mask_scales [Hq] from their class (README): 1 the standard slopes of max_bias 1 + p mod 16,
+   2 per head one of 0, -0, negative, 1, uniform, +-2^(-30..30), 1e-30, a subnormal, 3 a large
+   factor 2^(20 + p mod 16), negative on odd heads when p bit 7 is set. */
+static void make_scales(const fz_spec *s, size_t Hq, float *out)
+{
+    uint64_t st = ((uint64_t)s->seed << 8) ^ 0x3ca1e5u;
+    const unsigned p = s->scales_param;
+    for (size_t h = 0; h < Hq; h++) {
+        const double u = fz_unit(&st);
+        switch (s->scales_kind & 3) {
+        case 1:
+            out[h] = standard_slope(h, Hq, 1.0 + p % 16);
+            break;
+        case 2: {
+            const unsigned c = (unsigned)(fz_next(&st) % 8);
+            const float sg = (fz_next(&st) & 1) ? -1.0f : 1.0f;
+            out[h] = c == 0   ? 0.0f
+                     : c == 1 ? -0.0f
+                     : c == 2 ? (float)(-4.0 * u)
+                     : c == 3 ? 1.0f
+                     : c == 4 ? (float)u
+                     : c == 5 ? sg * ldexpf(1.0f, (int)(fz_next(&st) % 61) - 30)
+                     : c == 6 ? 1e-30f
+                              : sg * fz_bits_f32(1 + (uint32_t)(fz_next(&st) % 0x7fffffu));
+            break;
+        }
+        default:
+            out[h] = ldexpf((p & 128) && (h & 1) ? -1.0f : 1.0f, 20 + (int)(p % 16));
             break;
         }
     }
@@ -1058,6 +1134,7 @@ typedef struct problem {
     size_t window;
     float softcap;
     float *slopes, *sinks; /* [Hq] or NULL */
+    float *scales;         /* mask_scales [Hq] or NULL */
     bool has_mask;
     view mask;          /* [B][Hq][Lq][Lk] */
     sdpa_tensor mask_t; /* the view as passed (a refused call may change it) */
@@ -1188,19 +1265,23 @@ static float mask_value(unsigned cls, unsigned p, long long ip, size_t j, uint64
 }
 
 /* Fills the mask view: the class over every entry some row reads, in order (broadcast entries
-   keep the last write), then mask_special's few NaN, +inf, -NaN entries or rows of -inf. */
+   keep the last write), its finite entries replaced by -|i' - j| with scales_kind bit 2, then
+   mask_special's few NaN, +inf, -NaN entries or rows of -inf. */
 static void fill_mask(problem *P, const fz_spec *s, const unsigned char *need)
 {
     view *m = &P->mask;
     uint64_t st = ((uint64_t)s->seed << 8) ^ 0x3a5c0ffeu;
+    const bool dist = s->scales_kind & 4; /* ggml's ALiBi mask: -|i' - j| where not hidden */
     for (size_t b = 0; b < P->B; b++)
         for (size_t h = 0; h < P->Hq; h++)
             for (size_t i = 0; i < P->Lq; i++) {
                 const long long ip = q_pos(P, b, i);
                 for (size_t j = 0; j < P->Lk; j++) {
                     const ptrdiff_t e = view_index(m, b, h, i, j);
-                    if (need[e])
-                        view_store(m, e, mask_value(s->mask_class, s->mask_param, ip, j, &st));
+                    if (!need[e]) continue;
+                    float x = mask_value(s->mask_class, s->mask_param, ip, j, &st);
+                    if (dist && isfinite(x)) x = -fabsf((float)(ip - (long long)j));
+                    view_store(m, e, x);
                 }
             }
     if (!s->mask_special) return;
@@ -1490,7 +1571,8 @@ static void build_table(problem *P, uint8_t f, size_t ps, uint64_t *st)
  * NaN rows are checked whatever the promise: no overflow or underflow removes a NaN.
  *
  * The variants (README): the row sees the keys causal, the window and the mask (-inf) leave it;
- * scores are softcap(scale q.k) - slope |i' - j| + mask, and a sink is a key of value 0. Each
+ * scores are softcap(scale q.k) - slope |i' - j| + mask (times mask_scales[h], the product
+ * rounded once to float), and a sink is a key of value 0. Each
  *
  * Ragged and paged calls (README): row (b, h, i) exists for i < lq_b, aligned on the
  * sequence's own lengths, i' = i + lk_b - lq_b, and reads keys j < lk_b through the block table
@@ -1541,9 +1623,10 @@ static double tanh_ulp(void)
 
 /* Error bound of one computed score after the modifiers (README, Tolerance): raw score raw
    (scale q.k, exact) computed with error e0; softcap c (0: off) gives sc; ALiBi adds a; the mask
-   gives the final score fin. */
+   adds mk (with mask_scales, scaled: the exact product, which the library rounds to float once
+   before the add) and gives the final score fin. */
 static double score_error(double raw, double e0, double c, double sc, bool alibi, double a,
-                          bool masked, double fin)
+                          bool masked, bool scaled, double mk, double fin)
 {
     double e = e0;
     if (c > 0) {
@@ -1565,6 +1648,7 @@ static double score_error(double raw, double e0, double c, double sc, bool alibi
         }
     }
     if (alibi) e = e * (1.0 + 0x1p-23) + 0x1p-23 * (fabs(a) + fabs(sc + a)) + 0x1p-148;
+    if (scaled) e += 0x1p-24 * fabs(mk) + 0x1p-150; /* the product's rounding */
     if (masked) e = e * (1.0 + 0x1p-23) + 0x1p-23 * fabs(fin) + 0x1p-148;
     return e;
 }
@@ -1583,6 +1667,7 @@ static void oracle_run(const problem *P, oracle *O)
     double *s = fz_xmalloc(Lk * sizeof(double)), *w = fz_xmalloc(Lk * sizeof(double));
     double *e = fz_xmalloc(Lk * sizeof(double)), *wp = fz_xmalloc(Lk * sizeof(double));
     double *dl = fz_xmalloc(Lk * sizeof(double)), *wm = fz_xmalloc(Lk * sizeof(double));
+    double *mk = fz_xmalloc(Lk * sizeof(double));
     double *sq = fz_xmalloc(D * sizeof(double));
     double *rs = fz_xmalloc(Lk * sizeof(double)), *eq = fz_xmalloc(Lk * sizeof(double));
     double *qb_err = fz_xmalloc((D / FZ_QK + 1) * sizeof(double)),
@@ -1729,7 +1814,14 @@ static void oracle_run(const problem *P, oracle *O)
                         t += al;
                     }
                     dl[x] = al;
-                    if (mrow) t += mrow[j];
+                    /* the mask entry, times mask_scales[h]: exact in double, but a product beyond
+                       float is the infinity the library's rounding gives */
+                    mk[x] = mrow ? mrow[j] : 0.0;
+                    if (mrow && P->scales) {
+                        mk[x] *= (double)P->scales[h];
+                        if (isinf((float)mk[x])) mk[x] = (double)(float)mk[x];
+                    }
+                    if (mrow) t += mk[x];
                     s[x] = t;
                     if (isnan(t) || t == INFINITY) nan = true;
                 }
@@ -1763,8 +1855,11 @@ static void oracle_run(const problem *P, oracle *O)
                     dl[x] = s[x] == -INFINITY
                                 ? 0.0
                                 : score_error(rs[x], delta + eq[x], cap, wm[x], P->slopes != NULL,
-                                              dl[x], mrow != NULL, s[x]);
-                    if (!isfinite(dl[x]) || fabs(s[x]) + dl[x] >= FLT_MAX) bad_bound = true;
+                                              dl[x], mrow != NULL, P->scales != NULL, mk[x], s[x]);
+                    /* a score of -inf (a product of mask_scales beyond float, an infinite K
+                       element) is exact: weight 0 */
+                    if (s[x] != -INFINITY && (!isfinite(dl[x]) || fabs(s[x]) + dl[x] >= FLT_MAX))
+                        bad_bound = true;
                 }
                 if (bad_bound) { /* a score that may round beyond float */
                     O->row_kind[row] = ROW_SKIP;
@@ -1873,6 +1968,7 @@ static void oracle_run(const problem *P, oracle *O)
     free(wp);
     free(dl);
     free(wm);
+    free(mk);
     free(sq);
     free(rs);
     free(eq);
@@ -2046,7 +2142,7 @@ static bench_pool *get_pool(unsigned threads)
 
 /* Copies of every buffer a call may not change (NULL where there is none). */
 typedef struct snapshot {
-    void *q, *k, *v, *o, *lse, *mask, *slopes, *sinks;
+    void *q, *k, *v, *o, *lse, *mask, *slopes, *sinks, *scales;
     void *q_lens, *kv_lens, *cu_q, *cu_kv, *table, *arena;
 } snapshot;
 
@@ -2072,6 +2168,7 @@ static snapshot take_snapshot(const problem *P)
     s.mask = P->has_mask ? dup_bytes(P->mask.buf, view_bytes(&P->mask)) : NULL;
     s.slopes = dup_bytes(P->slopes, P->Hq * sizeof(float));
     s.sinks = dup_bytes(P->sinks, P->Hq * sizeof(float));
+    s.scales = dup_bytes(P->scales, P->Hq * sizeof(float));
     s.q_lens = dup_bytes(P->q_lens, lb);
     s.kv_lens = dup_bytes(P->kv_lens, lb);
     s.cu_q = dup_bytes(P->cu_q, cb);
@@ -2084,7 +2181,7 @@ static snapshot take_snapshot(const problem *P)
 static void free_snapshot(snapshot *s)
 {
     free(s->q), free(s->k), free(s->v), free(s->o), free(s->lse);
-    free(s->mask), free(s->slopes), free(s->sinks);
+    free(s->mask), free(s->slopes), free(s->sinks), free(s->scales);
     free(s->q_lens), free(s->kv_lens), free(s->cu_q), free(s->cu_kv), free(s->table),
         free(s->arena);
 }
@@ -2099,6 +2196,7 @@ static const char *changed(const problem *P, const snapshot *s, bool inputs_only
     if (s->mask && memcmp(s->mask, P->mask.buf, view_bytes(&P->mask))) return "mask";
     if (s->slopes && memcmp(s->slopes, P->slopes, P->Hq * sizeof(float))) return "alibi_slopes";
     if (s->sinks && memcmp(s->sinks, P->sinks, P->Hq * sizeof(float))) return "sinks";
+    if (s->scales && memcmp(s->scales, P->scales, P->Hq * sizeof(float))) return "mask_scales";
     if (s->q_lens && memcmp(s->q_lens, P->q_lens, lb)) return "q_lens";
     if (s->kv_lens && memcmp(s->kv_lens, P->kv_lens, lb)) return "kv_lens";
     if (s->cu_q && memcmp(s->cu_q, P->cu_q, cb)) return "cu_q";
@@ -2118,12 +2216,58 @@ static void reset_outputs(problem *P)
     if (P->lse) fill_sentinel(P->lse, P->lse_elems);
 }
 
-/* One call of impl on P; workspace mode 1 passes exactly the reported size, 2 half of it; misc
-   bit 0 tells the library 2 more threads than the pool has, bit 1 offsets the workspace by 4
-   bytes from malloc's alignment. */
+/* One team state for the process, zeroed once: every team call (any shape, team size and
+   implementation) reuses it, one call at a time, as sdpa.h allows. */
+static void *fz_team_state;
+
+typedef struct team_job {
+    const sdpa_impl *impl;
+    const sdpa_params *p;
+    const sdpa_tensor *q, *k, *v, *o;
+    size_t ith, nth;
+    sdpa_status status;
+} team_job;
+
+static void *team_thread(void *arg)
+{
+    team_job *j = arg;
+    j->status = sdpa_impl_forward_team(j->impl, j->p, j->q, j->k, j->v, j->o, fz_team_state, j->ith,
+                                       j->nth);
+    return NULL;
+}
+
+/* The call on a team of nth threads: nth - 1 started for it, the caller is thread 0. Every
+   thread must return the same status, which is returned. */
+static sdpa_status run_team(size_t impl_i, const sdpa_impl *impl, const sdpa_params *p,
+                            const sdpa_tensor *q, const sdpa_tensor *k, const sdpa_tensor *v,
+                            const sdpa_tensor *o, size_t nth, const char *how)
+{
+    if (!fz_team_state) fz_team_state = fz_xcalloc(sdpa_team_bytes());
+    team_job jobs[FZ_MAX_TEAM];
+    pthread_t th[FZ_MAX_TEAM];
+    for (size_t i = 0; i < nth; i++) jobs[i] = (team_job){impl, p, q, k, v, o, i, nth, SDPA_OK};
+    for (size_t i = 1; i < nth; i++)
+        if (pthread_create(&th[i], NULL, team_thread, &jobs[i]) != 0) {
+            fprintf(stderr, "fuzz: cannot start a team thread\n");
+            abort();
+        }
+    team_thread(&jobs[0]);
+    for (size_t i = 1; i < nth; i++) pthread_join(th[i], NULL);
+    fz_counts.team_calls++;
+    for (size_t i = 1; i < nth; i++)
+        if (jobs[i].status != jobs[0].status)
+            fz_fail(impl_i, "%s: thread %zu returned %s, thread 0 %s", how, i,
+                    sdpa_status_str(jobs[i].status), sdpa_status_str(jobs[0].status));
+    return jobs[0].status;
+}
+
+/* One call of impl on P: serial, on a pool, or (nth > 0) by a team of nth threads; workspace
+   mode 1 passes exactly the reported size (for a team, sized for n_threads = nth), 2 half of
+   it; misc bit 0 tells the library 2 more threads than the pool or team has, bit 1 offsets the
+   workspace by 4 bytes from malloc's alignment. */
 static sdpa_status run_call(size_t impl_i, const sdpa_impl *impl, problem *P,
                             const sdpa_params *base, const fz_spec *spec, bench_pool *pool,
-                            const char *how)
+                            size_t nth, const char *how)
 {
     sdpa_params p = *base;
     if (pool) {
@@ -2131,6 +2275,7 @@ static sdpa_status run_call(size_t impl_i, const sdpa_impl *impl, problem *P,
         p.pool = pool;
         p.n_threads = bench_pool_threads(pool) + ((spec->misc & 1) ? 2 : 0);
     }
+    if (nth) p.n_threads = nth + ((spec->misc & 1) ? 2 : 0); /* sizes the workspace only */
     const sdpa_tensor q = view_tensor(&P->q), k = view_tensor(&P->k), v = view_tensor(&P->v),
                       o = view_tensor(&P->o);
     char *ws = NULL;
@@ -2147,7 +2292,8 @@ static sdpa_status run_call(size_t impl_i, const sdpa_impl *impl, problem *P,
     }
     bench_pool_stats before = pool ? bench_pool_get_stats(pool) : (bench_pool_stats){0};
     fz_counts.forward_calls++;
-    const sdpa_status s = sdpa_impl_forward(impl, &p, &q, &k, &v, &o);
+    const sdpa_status s = nth ? run_team(impl_i, impl, &p, &q, &k, &v, &o, nth, how)
+                              : sdpa_impl_forward(impl, &p, &q, &k, &v, &o);
     if (pool) {
         const bench_pool_stats after = bench_pool_get_stats(pool);
         if (after.bad_thread != before.bad_thread || after.overlaps != before.overlaps ||
@@ -2158,7 +2304,41 @@ static sdpa_status run_call(size_t impl_i, const sdpa_impl *impl, problem *P,
     return s;
 }
 
-/* A valid call on impl, serially and pooled; snap holds the inputs as they were. */
+/* The valid call again, on a pool or a team of nth, against the serial run's o1 and l1 (whole
+   buffers, sentinels included): the same bits, NaN payloads aside on a pool. */
+static void rerun(size_t impl_i, const sdpa_impl *impl, problem *P, const sdpa_params *base,
+                  const fz_spec *spec, const snapshot *snap, bench_pool *pool, size_t nth,
+                  const char *how, const float *o1, const float *l1)
+{
+    reset_outputs(P);
+    const sdpa_status s = run_call(impl_i, impl, P, base, spec, pool, nth, how);
+    if (s != SDPA_OK) {
+        fz_fail(impl_i, "%s: a valid call was refused: %s", how, sdpa_status_str(s));
+        return;
+    }
+    const bool exact = nth > 0;
+    const float *o2 = (const float *)(const void *)P->o.buf;
+    for (size_t e = 0; e < P->o.n_elems; e++)
+        if (exact ? fz_f32_bits(o1[e]) != fz_f32_bits(o2[e]) : !same_float(o1[e], o2[e])) {
+            fz_fail(impl_i,
+                    "%s: o differs from the serial run at element %td of [0][0][0][0]: %.9g "
+                    "(0x%08x) vs %.9g (0x%08x)",
+                    how, (ptrdiff_t)e - P->o.origin, o2[e], (unsigned)fz_f32_bits(o2[e]), o1[e],
+                    (unsigned)fz_f32_bits(o1[e]));
+            break;
+        }
+    for (size_t e = 0; l1 && e < P->lse_elems; e++)
+        if (exact ? fz_f32_bits(l1[e]) != fz_f32_bits(P->lse[e]) : !same_float(l1[e], P->lse[e])) {
+            fz_fail(impl_i, "%s: lse differs from the serial run at row %td: %.9g vs %.9g", how,
+                    (ptrdiff_t)e - FZ_MARGIN, P->lse[e], l1[e]);
+            break;
+        }
+    const char *ch = changed(P, snap, true);
+    if (ch) fz_fail(impl_i, "%s: the input %s was modified", how, ch);
+}
+
+/* A valid call on impl, serially, pooled and (spec->team) by a team; snap holds the inputs as
+   they were. */
 static void run_valid(size_t impl_i, const sdpa_impl *impl, problem *P, const sdpa_params *base,
                       const fz_spec *spec, const oracle *O, const snapshot *snap)
 {
@@ -2171,7 +2351,7 @@ static void run_valid(size_t impl_i, const sdpa_impl *impl, problem *P, const sd
             fz_fail(impl_i, "sdpa_validate refused a valid call: %s (%s)", msg, sdpa_status_str(s));
     }
     reset_outputs(P);
-    sdpa_status s = run_call(impl_i, impl, P, base, spec, NULL, "serial");
+    sdpa_status s = run_call(impl_i, impl, P, base, spec, NULL, 0, "serial");
     if (s != SDPA_OK) {
         fz_fail(impl_i, "serial: a valid call was refused: %s", sdpa_status_str(s));
         return;
@@ -2181,31 +2361,13 @@ static void run_valid(size_t impl_i, const sdpa_impl *impl, problem *P, const sd
     check_result(impl_i, "serial", P, O);
     float *o1 = dup_bytes(P->o.buf, P->o.n_elems * 4);
     float *l1 = P->lse ? dup_bytes(P->lse, P->lse_elems * 4) : NULL;
-    reset_outputs(P);
     char how[32];
     snprintf(how, sizeof how, "pool of %u", spec->threads);
-    s = run_call(impl_i, impl, P, base, spec, get_pool(spec->threads), how);
-    if (s != SDPA_OK)
-        fz_fail(impl_i, "%s: a valid call was refused: %s", how, sdpa_status_str(s));
-    else {
-        const float *o2 = (const float *)(const void *)P->o.buf;
-        for (size_t e = 0; e < P->o.n_elems; e++)
-            if (!same_float(o1[e], o2[e])) {
-                fz_fail(impl_i,
-                        "%s: o differs from the serial run at element %td of [0][0][0][0]: %.9g "
-                        "(0x%08x) vs %.9g (0x%08x)",
-                        how, (ptrdiff_t)e - P->o.origin, o2[e], (unsigned)fz_f32_bits(o2[e]), o1[e],
-                        (unsigned)fz_f32_bits(o1[e]));
-                break;
-            }
-        for (size_t e = 0; l1 && e < P->lse_elems; e++)
-            if (!same_float(l1[e], P->lse[e])) {
-                fz_fail(impl_i, "%s: lse differs from the serial run at row %td: %.9g vs %.9g", how,
-                        (ptrdiff_t)e - FZ_MARGIN, P->lse[e], l1[e]);
-                break;
-            }
-        ch = changed(P, snap, true);
-        if (ch) fz_fail(impl_i, "%s: the input %s was modified", how, ch);
+    rerun(impl_i, impl, P, base, spec, snap, get_pool(spec->threads), 0, how, o1, l1);
+    if (spec->team) { /* the team's result: sdpa_forward's bits, NaN payloads included */
+        const size_t nth = 1 + (spec->team - 1u) % FZ_MAX_TEAM;
+        snprintf(how, sizeof how, "team of %zu", nth);
+        rerun(impl_i, impl, P, base, spec, snap, NULL, nth, how, o1, l1);
     }
     free(o1);
     free(l1);
@@ -2229,29 +2391,23 @@ static const char *const invalid_names[FZ_N_INVALID] = {
     "lse overlaps cu_kv", "lse overlaps sinks", "lse overlaps alibi_slopes",
     "lse overlaps the mask", "lse overlaps the workspace", "o overlaps block_table",
     "o overlaps q_lens", "o overlaps kv_lens", "o overlaps cu_q", "o overlaps cu_kv",
-    "o overlaps sinks", "o overlaps alibi_slopes", "o overlaps the workspace"};
+    "o overlaps sinks", "o overlaps alibi_slopes", "o overlaps the workspace",
+    /* mask_scales' */
+    "NaN mask_scales factor", "+inf mask_scales factor", "-inf mask_scales factor",
+    "mask_scales without a mask", "lse overlaps mask_scales", "o overlaps mask_scales"};
 
 /* For a refused call of an output over an array the call reads (API kinds BAD_LSE_* and
-   BAD_O_*): the array (or a workspace of 256 bytes) copied into a fresh buffer with room for
-   the output's whole extent around it, the parameter pointed at the copy, and lse or o.data
-   placed on its first byte; nothing may change. */
-static void place_over_array(problem *P, sdpa_params *p, sdpa_tensor *o, int api)
+   BAD_O_*, BAD_MS_LSE and BAD_MS_O): the array (or a workspace of 256 bytes) copied into a fresh
+   buffer with room for the output's whole extent around it, the parameter pointed at the copy,
+   and lse or o.data placed on its first byte; nothing may change. which: 0 table, 1 q_lens,
+   2 kv_lens, 3 cu_q, 4 cu_kv, 5 sinks, 6 slopes, 8 workspace, 9 mask_scales. */
+static void place_over_array(problem *P, sdpa_params *p, sdpa_tensor *o, int which, bool on_lse)
 {
-    static const int lse_targets[] = {BAD_LSE_TABLE, BAD_LSE_Q_LENS, BAD_LSE_KV_LENS, BAD_LSE_CU_Q,
-                                      BAD_LSE_CU_KV, BAD_LSE_SINKS,  BAD_LSE_SLOPES,  -1,
-                                      BAD_LSE_WS};
-    const bool on_lse = api <= BAD_LSE_WS;
-    int which =
-        0; /* 0 table, 1 q_lens, 2 kv_lens, 3 cu_q, 4 cu_kv, 5 sinks, 6 slopes, 8 workspace */
-    if (on_lse)
-        while (lse_targets[which] != api) which++;
-    else
-        which = api == BAD_O_WS ? 8 : api - BAD_O_TABLE;
     const size_t lb = P->B * sizeof(size_t), cb = (P->B + 1) * sizeof(size_t),
                  hb = P->Hq * sizeof(float);
-    const void *src[9] = {P->table, P->q_lens, P->kv_lens, P->cu_q, P->cu_kv,
-                          P->sinks, P->slopes, NULL,       NULL};
-    const size_t bytes[9] = {table_bytes(P), lb, lb, cb, cb, hb, hb, 0, 256};
+    const void *src[10] = {P->table, P->q_lens, P->kv_lens, P->cu_q, P->cu_kv,
+                           P->sinks, P->slopes, NULL,       NULL,    P->scales};
+    const size_t bytes[10] = {table_bytes(P), lb, lb, cb, cb, hb, hb, 0, 256, hb};
     /* o's extent from its data pointer, in bytes: what it reaches below and from there up */
     ptrdiff_t below = 0, above = (ptrdiff_t)P->Dv;
     for (int a = 0; a < 3; a++) {
@@ -2292,6 +2448,9 @@ static void place_over_array(problem *P, sdpa_params *p, sdpa_tensor *o, int api
         break;
     case 6:
         p->alibi_slopes = (const float *)(void *)dst;
+        break;
+    case 9:
+        p->mask_scales = (const float *)(void *)dst;
         break;
     default:
         p->workspace = dst, p->workspace_bytes = bytes[8];
@@ -2381,15 +2540,50 @@ static void make_invalid_api(problem *P, sdpa_params *p, sdpa_tensor *q, sdpa_te
         p->lse = (float *)(void *)(a - a % 4);
         break;
     }
+    default: {
+        static const int lse_targets[] = {
+            BAD_LSE_TABLE, BAD_LSE_Q_LENS, BAD_LSE_KV_LENS, BAD_LSE_CU_Q,
+            BAD_LSE_CU_KV, BAD_LSE_SINKS,  BAD_LSE_SLOPES,  -1,
+            BAD_LSE_WS};
+        const bool on_lse = api <= BAD_LSE_WS;
+        int which = 0;
+        if (on_lse)
+            while (lse_targets[which] != api) which++;
+        else
+            which = api == BAD_O_WS ? 8 : api - BAD_O_TABLE;
+        place_over_array(P, p, o, which, on_lse);
+        break;
+    }
+    }
+}
+
+/* A refused mask_scales call (kind ms, README): the problem has the factors, and a mask but for
+   BAD_MS_NO_MASK. */
+static void make_invalid_scales(problem *P, sdpa_params *p, sdpa_tensor *o, int ms)
+{
+    p->mask_scales = P->scales;
+    switch (ms) {
+    case BAD_MS_NAN:
+    case BAD_MS_PINF:
+    case BAD_MS_NINF: /* one head's factor */
+        P->scales[P->Hq - 1] = ms == BAD_MS_NAN    ? fz_bits_f32(0x7fc00000u)
+                               : ms == BAD_MS_PINF ? INFINITY
+                                                   : -INFINITY;
+        break;
+    case BAD_MS_NO_MASK:
+        p->mask = NULL;
+        break;
     default:
-        place_over_array(P, p, o, api);
+        place_over_array(P, p, o, 9, ms == BAD_MS_LSE);
         break;
     }
 }
 
-/* A refused call: kind per README; P was allocated for it (o inside q's buffer for kind 10). */
+/* A refused call: kind per README; P was allocated for it (o inside q's buffer for kind 10).
+   With nth > 0 a team of nth threads makes it too: every thread refuses it as the serial call
+   did, and nothing is written. */
 static void run_invalid(size_t impl_i, const sdpa_impl *impl, problem *P, const sdpa_params *base,
-                        int kind)
+                        int kind, size_t nth)
 {
     sdpa_params p = *base;
     sdpa_tensor q = view_tensor(&P->q), k = view_tensor(&P->k), v = view_tensor(&P->v),
@@ -2488,7 +2682,10 @@ static void run_invalid(size_t impl_i, const sdpa_impl *impl, problem *P, const 
         p.mask = &P->mask_t;
         break;
     default:
-        make_invalid_api(P, &p, &q, &k, &o, kind - FZ_INVALID_API_FIRST);
+        if (kind >= FZ_INVALID_SCALES_FIRST)
+            make_invalid_scales(P, &p, &o, kind - FZ_INVALID_SCALES_FIRST);
+        else
+            make_invalid_api(P, &p, &q, &k, &o, kind - FZ_INVALID_API_FIRST);
         break;
     }
     reset_outputs(P);
@@ -2513,6 +2710,16 @@ static void run_invalid(size_t impl_i, const sdpa_impl *impl, problem *P, const 
     if (sw != sv)
         fz_fail(impl_i, "invalid call (%s): sdpa_impl_workspace_size says %s, sdpa_validate %s",
                 invalid_names[kind], sdpa_status_str(sw), sdpa_status_str(sv));
+    if (nth) {
+        char how[96];
+        snprintf(how, sizeof how, "invalid call (%s), team of %zu", invalid_names[kind], nth);
+        const sdpa_status st = run_team(impl_i, impl, &p, &q, &k, &v, &o, nth, how);
+        if (st != s)
+            fz_fail(impl_i, "%s: the team says %s, sdpa_impl_forward %s", how, sdpa_status_str(st),
+                    sdpa_status_str(s));
+        ch = changed(P, &snap, false);
+        if (ch) fz_fail(impl_i, "%s: %s was written", how, ch);
+    }
     free_snapshot((snapshot *)&snap);
 }
 
@@ -2891,7 +3098,7 @@ static void problem_free(problem *P)
     free(P->q.buf), free(P->k.buf), free(P->v.buf), free(P->o.buf);
     free(P->q.sh), free(P->k.sh), free(P->v.sh);
     free(P->qd), free(P->kd), free(P->vd), free(P->lse);
-    free(P->slopes), free(P->sinks), free(P->mask.buf), free(P->maskd);
+    free(P->slopes), free(P->sinks), free(P->scales), free(P->mask.buf), free(P->maskd);
     free(P->lq), free(P->lk), free(P->q_lens), free(P->kv_lens), free(P->cu_q), free(P->cu_kv),
         free(P->cu_spare);
     free(P->table), free(P->arena);
@@ -2967,6 +3174,10 @@ static void problem_fill(problem *P, const fz_spec *spec)
     if (spec->sink_kind % 4 || invalid == 21 || invalid == 22) {
         P->sinks = fz_xmalloc(Hq * sizeof(float));
         make_sinks(spec, Hq, P->sinks);
+    }
+    if (spec->scales_kind & 3) { /* fz_effective: only with a mask, or for a refusal */
+        P->scales = fz_xmalloc(Hq * sizeof(float));
+        make_scales(spec, Hq, P->scales);
     }
     P->has_mask = spec->mask || (invalid >= 23 && invalid <= 25);
     const size_t rows = B * Hq * Lq;
@@ -3059,6 +3270,7 @@ int sdpa_fuzz_one(const uint8_t *data, size_t size)
     base.alibi_slopes = P.slopes;
     base.sinks = P.sinks;
     base.mask = P.has_mask ? &P.mask_t : NULL;
+    base.mask_scales = P.has_mask ? P.scales : NULL;
     base.q_lens = P.q_lens, base.kv_lens = P.kv_lens;
     base.cu_q = P.cu_q, base.cu_kv = P.cu_kv;
     base.block_table = P.table;
@@ -3077,6 +3289,7 @@ int sdpa_fuzz_one(const uint8_t *data, size_t size)
         if (P.k.blk > 1 || P.v.blk > 1) fz_counts.quant_calls++;
         if (P.q8) fz_counts.q8_calls++;
         if (P.k.dt > SDPA_Q4_0 || P.v.dt > SDPA_Q4_0) fz_counts.newfmt_calls++;
+        if (base.mask_scales) fz_counts.scaled_calls++;
         P.qd = view_dense(&P.q);
         P.kd = view_dense(&P.k);
         P.vd = view_dense(&P.v);
@@ -3105,7 +3318,8 @@ int sdpa_fuzz_one(const uint8_t *data, size_t size)
         if (invalid < 0)
             run_valid(i, impl, &P, &base, &spec, &O, &snap);
         else
-            run_invalid(i, impl, &P, &base, invalid);
+            run_invalid(i, impl, &P, &base, invalid,
+                        spec.team ? 1 + (spec.team - 1u) % FZ_MAX_TEAM : 0);
     }
     if (invalid < 0) oracle_free(&O), free_snapshot(&snap);
     if (spec.merge || spec.merge_refuse) fuzz_merge(&spec, P.Dv);
@@ -3191,14 +3405,21 @@ void sdpa_fuzz_describe(const uint8_t *data, size_t size, FILE *f)
         for (size_t h = 0; h < Hq; h++) fprintf(f, " %.9g", (double)arr[h]);
         fputc('\n', f);
     }
-    free(arr);
     if (s.mask) {
         view v;
         mask_layout(&v, B, Hq, Lq, Lk, float_types[(s.mask - 1u) % 3], s.mask_layout);
-        fprintf(f, "  mask %s, strides (%td, %td, %td), class %u param %u, special %u\n",
+        fprintf(f, "  mask %s, strides (%td, %td, %td), class %u param %u, special %u%s\n",
                 dt_name(v.dt), v.st[0], v.st[1], v.st[2], s.mask_class, s.mask_param,
-                s.mask_special);
+                s.mask_special, (s.scales_kind & 4) ? ", finite entries -|i' - j|" : "");
     }
+    if (s.scales_kind & 3) {
+        make_scales(&s, Hq, arr);
+        fprintf(f, "  mask_scales (class %u):", s.scales_kind & 3);
+        for (size_t h = 0; h < Hq; h++) fprintf(f, " %.9g", (double)arr[h]);
+        fputc('\n', f);
+    }
+    if (s.team) fprintf(f, "  team of %u threads\n", 1 + (s.team - 1u) % FZ_MAX_TEAM);
+    free(arr);
     if (s.poison) {
         static const char *const what[4] = {"K NaN", "V +inf", "V NaN", "K -inf, V NaN"};
         static const char *const where[4] = {"hidden from every row", "hidden from the first row",

@@ -9,10 +9,11 @@
 #include <stdio.h>
 
 /* Decodes one problem from data[0..size) (any bytes decode to a problem: missing bytes read as
-   0), runs it on every implementation this CPU supports, serially and on a shuffled pthread
-   pool, and checks every result against a float64 oracle; the same for an sdpa_merge call when
-   the input has one. Returns the number of failed checks (0: all held). The byte format and the
-   tolerance are in tests/fuzz/README.md. */
+   0), runs it on every implementation this CPU supports, serially, on a shuffled pthread pool
+   and, when the input asks, by a team of pthreads (sdpa_impl_forward_team), and checks every
+   result against a float64 oracle; the same for an sdpa_merge call when the input has one.
+   Returns the number of failed checks (0: all held). The byte format and the tolerance are in
+   tests/fuzz/README.md. */
 int sdpa_fuzz_one(const uint8_t *data, size_t size);
 
 /* Prints what data[0..size) decodes to (sizes after the budget, strides, values), for reports. */
@@ -42,6 +43,8 @@ typedef struct sdpa_fuzz_counts {
     unsigned long newfmt_calls;   /* of those, with K or V in q4_1, q5_0, q5_1 or iq4_nl */
     unsigned long merge_calls;    /* sdpa_merge calls checked against float64 */
     unsigned long merge_refused;  /* sdpa_merge calls built to be refused */
+    unsigned long scaled_calls;   /* valid inputs with mask_scales */
+    unsigned long team_calls;     /* sdpa_impl_forward_team calls (one per team) checked */
     unsigned long failures[SDPA_FUZZ_MAX_IMPLS]; /* failed checks, per registry index */
     double worst_ratio; /* the largest |error| / tolerance met on a checked value */
 } sdpa_fuzz_counts;
@@ -133,6 +136,10 @@ typedef struct fz_spec {
     uint8_t paged;                       /* bit 0 paged K/V; the table's flags (README) */
     unsigned page_size;                  /* 1..256 */
     uint8_t merge, merge_rows, merge_layout, merge_refuse; /* an sdpa_merge call (0: none) */
+    /* mask_scales and the team, read after the block formats (0: the call as before). */
+    uint8_t scales_kind;  /* bits 0-1 class (0 off), bit 2 the mask's finite entries -|i' - j| */
+    uint8_t scales_param; /* the factors' parameter */
+    uint8_t team;         /* 0: no team run, else one of nth = 1 + (team - 1) % 4 threads */
 } fz_spec;
 
 /* A spec of a small dense valid call (batch 1, one head, q_len 1, kv_len 1, head_dim 1, every
@@ -146,17 +153,23 @@ void fz_decode(const uint8_t *data, size_t size, fz_spec *s);
 #define FZ_VARIANT_BYTES 18 /* the variant fields after the injections */
 #define FZ_API_BYTES     11 /* the API fields after the variants */
 #define FZ_FORMAT_BYTES  1  /* the block formats of K and V after the API fields */
-#define FZ_MAX_BYTES     (31 + FZ_MAX_INJECT * 12 + FZ_VARIANT_BYTES + FZ_API_BYTES + FZ_FORMAT_BYTES)
-#define FZ_N_FORMATS     6 /* k_format and v_format 1..6 */
+#define FZ_TEAM_BYTES    4  /* mask_scales, the team and their refusals after the block formats */
+#define FZ_MAX_BYTES                                                                               \
+    (31 + FZ_MAX_INJECT * 12 + FZ_VARIANT_BYTES + FZ_API_BYTES + FZ_FORMAT_BYTES + FZ_TEAM_BYTES)
+#define FZ_MAX_TEAM  4 /* threads of a team */
+#define FZ_N_FORMATS 6 /* k_format and v_format 1..6 */
 
 /* Refused calls (fz_spec.invalid): kinds 0..15 from the header, 16..25 from the variants,
-   26..61 from the API bytes; and refused sdpa_merge calls (README). */
-#define FZ_N_INVALID_PLAIN   16
-#define FZ_N_INVALID_VARIANT 10
-#define FZ_INVALID_API_FIRST (FZ_N_INVALID_PLAIN + FZ_N_INVALID_VARIANT)
-#define FZ_N_INVALID_API     36
-#define FZ_N_INVALID         (FZ_INVALID_API_FIRST + FZ_N_INVALID_API)
-#define FZ_N_MERGE_REFUSED   17
+   26..61 from the API bytes, 62..67 from the mask_scales bytes; and refused sdpa_merge calls
+   (README). */
+#define FZ_N_INVALID_PLAIN      16
+#define FZ_N_INVALID_VARIANT    10
+#define FZ_INVALID_API_FIRST    (FZ_N_INVALID_PLAIN + FZ_N_INVALID_VARIANT)
+#define FZ_N_INVALID_API        36
+#define FZ_INVALID_SCALES_FIRST (FZ_INVALID_API_FIRST + FZ_N_INVALID_API)
+#define FZ_N_INVALID_SCALES     6
+#define FZ_N_INVALID            (FZ_INVALID_SCALES_FIRST + FZ_N_INVALID_SCALES)
+#define FZ_N_MERGE_REFUSED      17
 
 /* Raw f32 bits of a float, for FZV_RAW and scale_kind 1. */
 uint32_t fz_f32_bits(float f);
