@@ -102,13 +102,20 @@ typedef struct item {
 /* plan.c */
 sdpa_status sdpa_make_plan(const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,
                            const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o,
-                           plan *pl, size_t *floats);
+                           size_t threads, plan *pl, size_t *floats);
 bool sdpa_walk_seqs(plan *pl, size_t *n_items, size_t *n_parts, size_t *n_groups);
 size_t sdpa_seq_of(const plan *pl, size_t t, bool groups);
 item sdpa_item_at(const plan *pl, size_t t);
 /* keys.c */
 void sdpa_run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, size_t c1, float *reb,
                    float *stage);
+/* run.c */
+sdpa_status sdpa_setup_call(const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,
+                            const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o,
+                            size_t threads, plan *pl, size_t *bytes);
+float *sdpa_caller_workspace(const sdpa_params *p, size_t bytes);
+void sdpa_attach_workspace(plan *pl, float *ws);
+void sdpa_run_item(void *arg, size_t t, size_t thread); /* an sdpa_task_fn over a plan */
 /* finish.c */
 void sdpa_finish_row(const plan *pl, const seqinfo *sq, size_t b, size_t h, size_t i, float m,
                      float l, const float *acc);

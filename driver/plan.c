@@ -92,10 +92,10 @@ bool sdpa_walk_seqs(plan *pl, size_t *n_items, size_t *n_parts, size_t *n_groups
 /* Plans a validated call on an implementation; sets *floats to the scratch it needs (per-thread
    workspaces, the split-K partial states, the sequence table), in floats. Depends on the
    problem and the implementation only, never on the thread count except for the number of
-   workspaces. */
+   workspaces, one for each of `threads` (>= 1). */
 sdpa_status sdpa_make_plan(const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,
                            const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o,
-                           plan *pl, size_t *floats)
+                           size_t threads, plan *pl, size_t *floats)
 {
     memset(pl, 0, sizeof *pl);
     pl->k = impl->k;
@@ -153,11 +153,11 @@ sdpa_status sdpa_make_plan(const sdpa_impl *impl, const sdpa_params *p, const sd
     size_t n_items, n_parts, n_groups;
     if (!sdpa_walk_seqs(pl, &n_items, &n_parts, &n_groups)) return SDPA_ERR_OVERFLOW;
 
-    const size_t threads = p->parallel_for ? (p->n_threads ? p->n_threads : 1) : 1;
     const size_t lim_floats = round16(pl->R * sizeof(size_t) / sizeof(float) + 1);
     const size_t kws = pl->k->ws_floats(pl->R, pl->D, pl->Dv, pl->block);
-    const size_t row_ptrs = /* floats of R size_t, R ptrdiff_t, R pointers and R floats */
-        round16(pl->R * (2 * sizeof(size_t) + sizeof(ptrdiff_t) + sizeof(void *) + sizeof(float)) /
+    const size_t row_ptrs = /* floats of 2R size_t, R ptrdiff_t, R pointers and 2R floats */
+        round16(pl->R *
+                (2 * sizeof(size_t) + sizeof(ptrdiff_t) + sizeof(void *) + 2 * sizeof(float)) /
                 sizeof(float));
     size_t ws_floats, pf = 0, st, tab;
     pl->lim_off = round16(pl->R * pl->D);

@@ -100,7 +100,7 @@ static void quantize_row(const float *x, size_t n, int8_t *q, float *qd)
 /* One work item: pack the scaled queries of every head of the group (query-major, so the key
    limits are non-decreasing), run the implementation's fused kernel over the item's KV range,
    then either finish the rows (no split) or leave the partial state for the merge. */
-static void run_item(void *arg, size_t t, size_t thread)
+void sdpa_run_item(void *arg, size_t t, size_t thread)
 {
     const plan *pl = arg;
     const item it = sdpa_item_at(pl, t);
@@ -119,7 +119,7 @@ static void run_item(void *arg, size_t t, size_t thread)
     size_t *first = (size_t *)(void *)(ws + pl->var_off);
     ptrdiff_t *pos = (ptrdiff_t *)(first + pl->R);
     const void **mrow = (const void **)(pos + pl->R);
-    float *slope = (float *)(mrow + pl->R);
+    float *slope = (float *)(mrow + pl->R), *mscale = slope + pl->R;
     const sdpa_params *p = pl->p;
     const sdpa_tensor *mk = p->mask;
 
@@ -134,6 +134,7 @@ static void run_item(void *arg, size_t t, size_t thread)
             first[r] = fi;
             pos[r] = q_pos(sq, it.i0 + i);
             if (p->alibi_slopes) slope[r] = p->alibi_slopes[h];
+            if (p->mask_scales) mscale[r] = p->mask_scales[h];
             if (mk)
                 mrow[r] = (const char *)mk->data +
                           ((ptrdiff_t)it.b * mk->batch_stride + (ptrdiff_t)h * mk->head_stride +
@@ -151,6 +152,7 @@ static void run_item(void *arg, size_t t, size_t thread)
         .pos = pos,
         .mask = mk ? mrow : NULL,
         .mask_type = mk ? mk->dtype : SDPA_F32,
+        .mask_scale = mk && p->mask_scales ? mscale : NULL,
     };
     memset(acc, 0, R * Dv * sizeof *acc);
 
@@ -240,6 +242,40 @@ static void run_all(const sdpa_params *p, size_t n, sdpa_task_fn fn, plan *pl)
     }
 }
 
+/* Validates and plans a call with `threads` workspaces; *bytes is the scratch it needs. */
+sdpa_status sdpa_setup_call(const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,
+                            const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o,
+                            size_t threads, plan *pl, size_t *bytes)
+{
+    sdpa_status s = sdpa_validate(p, q, k, v, o, NULL, 0);
+    if (s != SDPA_OK) return s;
+    if (!impl) return SDPA_ERR_INVALID_ARGUMENT;
+    if (!sdpa_impl_supported(impl)) return SDPA_ERR_UNSUPPORTED;
+    size_t floats;
+    if ((s = sdpa_make_plan(impl, p, q, k, v, o, threads, pl, &floats)) != SDPA_OK) return s;
+    *bytes = floats * sizeof(float);
+    return SDPA_OK;
+}
+
+/* The caller's workspace, aligned up to 64 bytes, when it holds `bytes` from there; else NULL. */
+float *sdpa_caller_workspace(const sdpa_params *p, size_t bytes)
+{
+    if (!p->workspace) return NULL;
+    const uintptr_t base = ((uintptr_t)p->workspace + 63) & ~(uintptr_t)63;
+    const size_t pad = (size_t)(base - (uintptr_t)p->workspace);
+    return p->workspace_bytes >= pad && p->workspace_bytes - pad >= bytes ? (float *)base : NULL;
+}
+
+/* Lays a plan's scratch out in ws (64-byte aligned) and writes its sequence table there. */
+void sdpa_attach_workspace(plan *pl, float *ws)
+{
+    pl->ws = ws;
+    pl->partial = pl->ws + pl->partial_off;
+    pl->seq = (seqinfo *)(void *)(pl->ws + pl->seq_off);
+    size_t n_items, n_parts, n_groups;
+    (void)sdpa_walk_seqs(pl, &n_items, &n_parts, &n_groups); /* as planned: the counts fit */
+}
+
 sdpa_status sdpa_impl_workspace_size(const sdpa_impl *impl, const sdpa_params *p,
                                      const sdpa_tensor *q, const sdpa_tensor *k,
                                      const sdpa_tensor *v, const sdpa_tensor *o, size_t *bytes)
@@ -249,7 +285,8 @@ sdpa_status sdpa_impl_workspace_size(const sdpa_impl *impl, const sdpa_params *p
     if (!impl || !bytes) return SDPA_ERR_INVALID_ARGUMENT;
     plan pl;
     size_t floats;
-    if ((s = sdpa_make_plan(impl, p, q, k, v, o, &pl, &floats)) != SDPA_OK) return s;
+    const size_t threads = p->n_threads ? p->n_threads : 1;
+    if ((s = sdpa_make_plan(impl, p, q, k, v, o, threads, &pl, &floats)) != SDPA_OK) return s;
     *bytes = floats * sizeof(float) + 64; /* room to align a caller's buffer to 64 bytes */
     return SDPA_OK;
 }
@@ -263,31 +300,21 @@ sdpa_status sdpa_workspace_size(const sdpa_params *p, const sdpa_tensor *q, cons
 sdpa_status sdpa_impl_forward(const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,
                               const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o)
 {
-    sdpa_status s = sdpa_validate(p, q, k, v, o, NULL, 0);
-    if (s != SDPA_OK) return s;
-    if (!impl) return SDPA_ERR_INVALID_ARGUMENT;
-    if (!sdpa_impl_supported(impl)) return SDPA_ERR_UNSUPPORTED;
-
     plan pl;
-    size_t floats;
-    if ((s = sdpa_make_plan(impl, p, q, k, v, o, &pl, &floats)) != SDPA_OK) return s;
-    const size_t bytes = floats * sizeof(float);
+    size_t bytes;
+    const size_t threads = p && p->parallel_for && p->n_threads ? p->n_threads : 1;
+    sdpa_status s = sdpa_setup_call(impl, p, q, k, v, o, threads, &pl, &bytes);
+    if (s != SDPA_OK) return s;
+    float *ws = sdpa_caller_workspace(p, bytes);
     void *own = NULL;
-    uintptr_t base = (uintptr_t)p->workspace;
-    base = (base + 63) & ~(uintptr_t)63;
-    if (!p->workspace || p->workspace_bytes < bytes + (size_t)(base - (uintptr_t)p->workspace)) {
+    if (!ws) {
         /* no caller scratch, or too small for this call: our own, freed before returning */
         own = aligned_alloc(64, (bytes + 63) / 64 * 64);
         if (!own) return SDPA_ERR_NO_MEMORY;
-        base = (uintptr_t)own;
+        ws = own;
     }
-    pl.ws = (float *)base;
-    pl.partial = pl.ws + pl.partial_off;
-    pl.seq = (seqinfo *)(void *)(pl.ws + pl.seq_off);
-    size_t n_items, n_parts, n_groups;
-    (void)sdpa_walk_seqs(&pl, &n_items, &n_parts, &n_groups); /* as planned: the counts fit */
-
-    run_all(p, pl.n_items, run_item, &pl);
+    sdpa_attach_workspace(&pl, ws);
+    run_all(p, pl.n_items, sdpa_run_item, &pl);
     if (pl.n_groups) run_all(p, pl.n_groups, sdpa_merge_group, &pl);
     free(own);
     return SDPA_OK;

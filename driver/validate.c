@@ -192,6 +192,7 @@ static sdpa_status check_reads(checker *c, const sdpa_params *p, const char *nam
         {"cu_kv", p->cu_kv, SAT_BYTES(p->batch, sizeof(size_t)) + sizeof(size_t)},
         {"sinks", p->sinks, SAT_BYTES(p->q_heads, sizeof(float))},
         {"alibi_slopes", p->alibi_slopes, SAT_BYTES(p->q_heads, sizeof(float))},
+        {"mask_scales", p->mask_scales, SAT_BYTES(p->q_heads, sizeof(float))},
     };
 #undef SAT_BYTES
     for (size_t i = 0; i < sizeof arr / sizeof arr[0]; i++) {
@@ -330,6 +331,16 @@ static sdpa_status validate(checker *c, const sdpa_params *p, const sdpa_tensor 
                 return fail(c, SDPA_ERR_INVALID_ARGUMENT,
                             "sinks[%zu] is %g: a sink must be finite (or -inf, none)", h,
                             (double)p->sinks[h]);
+    if (p->mask_scales) {
+        if (!p->mask)
+            return fail(c, SDPA_ERR_INVALID_ARGUMENT,
+                        "mask_scales without a mask: the factors scale the mask's entries");
+        for (size_t h = 0; h < p->q_heads; h++)
+            if (!isfinite(p->mask_scales[h]))
+                return fail(c, SDPA_ERR_INVALID_ARGUMENT,
+                            "mask_scales[%zu] is %g: factors must be finite", h,
+                            (double)p->mask_scales[h]);
+    }
     if (p->mask) {
         const sdpa_tensor *mk = p->mask;
         if (!mk->data) return fail(c, SDPA_ERR_INVALID_ARGUMENT, "mask has NULL data");

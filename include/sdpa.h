@@ -217,7 +217,9 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
     /* thread-pool hook; NULL: everything runs serially on the calling thread */
     sdpa_parallel_for_fn parallel_for;
     void *pool;
-    size_t n_threads; /* threads the pool may use (0 with a hook: 1) */
+    /* threads that run the call: the pool's (with parallel_for), or the team's nth
+       (sdpa_forward_team); sdpa_workspace_size sizes the workspace for that many (0: 1) */
+    size_t n_threads;
     /* optional output [batch][q_heads][q_len] of log-sum-exp (natural log) of the scores (as
        modified) of the keys each query row sees, its sink included; -INFINITY for a row that
        sees no key and has no sink. NULL: not written. */
@@ -291,6 +293,12 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
        its row NaN. P.V stays f32. Refused (SDPA_ERR_UNSUPPORTED) unless K is a block format;
        a value other than 0 or 1 is SDPA_ERR_INVALID_ARGUMENT. */
     int q8_scores;
+    /* --- ggml's form of ALiBi. NULL: off. [q_heads] finite factors, which need a mask: head
+       h adds mask_scales[h] * m for each mask entry m (the product rounded once to float), so
+       that a mask filled with -|i' - j| gives ALiBi with slopes mask_scales (ggml's
+       slope_h * mask) and one mask serves every head. An entry of -inf stays -inf and hides
+       its key, whatever the factor (0 included). */
+    const float *mask_scales;
 } sdpa_params;
 
 /* Runs attention for every (batch, head, query) of p on the active implementation.
@@ -363,6 +371,32 @@ sdpa_status sdpa_forward(const sdpa_params *p, const sdpa_tensor *q, const sdpa_
                          const sdpa_tensor *v, const sdpa_tensor *o);
 sdpa_status sdpa_impl_forward(const sdpa_impl *impl, const sdpa_params *p, const sdpa_tensor *q,
                               const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o);
+
+/* Teams: engines whose threads are already running when the op starts (ggml's (ith, nth)
+   ops, an OpenMP parallel region). Each of nth threads calls sdpa_forward_team with the same
+   arguments, the same team state and its own ith in [0, nth); every call returns when the
+   whole attention is done, with the same status on every thread. Work is claimed from a
+   counter in the team state; the threads meet at a barrier after planning, before the split-K
+   merge and at the end, each waiting by spinning briefly and then yielding the CPU.
+   - Results are bitwise those of sdpa_forward, for any nth.
+   - The team state is sdpa_team_bytes() bytes, 8-byte aligned, owned by the caller and zeroed
+     once before its first use; it is then reusable for any number of calls of any shape by
+     teams of any size, one call at a time (a team state serves one team call at once).
+   - p->parallel_for must be NULL (a team is the pool) and p->n_threads is ignored; the
+     workspace, if given, is shared by the team and is large enough when it has
+     sdpa_workspace_size's bytes for n_threads = nth; otherwise thread 0 allocates one for the
+     call and frees it before returning.
+   - A refused call (a bad argument, anything sdpa_validate refuses, no memory) is refused by
+     every thread with the same status, and nothing is written. ith >= nth or nth = 0 is
+     SDPA_ERR_INVALID_ARGUMENT on the thread that passes it; its teammates then wait for it, so
+     a team must agree on nth. */
+size_t sdpa_team_bytes(void);
+sdpa_status sdpa_forward_team(const sdpa_params *p, const sdpa_tensor *q, const sdpa_tensor *k,
+                              const sdpa_tensor *v, const sdpa_tensor *o, void *team, size_t ith,
+                              size_t nth);
+sdpa_status sdpa_impl_forward_team(const sdpa_impl *impl, const sdpa_params *p,
+                                   const sdpa_tensor *q, const sdpa_tensor *k, const sdpa_tensor *v,
+                                   const sdpa_tensor *o, void *team, size_t ith, size_t nth);
 
 /* The scratch bytes sdpa_forward (sdpa_impl_forward) needs for this call, so that an engine can
    keep one buffer per layer shape and pass it in sdpa_params.workspace. Validates like the call. */

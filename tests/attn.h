@@ -189,7 +189,8 @@ static inline float tview_out(const tview *t, size_t b, size_t h, size_t n, size
 /* contract of sdpa.h in double: for row (b, h, i < lq_b), i' = i + lk_b - lq_b,               */
 /*   row i sees key j < lk_b  iff  (not causal or j <= i') and (window 0 or |i' - j| < window) */
 /*                                 and the mask entry is not -inf                              */
-/*   s_ij = softcap(scale q.k) - slope_h |i' - j| + mask_ij,    softcap(x) = c tanh(x / c)     */
+/*   s_ij = softcap(scale q.k) - slope_h |i' - j| + f_h mask_ij, softcap(x) = c tanh(x / c),   */
+/*   f_h the mask's factor (mask_scales; 1 without)                                           */
 /*   o_i = sum_j e^(s_ij - M) v_j / (sum_j e^(s_ij - M) + e^(sink_h - M)), lse_i = M + log(...) */
 /* over the keys the row sees only (it never reads another key, so NaN and inf in hidden keys  */
 /* cannot reach it). A row that sees nothing gives zeros and lse = sink_h or -inf; a row with  */
@@ -209,6 +210,7 @@ typedef struct attn_problem {
     double softcap;
     const float *slopes, *sinks; /* [Hq] or NULL */
     const float *mask;           /* NULL, or element b*mbs + h*mhs + i*mis + j */
+    const float *mask_scales;    /* [Hq] or NULL: head h adds mask_scales[h] * mask */
     size_t mbs, mhs, mis;        /* 0 broadcasts */
     double tanh_ulp;             /* the implementation's softcap error, for ds */
     bool q8_model;               /* also the float64 model of q8 scores (D % 32 == 0) */
@@ -335,11 +337,13 @@ static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
                 double mx = -INFINITY, mxm = -INFINITY, A = 0, dsmax = 0, dq = 0, tmax = 0, R = 0;
                 for (size_t j = 0; j < lkb; j++) {
                     const long long jj = (long long)j;
-                    const double mv =
+                    const double mraw =
                         P->mask ? P->mask[b * P->mbs + h * P->mhs + i * P->mis + j] : 0.0;
                     if ((P->causal && jj > ip) ||
-                        (P->window && llabs(ip - jj) >= (long long)P->window) || mv == -INFINITY)
+                        (P->window && llabs(ip - jj) >= (long long)P->window) || mraw == -INFINITY)
                         continue; /* never read */
+                    /* exact: a product of two floats fits in double */
+                    const double mv = P->mask_scales ? (double)P->mask_scales[h] * mraw : mraw;
                     const float *kr = P->k + ((b * P->Hk + hk) * Lk + j) * D;
                     const double *km =
                         P->kmodel ? P->kmodel + ((b * P->Hk + hk) * Lk + j) * D : NULL;

@@ -43,7 +43,8 @@ static bench_pool *g_pool[3]; /* 1, 2 and 3 threads (the last one shuffled) */
 #define F16  SDPA_F16
 #define BF16 SDPA_BF16
 
-enum { MK_NONE = 0, MK_RANDOM, MK_BLOCKDIAG, MK_TILES };
+enum { MK_NONE = 0, MK_RANDOM, MK_BLOCKDIAG, MK_TILES, MK_DISTANCE };
+enum { MS_NONE = 0, MS_ALIBI, MS_MIXED };
 enum { SK_NONE = 0, SK_RANDOM, SK_HALF, SK_NONE_INF };
 enum { AL_NONE = 0, AL_STD, AL_RANDOM };
 enum { PZ_NONE = 0, PZ_HIDDEN, PZ_SOME };
@@ -64,9 +65,12 @@ typedef struct vcase {
     sdpa_dtype mt;
     bool mb_batch, mb_heads; /* broadcast the mask over batch (stride 0), heads */
     tlayout ml;              /* the mask's layout: dense, padded rows, reversed rows */
-    float holes;             /* MK_RANDOM: share of -inf entries */
-    bool empty_rows;         /* MK_RANDOM: every 13th row (i % 13 == 4) all -inf */
-    size_t nseq;             /* MK_BLOCKDIAG: sequences packed in the call */
+    /* mask_scales. MS_ALIBI: sdpa_alibi_slopes(qh, 8), ggml's ALiBi over an MK_DISTANCE mask;
+       MS_MIXED: uniform [-2, 2), head 1 zero, head 2 negative */
+    int mscales;
+    float holes;     /* MK_RANDOM: share of -inf entries */
+    bool empty_rows; /* MK_RANDOM: every 13th row (i % 13 == 4) all -inf */
+    size_t nseq;     /* MK_BLOCKDIAG: sequences packed in the call */
     sdpa_dtype kt, vt;
     tlayout lkv;
     int poison; /* PZ_HIDDEN: NaN/inf in K and V of keys no row sees;
@@ -87,7 +91,7 @@ typedef struct prob {
     sdpa_tensor tq, tk, tv, to, tm;
     float *lse; /* lse_elems floats, the view at lse + LSE_MARGIN, sentinels around */
     size_t lse_elems, rows;
-    float *slopes, *sinks;
+    float *slopes, *sinks, *mscales;
     size_t *seq_end; /* MK_BLOCKDIAG: end (exclusive) of each sequence's positions */
     char what[320];
 } prob;
@@ -133,6 +137,9 @@ static float mask_value(prob *pr, tl_rng *r, size_t i, size_t j)
         if (ip < 0) return -INFINITY;
         return seq_of(pr, ip) == seq_of(pr, (long long)j) ? 0.0f : -INFINITY;
     }
+    case MK_DISTANCE: /* -|i' - j|, llama.cpp's ALiBi mask, with holes */
+        if (tl_uniform(r, 0.0f, 1.0f) < c->holes) return -INFINITY;
+        return -fabsf((float)((long long)i + (long long)c->kvl - (long long)c->ql - (long long)j));
     case MK_TILES:
         /* keys [0, 512) (up to half the keys) and [576, 640) hidden from every row: whole key
            blocks for any block size of the planner (64..512 keys), aligned or not; past 4096
@@ -220,6 +227,15 @@ static void prob_init(prob *pr, const vcase *c, uint64_t seed)
         if (c->mb_heads) pr->tm.head_stride = 0;
         p->mask = &pr->tm;
     }
+    if (c->mscales != MS_NONE) {
+        pr->mscales = tl_xmalloc(c->qh * sizeof(float));
+        if (c->mscales == MS_ALIBI)
+            sdpa_alibi_slopes(c->qh, 8.0f, pr->mscales);
+        else
+            for (size_t h = 0; h < c->qh; h++)
+                pr->mscales[h] = h == 1 ? 0.0f : h == 2 ? -0.75f : tl_uniform(&r, -2.0f, 2.0f);
+        p->mask_scales = pr->mscales;
+    }
     if (c->poison != PZ_NONE) {
         /* which rows of each (batch, KV head) see each key */
         const size_t G = c->qh / c->kvh, dvv = pr->v.D;
@@ -270,9 +286,11 @@ static void prob_init(prob *pr, const vcase *c, uint64_t seed)
         MORE(" mask=%s %s%s%s %s",
              c->mask == MK_RANDOM      ? "random"
              : c->mask == MK_BLOCKDIAG ? "block-diagonal"
+             : c->mask == MK_DISTANCE  ? "distance"
                                        : "tiles",
              dtn(c->mt), c->mb_batch ? " bcast-batch" : "", c->mb_heads ? " bcast-heads" : "",
              layout_names[c->ml]);
+    if (c->mscales) MORE(" mask_scales=%s", c->mscales == MS_ALIBI ? "alibi" : "mixed");
     if (c->poison) MORE(" poison=%s", c->poison == PZ_HIDDEN ? "hidden" : "some");
     MORE(" K %s V %s %s%s]", dtn(c->kt), dtn(c->vt), layout_names[c->lkv],
          c->no_lse ? " no-lse" : "");
@@ -289,6 +307,7 @@ static void prob_free(prob *pr)
     free(pr->lse);
     free(pr->slopes);
     free(pr->sinks);
+    free(pr->mscales);
     free(pr->seq_end);
 }
 
@@ -337,6 +356,7 @@ static void oracle(const prob *pr, uint64_t seed, vref *r)
                             .slopes = pr->slopes,
                             .sinks = pr->sinks,
                             .mask = c->mask != MK_NONE ? pr->m.vals : NULL,
+                            .mask_scales = pr->mscales,
                             .mbs = c->mb_batch ? 0 : pr->m.H * c->ql * c->kvl,
                             .mhs = c->mb_heads ? 0 : c->ql * c->kvl,
                             .mis = c->kvl};
@@ -841,6 +861,72 @@ static void t_mask(const sdpa_impl *impl)
          .vt = F16},
     };
     RUN(impl, cases, 300);
+}
+
+/* mask_scales: ggml's ALiBi (a distance mask shared by every head, each head's slope as its
+   factor), and arbitrary factors, zero and negative ones included, on every mask dtype. */
+static void t_mask_scales(const sdpa_impl *impl)
+{
+    static const vcase cases[] = {
+        {.name = "ggml ALiBi prefill, f16 distance mask shared by heads and batch",
+         .batch = 2,
+         .qh = 8,
+         .kvh = 2,
+         .ql = 64,
+         .kvl = 100,
+         .d = 64,
+         .causal = true,
+         .mask = MK_DISTANCE,
+         .mt = F16,
+         .mb_batch = true,
+         .mb_heads = true,
+         .holes = 0.1f,
+         .mscales = MS_ALIBI,
+         .kt = F16,
+         .vt = F16},
+        {.name = "ggml ALiBi decode, f16 distance mask, sinks",
+         .batch = 1,
+         .qh = 16,
+         .kvh = 4,
+         .ql = 1,
+         .kvl = 1500,
+         .d = 128,
+         .mask = MK_DISTANCE,
+         .mt = F16,
+         .mb_heads = true,
+         .mscales = MS_ALIBI,
+         .sinks = SK_RANDOM,
+         .kt = F16,
+         .vt = F16},
+        {.name = "mixed factors, f32 mask per head, rows all -inf, softcap",
+         .batch = 2,
+         .qh = 4,
+         .kvh = 2,
+         .ql = 100,
+         .kvl = 90,
+         .d = 40,
+         .mask = MK_RANDOM,
+         .mt = F32,
+         .holes = 0.3f,
+         .empty_rows = true,
+         .softcap = 20.0f,
+         .mscales = MS_MIXED},
+        {.name = "mixed factors, bf16 mask shared by heads, padded rows, ALiBi slopes too",
+         .batch = 1,
+         .qh = 8,
+         .kvh = 8,
+         .ql = 40,
+         .kvl = 300,
+         .d = 64,
+         .mask = MK_RANDOM,
+         .mt = BF16,
+         .mb_heads = true,
+         .ml = L_PADDED,
+         .holes = 0.2f,
+         .alibi = AL_RANDOM,
+         .mscales = MS_MIXED},
+    };
+    RUN(impl, cases, 450);
 }
 
 static void t_softcap(const sdpa_impl *impl)
@@ -1476,7 +1562,7 @@ enum { BB = 2, BHQ = 4, BHK = 2, BLQ = 3, BLK = 5, BD = 8 };
 typedef struct bcall {
     sdpa_params p;
     sdpa_tensor q, k, v, o, m;
-    float slopes[BHQ], sinks[BHQ];
+    float slopes[BHQ], sinks[BHQ], mscales[BHQ];
 } bcall;
 
 static float b_q[BB * BHQ * BLQ * BD], b_k[BB * BHK * BLK * BD], b_v[BB * BHK * BLK * BD];
@@ -1503,6 +1589,8 @@ static void bcall_init(bcall *c)
     c->o = dense4(b_o, BHQ, BLQ, BD);
     c->m = dense4(b_mask, BHQ, BLQ, BLK);
     c->p.mask = &c->m;
+    for (size_t h = 0; h < BHQ; h++) c->mscales[h] = 0.25f * (float)h - 0.5f;
+    c->p.mask_scales = c->mscales;
 }
 
 typedef struct bad_value {
@@ -1536,6 +1624,13 @@ BAD(softcap_zero, c->p.softcap = 0.0f)
 BAD(mask_bcast, (c->m.batch_stride = 0, c->m.head_stride = 0))
 BAD(mask_f16, c->m.dtype = F16)
 BAD(mask_bf16, c->m.dtype = BF16)
+BAD(mscale_nan, c->mscales[1] = NAN)
+BAD(mscale_inf, c->mscales[3] = INFINITY)
+BAD(mscale_minf, c->mscales[0] = -INFINITY)
+BAD(mscale_no_mask, c->p.mask = NULL)
+BAD(mscale_on_o, (c->p.mask_scales = b_o + 3))
+BAD(mscale_on_lse, (c->p.mask_scales = b_lse + 1))
+BAD(mscale_off, c->p.mask_scales = NULL)
 
 static const bad_value bad_values[] = {
     {"softcap NaN", softcap_nan, SDPA_ERR_INVALID_ARGUMENT},
@@ -1555,6 +1650,12 @@ static const bad_value bad_values[] = {
     {"mask head_stride PTRDIFF_MAX/3", mask_hs_overflow, SDPA_ERR_OVERFLOW},
     {"mask overlapping o", mask_on_o, SDPA_ERR_INVALID_ARGUMENT},
     {"mask overlapping lse", mask_on_lse, SDPA_ERR_INVALID_ARGUMENT},
+    {"mask_scales NaN", mscale_nan, SDPA_ERR_INVALID_ARGUMENT},
+    {"mask_scales +inf", mscale_inf, SDPA_ERR_INVALID_ARGUMENT},
+    {"mask_scales -inf", mscale_minf, SDPA_ERR_INVALID_ARGUMENT},
+    {"mask_scales without a mask", mscale_no_mask, SDPA_ERR_INVALID_ARGUMENT},
+    {"mask_scales overlapping o", mscale_on_o, SDPA_ERR_INVALID_ARGUMENT},
+    {"mask_scales overlapping lse", mscale_on_lse, SDPA_ERR_INVALID_ARGUMENT},
     /* valid edge values: accepted */
     {"sink -inf (none)", sink_minf, SDPA_OK},
     {"negative alibi slope", slope_neg, SDPA_OK},
@@ -1562,6 +1663,7 @@ static const bad_value bad_values[] = {
     {"mask broadcast over batch and heads", mask_bcast, SDPA_OK},
     {"mask f16", mask_f16, SDPA_OK},
     {"mask bf16", mask_bf16, SDPA_OK},
+    {"mask without mask_scales", mscale_off, SDPA_OK},
 };
 
 static bool b_untouched(void)
@@ -1685,6 +1787,7 @@ int main(void)
     run_test("variants: mask", t_mask);
     run_test("variants: softcap", t_softcap);
     run_test("variants: alibi", t_alibi);
+    run_test("variants: mask_scales (ggml's ALiBi)", t_mask_scales);
     run_test("variants: sinks", t_sinks);
     run_test("variants: all modifiers together", t_all);
     run_test("variants: hidden keys never reach a row", t_hidden);

@@ -73,8 +73,9 @@ typedef struct sdpa_span {
 /* The score modifiers of a unit (sdpa_rows.mods), applied to a row's scores after score_mul,
    in this order: s <- softcap tanh(s / softcap) when softcap > 0 (inv_softcap = 1 / softcap,
    or 0 where that overflows); s -= slope[r] |pos[r] - j|
-   when slope is not NULL; s += mask[r][j] when mask is not NULL (an entry of -inf hides key j
-   from row r: the score becomes -inf whatever it was, and the key must not affect the row).
+   when slope is not NULL; s += mask[r][j] when mask is not NULL, or s += mask_scale[r] *
+   mask[r][j] when mask_scale is not NULL too (an entry of -inf hides key j from row r: the
+   score becomes -inf whatever it was or the factor is, and the key must not affect the row).
    pos[r] is row r's position among the keys (i', may be negative); mask[r] points at row r's
    mask entry for key 0, of dtype mask_type (f32, f16 or bf16). */
 typedef struct sdpa_mods {
@@ -83,6 +84,7 @@ typedef struct sdpa_mods {
     const ptrdiff_t *pos;
     const void *const *mask;
     sdpa_dtype mask_type;
+    const float *mask_scale;
 } sdpa_mods;
 
 /* A paged unit's K/V (sdpa_rows.pages): key j is row j % size of page j / size, whose row 0

@@ -106,22 +106,37 @@ SDPA_INLINE bool sdpa_modify_row(const sdpa_rows *w, size_t r, size_t j0, float 
         const void *mr = (const char *)md->mask[r] + j0 * sdpa_block_bytes((int)md->mask_type);
         uint32_t any = 0;
         /* one loop per dtype, the -inf select on the bits: each vectorises */
-#define SDPA_MASK_LOOP(ELEM_T, NINF, TO_F32)                                                       \
+#define SDPA_MASK_LOOP(ELEM_T, NINF, TO_F32, SCALED)                                               \
     do {                                                                                           \
         const ELEM_T *x = mr;                                                                      \
         for (size_t j = 0; j < n; j++) {                                                           \
             const uint32_t hm = 0u - (uint32_t)(x[j] == (NINF));                                   \
-            const uint32_t t = sdpa_f32_bits(s[j * ds] + TO_F32(x[j]));                            \
+            const uint32_t t = sdpa_f32_bits(s[j * ds] + SCALED(TO_F32(x[j])));                    \
             any |= hm;                                                                             \
             s[j * ds] = sdpa_bits_f32((t & ~hm) | (sdpa_ninf_bits(SDPA_F32) & hm));                \
         }                                                                                          \
     } while (0)
-        if (md->mask_type == SDPA_F32)
-            SDPA_MASK_LOOP(sdpa_bits32, sdpa_ninf_bits(SDPA_F32), sdpa_bits_f32);
-        else if (md->mask_type == SDPA_F16)
-            SDPA_MASK_LOOP(uint16_t, sdpa_ninf_bits(SDPA_F16), sdpa_f16_to_f32_vec);
-        else
-            SDPA_MASK_LOOP(uint16_t, sdpa_ninf_bits(SDPA_BF16), sdpa_bf16_to_f32);
+#define SDPA_MASK_TYPES(SCALED)                                                                    \
+    do {                                                                                           \
+        if (md->mask_type == SDPA_F32)                                                             \
+            SDPA_MASK_LOOP(sdpa_bits32, sdpa_ninf_bits(SDPA_F32), sdpa_bits_f32, SCALED);          \
+        else if (md->mask_type == SDPA_F16)                                                        \
+            SDPA_MASK_LOOP(uint16_t, sdpa_ninf_bits(SDPA_F16), sdpa_f16_to_f32_vec, SCALED);       \
+        else                                                                                       \
+            SDPA_MASK_LOOP(uint16_t, sdpa_ninf_bits(SDPA_BF16), sdpa_bf16_to_f32, SCALED);         \
+    } while (0)
+#define SDPA_MASK_PLAIN(x)  (x)
+#define SDPA_MASK_SCALED(x) (ms * (x))
+        /* a separate loop with the factor, so that a plain mask runs exactly as without one */
+        if (md->mask_scale) {
+            const float ms = md->mask_scale[r];
+            SDPA_MASK_TYPES(SDPA_MASK_SCALED);
+        } else {
+            SDPA_MASK_TYPES(SDPA_MASK_PLAIN);
+        }
+#undef SDPA_MASK_PLAIN
+#undef SDPA_MASK_SCALED
+#undef SDPA_MASK_TYPES
 #undef SDPA_MASK_LOOP
         hidden = any != 0;
     }
