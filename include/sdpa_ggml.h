@@ -118,8 +118,13 @@ static inline const char *sdpa_ggml_last_error(void) { return sdpa_ggml_last_err
 /* ---------------------------------------------------------------------------------------- */
 enum { SDPA_GGML_ALL_ = 0, SDPA_GGML_RES_KV_, SDPA_GGML_RES_Q_, SDPA_GGML_EACH_ };
 /* the state's header flags (op 1 sets READY once it has written the state) */
-enum { SDPA_GGML_HAS_MASK_ = 1, SDPA_GGML_HAS_SINKS_ = 2, SDPA_GGML_Q8_ = 4,
-       SDPA_GGML_SLOPES_ = 8, SDPA_GGML_READY_ = 16 };
+enum {
+    SDPA_GGML_HAS_MASK_ = 1,
+    SDPA_GGML_HAS_SINKS_ = 2,
+    SDPA_GGML_Q8_ = 4,
+    SDPA_GGML_SLOPES_ = 8,
+    SDPA_GGML_READY_ = 16
+};
 #define SDPA_GGML_ALIGN_ ((size_t)64)
 
 typedef struct sdpa_ggml_plan_ {
@@ -140,16 +145,35 @@ static inline int sdpa_ggml_fail_(char *msg, size_t len, const char *what)
 static inline int sdpa_ggml_dtype_(enum ggml_type t, sdpa_dtype *out)
 {
     switch (t) {
-    case GGML_TYPE_F32: *out = SDPA_F32; return 0;
-    case GGML_TYPE_F16: *out = SDPA_F16; return 0;
-    case GGML_TYPE_BF16: *out = SDPA_BF16; return 0;
-    case GGML_TYPE_Q8_0: *out = SDPA_Q8_0; return 0;
-    case GGML_TYPE_Q4_0: *out = SDPA_Q4_0; return 0;
-    case GGML_TYPE_Q4_1: *out = SDPA_Q4_1; return 0;
-    case GGML_TYPE_Q5_0: *out = SDPA_Q5_0; return 0;
-    case GGML_TYPE_Q5_1: *out = SDPA_Q5_1; return 0;
-    case GGML_TYPE_IQ4_NL: *out = SDPA_IQ4_NL; return 0;
-    default: return -1;
+    case GGML_TYPE_F32:
+        *out = SDPA_F32;
+        return 0;
+    case GGML_TYPE_F16:
+        *out = SDPA_F16;
+        return 0;
+    case GGML_TYPE_BF16:
+        *out = SDPA_BF16;
+        return 0;
+    case GGML_TYPE_Q8_0:
+        *out = SDPA_Q8_0;
+        return 0;
+    case GGML_TYPE_Q4_0:
+        *out = SDPA_Q4_0;
+        return 0;
+    case GGML_TYPE_Q4_1:
+        *out = SDPA_Q4_1;
+        return 0;
+    case GGML_TYPE_Q5_0:
+        *out = SDPA_Q5_0;
+        return 0;
+    case GGML_TYPE_Q5_1:
+        *out = SDPA_Q5_1;
+        return 0;
+    case GGML_TYPE_IQ4_NL:
+        *out = SDPA_IQ4_NL;
+        return 0;
+    default:
+        return -1;
     }
 }
 
@@ -223,7 +247,8 @@ static inline int sdpa_ggml_plan_make_(sdpa_ggml_plan_ *pl, const struct ggml_te
             /* heads r, r + m2, r + 2 m2, ... read plane r: a view when their KV heads form a
                progression too (each its own, or whole groups), else one call per head */
             if (pl->m2 % pl->G == 0)
-                pl->hmode = SDPA_GGML_RES_KV_, pl->hcalls = pl->m2, pl->nq = pl->nk = pl->H / pl->m2;
+                pl->hmode = SDPA_GGML_RES_KV_, pl->hcalls = pl->m2,
+                pl->nq = pl->nk = pl->H / pl->m2;
             else if (pl->G % pl->m2 == 0)
                 pl->hmode = SDPA_GGML_RES_Q_, pl->hcalls = pl->m2, pl->nq = pl->H / pl->m2,
                 pl->nk = pl->Hk;
@@ -242,17 +267,22 @@ static inline int sdpa_ggml_plan_make_(sdpa_ggml_plan_ *pl, const struct ggml_te
 /* Call c's heads: the first query head, the step between them, the first KV head, the step
    between KV heads, and the mask plane they read (the plane's stride when all heads read
    their own). */
-static inline void sdpa_ggml_heads_(const sdpa_ggml_plan_ *pl, size_t rh, size_t *hq0,
-                                    size_t *hmul, size_t *hk0, size_t *kmul, size_t *mh0)
+static inline void sdpa_ggml_heads_(const sdpa_ggml_plan_ *pl, size_t rh, size_t *hq0, size_t *hmul,
+                                    size_t *hk0, size_t *kmul, size_t *mh0)
 {
     switch (pl->hmode) {
     case SDPA_GGML_RES_KV_:
         *hq0 = rh, *hmul = pl->m2, *hk0 = rh / pl->G, *kmul = pl->m2 / pl->G, *mh0 = rh;
         break;
-    case SDPA_GGML_RES_Q_: *hq0 = rh, *hmul = pl->m2, *hk0 = 0, *kmul = 1, *mh0 = rh; break;
-    case SDPA_GGML_EACH_: *hq0 = rh, *hmul = 1, *hk0 = rh / pl->G, *kmul = 1, *mh0 = rh % pl->m2;
+    case SDPA_GGML_RES_Q_:
+        *hq0 = rh, *hmul = pl->m2, *hk0 = 0, *kmul = 1, *mh0 = rh;
         break;
-    default: *hq0 = 0, *hmul = 1, *hk0 = 0, *kmul = 1, *mh0 = 0; break;
+    case SDPA_GGML_EACH_:
+        *hq0 = rh, *hmul = 1, *hk0 = rh / pl->G, *kmul = 1, *mh0 = rh % pl->m2;
+        break;
+    default:
+        *hq0 = 0, *hmul = 1, *hk0 = 0, *kmul = 1, *mh0 = 0;
+        break;
     }
 }
 
@@ -264,10 +294,7 @@ static inline size_t sdpa_ggml_head_at_(const sdpa_ggml_plan_ *pl, size_t i)
     return hq0 + hmul * (i % pl->nq);
 }
 
-static inline size_t sdpa_ggml_calls_(const sdpa_ggml_plan_ *pl)
-{
-    return pl->bcalls * pl->hcalls;
-}
+static inline size_t sdpa_ggml_calls_(const sdpa_ggml_plan_ *pl) { return pl->bcalls * pl->hcalls; }
 
 /* Call c of the plan as libsdpa views over the given data. p must hold the call's scalars
    (scale, softcap, q8_scores, workspace); this sets its shapes, mask, mask_scales and sinks
@@ -377,8 +404,7 @@ static inline void sdpa_ggml_prepare_(struct ggml_tensor *dst, int ith, int nth,
     uint32_t flags;
     sdpa_ggml_unpack_(ud, &max_bias, &flags);
     const struct ggml_tensor *mask = flags & SDPA_GGML_HAS_MASK_ ? dst->src[3] : NULL;
-    const struct ggml_tensor *sinks =
-        flags & SDPA_GGML_HAS_SINKS_ ? dst->src[mask ? 4 : 3] : NULL;
+    const struct ggml_tensor *sinks = flags & SDPA_GGML_HAS_SINKS_ ? dst->src[mask ? 4 : 3] : NULL;
     sdpa_ggml_plan_ pl;
     char *base = sdpa_ggml_base_(dst);
     const sdpa_ggml_layout_ l = sdpa_ggml_layout_of_(dst->src[0]->ne[2]);
@@ -387,13 +413,14 @@ static inline void sdpa_ggml_prepare_(struct ggml_tensor *dst, int ith, int nth,
         return; /* cannot happen (the build made the same plan); op 2 finds no READY flag */
     if (mask && max_bias > 0.0f) {
         float *s = (float *)(void *)(base + l.slopes);
-        for (size_t i = 0; i < pl.H; i++) s[i] = sdpa_ggml_slope_(sdpa_ggml_head_at_(&pl, i), pl.H,
-                                                                 max_bias);
+        for (size_t i = 0; i < pl.H; i++)
+            s[i] = sdpa_ggml_slope_(sdpa_ggml_head_at_(&pl, i), pl.H, max_bias);
         flags |= SDPA_GGML_SLOPES_;
     }
     if (sinks) {
         float *s = (float *)(void *)(base + l.sinks);
-        for (size_t i = 0; i < pl.H; i++) s[i] = ((const float *)sinks->data)[sdpa_ggml_head_at_(&pl, i)];
+        for (size_t i = 0; i < pl.H; i++)
+            s[i] = ((const float *)sinks->data)[sdpa_ggml_head_at_(&pl, i)];
     }
     flags |= SDPA_GGML_READY_;
     memcpy(base, &flags, sizeof flags);
@@ -413,8 +440,8 @@ static inline void sdpa_ggml_attend_(struct ggml_tensor *dst, int ith, int nth, 
     const struct ggml_tensor *mask = flags & SDPA_GGML_HAS_MASK_ ? dst->src[4] : NULL;
     sdpa_ggml_plan_ pl;
     sdpa_status st = SDPA_ERR_INVALID_ARGUMENT;
-    if ((flags & SDPA_GGML_READY_) && !sdpa_ggml_plan_make_(&pl, dst->src[0], dst->src[1], dst->src[2], mask, NULL,
-                                       NULL, 0)) {
+    if ((flags & SDPA_GGML_READY_) &&
+        !sdpa_ggml_plan_make_(&pl, dst->src[0], dst->src[1], dst->src[2], mask, NULL, NULL, 0)) {
         const sdpa_ggml_layout_ l = sdpa_ggml_layout_of_(pl.H);
         const char *end = (const char *)state->data + ggml_nbytes(state);
         sdpa_params p;
@@ -434,8 +461,7 @@ static inline void sdpa_ggml_attend_(struct ggml_tensor *dst, int ith, int nth, 
             sdpa_ggml_call_(&pl, c, (char *)dst->src[0]->data, (char *)dst->src[1]->data,
                             (char *)dst->src[2]->data, mask ? (char *)mask->data : NULL,
                             (char *)dst->data, slopes, sinks, &p, &tq, &tk, &tv, &to, &tm);
-            st = sdpa_forward_team(&p, &tq, &tk, &tv, &to, base + l.team, (size_t)ith,
-                                   (size_t)nth);
+            st = sdpa_forward_team(&p, &tq, &tk, &tv, &to, base + l.team, (size_t)ith, (size_t)nth);
         }
     }
     if (st != SDPA_OK) {
@@ -464,10 +490,11 @@ static inline char *sdpa_ggml_fake_(const struct ggml_tensor *t, const struct gg
 }
 
 /* The general form: opts may be NULL. Returns NULL when refused (see the top of this file). */
-static inline struct ggml_tensor *sdpa_ggml_flash_attn_ext_opts(
-    struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k, struct ggml_tensor *v,
-    struct ggml_tensor *mask, float scale, float max_bias, float softcap,
-    const sdpa_ggml_opts *opts)
+static inline struct ggml_tensor *
+sdpa_ggml_flash_attn_ext_opts(struct ggml_context *ctx, struct ggml_tensor *q,
+                              struct ggml_tensor *k, struct ggml_tensor *v,
+                              struct ggml_tensor *mask, float scale, float max_bias, float softcap,
+                              const sdpa_ggml_opts *opts)
 {
     char *msg = sdpa_ggml_last_error_buf_();
     const size_t len = 256;
@@ -547,10 +574,10 @@ static inline struct ggml_tensor *sdpa_ggml_flash_attn_ext_opts(
                 uint32_t cap_bits;
                 memcpy(&cap_bits, &cap, sizeof cap_bits);
                 struct ggml_tensor *args2[5] = {q, k, v, state, mask};
-                out = ggml_custom_4d(ctx, GGML_TYPE_F32, (int64_t)pl.Dv, (int64_t)pl.H,
-                                     (int64_t)pl.N, (int64_t)pl.B, args2, mask ? 5 : 4,
-                                     sdpa_ggml_attend_, GGML_N_TASKS_MAX,
-                                     sdpa_ggml_pack_(scale, cap_bits));
+                out =
+                    ggml_custom_4d(ctx, GGML_TYPE_F32, (int64_t)pl.Dv, (int64_t)pl.H, (int64_t)pl.N,
+                                   (int64_t)pl.B, args2, mask ? 5 : 4, sdpa_ggml_attend_,
+                                   GGML_N_TASKS_MAX, sdpa_ggml_pack_(scale, cap_bits));
             }
         }
     }
@@ -559,22 +586,18 @@ static inline struct ggml_tensor *sdpa_ggml_flash_attn_ext_opts(
 }
 
 /* ggml_flash_attn_ext(ctx, q, k, v, mask, scale, max_bias, softcap), computed by libsdpa. */
-static inline struct ggml_tensor *sdpa_ggml_flash_attn_ext(struct ggml_context *ctx,
-                                                           struct ggml_tensor *q,
-                                                           struct ggml_tensor *k,
-                                                           struct ggml_tensor *v,
-                                                           struct ggml_tensor *mask, float scale,
-                                                           float max_bias, float softcap)
+static inline struct ggml_tensor *
+sdpa_ggml_flash_attn_ext(struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k,
+                         struct ggml_tensor *v, struct ggml_tensor *mask, float scale,
+                         float max_bias, float softcap)
 {
     return sdpa_ggml_flash_attn_ext_opts(ctx, q, k, v, mask, scale, max_bias, softcap, NULL);
 }
 
 /* The same followed by ggml_flash_attn_ext_add_sinks(result, sinks). */
-static inline struct ggml_tensor *
-sdpa_ggml_flash_attn_ext_sinks(struct ggml_context *ctx, struct ggml_tensor *q,
-                               struct ggml_tensor *k, struct ggml_tensor *v,
-                               struct ggml_tensor *mask, struct ggml_tensor *sinks, float scale,
-                               float max_bias, float softcap)
+static inline struct ggml_tensor *sdpa_ggml_flash_attn_ext_sinks(
+    struct ggml_context *ctx, struct ggml_tensor *q, struct ggml_tensor *k, struct ggml_tensor *v,
+    struct ggml_tensor *mask, struct ggml_tensor *sinks, float scale, float max_bias, float softcap)
 {
     sdpa_ggml_opts o;
     memset(&o, 0, sizeof o);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# ggml-build.sh -- builds ggml's core and CPU backend as static libraries with CMake, for the ggml adapter's tests and bench
+# ggml-build.sh -- builds ggml (core and CPU backend) as static libraries with CMake
 # usage: tools/ggml-build.sh SRC DIR NATIVE CC CXX PROCESSOR BASE_OUT CPU_OUT
 #   SRC        a ggml source tree (CMakeLists.txt, include/, src/)
 #   DIR        the CMake build directory (kept: a second run only rebuilds what changed)
@@ -29,5 +29,8 @@ if ! { cmake "${args[@]}" >"$log" 2>&1 && cmake --build "$dir" -j "$jobs" >>"$lo
 fi
 base=$(find "$dir" -name libggml-base.a -print -quit)
 cpu=$(find "$dir" -name libggml-cpu.a -print -quit)
-[ -n "$base" ] && [ -n "$cpu" ] || { echo "ggml-build: no libggml-base.a/libggml-cpu.a in $dir" >&2; exit 1; }
+if [ -z "$base" ] || [ -z "$cpu" ]; then
+  echo "ggml-build: no libggml-base.a or libggml-cpu.a in $dir" >&2
+  exit 1
+fi
 cp "$base" "$base_out" && cp "$cpu" "$cpu_out"

@@ -1,4 +1,5 @@
-/* bench_ggml.c -- sdpa-ggml-bench: ggml's own flash attention against the libsdpa adapter in the same ggml graph */
+/* bench_ggml.c -- sdpa-ggml-bench: ggml's own flash attention against the libsdpa adapter in the
+ * same ggml graph */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -76,8 +77,8 @@ int main(int argc, char **argv)
 {
     const int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     const int H = 32, Hk = 8, D = 128;
-    const shape shapes[] = {{"decode 4K", 1, 4096, 40}, {"decode 32K", 1, 32768, 12},
-                            {"prefill 2K", 2048, 2048, 3}};
+    const shape shapes[] = {
+        {"decode 4K", 1, 4096, 40}, {"decode 32K", 1, 32768, 12}, {"prefill 2K", 2048, 2048, 3}};
     const enum ggml_type types[] = {GGML_TYPE_F16, GGML_TYPE_Q8_0};
     const int n_shapes = quick ? 1 : 3;
     ggml_cpu_init();
@@ -91,8 +92,8 @@ int main(int argc, char **argv)
             const shape *sh = &shapes[s];
             const int N = sh->N, KV = sh->KV, Npad = (N + 63) / 64 * 64;
             const size_t kv_bytes = ggml_row_size(types[t], D) * (size_t)KV * (size_t)Hk * 2;
-            struct ggml_init_params ip = {kv_bytes + (size_t)N * H * D * 8 +
-                                              (size_t)Npad * KV * 2 + ((size_t)64 << 20),
+            struct ggml_init_params ip = {kv_bytes + (size_t)N * H * D * 8 + (size_t)Npad * KV * 2 +
+                                              ((size_t)64 << 20),
                                           NULL, false};
             struct ggml_context *ctx = ggml_init(ip);
             unsigned seed = 12345;
@@ -125,7 +126,8 @@ int main(int argc, char **argv)
                 const int rounds = quick ? 5 : sh->rounds;
                 double *tr = malloc(sizeof(double) * rounds), *ta = malloc(sizeof(double) * rounds);
                 run(g_ref, &p_ref), run(g_ad, &p_ad); /* warm-up: pages, caches, threads */
-                for (int r = 0; r < rounds; r++) tr[r] = run(g_ref, &p_ref), ta[r] = run(g_ad, &p_ad);
+                for (int r = 0; r < rounds; r++)
+                    tr[r] = run(g_ref, &p_ref), ta[r] = run(g_ad, &p_ad);
                 /* a sanity check that both computed the same attention: V in [-1, 1), so
                    1e-2 is far above ggml's f16 rounding and far below a wrong result */
                 double maxdiff = 0;

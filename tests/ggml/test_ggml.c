@@ -3,6 +3,9 @@
 #include "testlib.h"
 
 #ifndef SDPA_TEST_HAVE_GGML
+/* cxx_smoke.cc: the header compiled as C++, one small graph against ggml's op */
+double sdpa_ggml_cxx_smoke(void);
+
 int main(void)
 {
     printf("ggml adapter: no ggml source tree (configure with -Dggml_src=PATH): skipped\n");
@@ -47,18 +50,19 @@ typedef struct gcase {
     int layout;
 } gcase;
 
-#define F16 GGML_TYPE_F16
+#define F16  GGML_TYPE_F16
 #define BF16 GGML_TYPE_BF16
-#define F32 GGML_TYPE_F32
-#define Q8 GGML_TYPE_Q8_0
-#define Q4 GGML_TYPE_Q4_0
-#define Q41 GGML_TYPE_Q4_1
-#define Q50 GGML_TYPE_Q5_0
-#define Q51 GGML_TYPE_Q5_1
-#define IQ4 GGML_TYPE_IQ4_NL
+#define F32  GGML_TYPE_F32
+#define Q8   GGML_TYPE_Q8_0
+#define Q4   GGML_TYPE_Q4_0
+#define Q41  GGML_TYPE_Q4_1
+#define Q50  GGML_TYPE_Q5_0
+#define Q51  GGML_TYPE_Q5_1
+#define IQ4  GGML_TYPE_IQ4_NL
 
 static const gcase cases[] = {
-    /* name                      D    Dv  N   H   Hk KV   B  kt   vt   mask m2 m3 bias soft sc sk lay */
+    /* name                      D    Dv  N   H   Hk KV   B  kt   vt   mask m2 m3 bias soft sc sk
+       lay */
     {"decode f16 GQA1", 128, 0, 1, 8, 8, 300, 1, F16, F16, 1, 0, 0, 0, 0, 0, 0, LAY_DENSE},
     {"decode q8_0 GQA4", 128, 0, 1, 16, 4, 512, 1, Q8, Q8, 1, 0, 0, 0, 0, 0, 0, LAY_DENSE},
     {"decode f16 GQA8 no mask", 64, 0, 1, 16, 2, 200, 1, F16, F16, 0, 0, 0, 0, 0, 0, 0, LAY_DENSE},
@@ -149,8 +153,7 @@ static float *fill_rows(struct ggml_tensor *t, tl_rng *rng, float lo, float hi)
             for (size_t i1 = 0; i1 < n1; i1++) {
                 tl_fill(rng, x, n0, lo, hi);
                 row_store(t->type, x, at(t, i1, i2, i3), n0);
-                row_values(t->type, at(t, i1, i2, i3), vals + ((i3 * n2 + i2) * n1 + i1) * n0,
-                           n0);
+                row_values(t->type, at(t, i1, i2, i3), vals + ((i3 * n2 + i2) * n1 + i1) * n0, n0);
             }
     free(x);
     return vals;
@@ -165,8 +168,7 @@ static float *read_rows(const struct ggml_tensor *t)
     for (size_t i3 = 0; i3 < n3; i3++)
         for (size_t i2 = 0; i2 < n2; i2++)
             for (size_t i1 = 0; i1 < n1; i1++)
-                row_values(t->type, at(t, i1, i2, i3), vals + ((i3 * n2 + i2) * n1 + i1) * n0,
-                           n0);
+                row_values(t->type, at(t, i1, i2, i3), vals + ((i3 * n2 + i2) * n1 + i1) * n0, n0);
     return vals;
 }
 
@@ -188,8 +190,8 @@ static double tol_of(const attn_ref *r, size_t row, size_t x, double ref, double
 {
     const double u = TL_U, cap_err = cap > 0 ? (2 * tanh_ulp + 2) * u * cap : 0.0;
     const double E = r->tol[row] + 4.0 * exp_ulp * u, S1 = r->s1[row] + cap_err * r->wk[row];
-    return E * r->wabs[x] + 2.0 * (r->m1[x] + cap_err * r->wabs[x] + S1 * fabs(ref)) +
-           r->flush[x] + FLT_TRUE_MIN;
+    return E * r->wabs[x] + 2.0 * (r->m1[x] + cap_err * r->wabs[x] + S1 * fabs(ref)) + r->flush[x] +
+           FLT_TRUE_MIN;
 }
 
 /* Builds a case's tensors, graphs and oracle; runs ggml's own op and reports its error. */
@@ -219,10 +221,10 @@ static void prepare(prepared *P, const gcase *c, tl_rng *rng)
         struct ggml_tensor *vc = ggml_new_tensor_4d(ctx, c->vt, Dv, KVcap, Hk, B);
         memset(kc->data, 0xff, ggml_nbytes(kc)); /* NaN (or a NaN block scale) outside */
         memset(vc->data, 0xff, ggml_nbytes(vc));
-        P->k = ggml_view_4d(ctx, kc, D, KV, Hk, B, kc->nb[1], kc->nb[2], kc->nb[3],
-                            koff * kc->nb[1]);
-        P->v = ggml_view_4d(ctx, vc, Dv, KV, Hk, B, vc->nb[1], vc->nb[2], vc->nb[3],
-                            koff * vc->nb[1]);
+        P->k =
+            ggml_view_4d(ctx, kc, D, KV, Hk, B, kc->nb[1], kc->nb[2], kc->nb[3], koff * kc->nb[1]);
+        P->v =
+            ggml_view_4d(ctx, vc, Dv, KV, Hk, B, vc->nb[1], vc->nb[2], vc->nb[3], koff * vc->nb[1]);
     } else {
         P->k = ggml_new_tensor_4d(ctx, c->kt, D, KV, Hk, B);
         P->v = c->layout == LAY_MLA ? NULL : ggml_new_tensor_4d(ctx, c->vt, Dv, KV, Hk, B);
@@ -246,8 +248,8 @@ static void prepare(prepared *P, const gcase *c, tl_rng *rng)
                     ggml_fp16_t *row = (ggml_fp16_t *)at(P->mask, i, i2, i3);
                     const size_t ip = i + KV - N;
                     for (size_t j = 0; j < KV; j++) {
-                        float m = j > ip ? -INFINITY
-                                  : c->mask == 2 ? -(float)(ip - j)
+                        float m = j > ip                  ? -INFINITY
+                                  : c->mask == 2          ? -(float)(ip - j)
                                   : tl_below(rng, 8) == 0 ? -INFINITY
                                                           : tl_uniform(rng, -3.0f, 1.0f);
                         row[j] = ggml_fp32_to_fp16(m);
@@ -256,8 +258,7 @@ static void prepare(prepared *P, const gcase *c, tl_rng *rng)
         meff = tl_xmalloc(B * H * N * KV * sizeof(float));
         for (size_t b = 0; b < B; b++)
             for (size_t h = 0; h < H; h++) {
-                const float slope =
-                    c->max_bias > 0 ? sdpa_ggml_slope_(h, H, c->max_bias) : 1.0f;
+                const float slope = c->max_bias > 0 ? sdpa_ggml_slope_(h, H, c->max_bias) : 1.0f;
                 for (size_t i = 0; i < N; i++) {
                     const ggml_fp16_t *row = (const ggml_fp16_t *)at(P->mask, i, h % m2, b % m3);
                     for (size_t j = 0; j < KV; j++)
@@ -312,9 +313,9 @@ static void check_ggml_sanity(const sdpa_impl *impl)
             size_t n2 = 1;
             while (n2 * 2 <= H) n2 *= 2;
             for (size_t h = 0; h < H; h++) {
-                const double want = h < n2 ? exp2(-(double)mb * (double)(h + 1) / (double)n2)
-                                           : exp2(-(double)mb * (double)(2 * (h - n2) + 1) /
-                                                  (2.0 * (double)n2));
+                const double want =
+                    h < n2 ? exp2(-(double)mb * (double)(h + 1) / (double)n2)
+                           : exp2(-(double)mb * (double)(2 * (h - n2) + 1) / (2.0 * (double)n2));
                 const double got = sdpa_ggml_slope_(h, H, mb);
                 CHECK(fabs(got - want) <= 256 * TL_U * want,
                       "slope of head %zu of %zu, max_bias %g: %.9g, want %.9g", h, H, mb, got,
@@ -337,8 +338,8 @@ static void check_ggml_sanity(const sdpa_impl *impl)
                     for (size_t e = 0; e < Dv; e++) {
                         const double ref = P->r.o[row * Dv + e];
                         const double err = fabs(got[e] - ref);
-                        const double tol = tol_of(&P->r, row, row * Dv + e, ref,
-                                                  fabs((double)c->softcap), 4, 4);
+                        const double tol =
+                            tol_of(&P->r, row, row * Dv + e, ref, fabs((double)c->softcap), 4, 4);
                         if (P->r.seen[row] && err / tol > worst) worst = err / tol;
                         if (bad < 3 && !CHECK(err <= 0.02 * P->r.vmax[row] + 1e-6,
                                               "%s: ggml b=%zu h=%zu i=%zu o[%zu]=%g, float64 %g",
@@ -347,8 +348,7 @@ static void check_ggml_sanity(const sdpa_impl *impl)
                     }
                 }
         P->worst_ggml = worst;
-        printf("# %-32s ggml's own op: worst |error| / libsdpa's tolerance %.3g\n", c->name,
-               worst);
+        printf("# %-32s ggml's own op: worst |error| / libsdpa's tolerance %.3g\n", c->name, worst);
     }
 }
 
@@ -396,9 +396,8 @@ static void check_adapter(const sdpa_impl *impl)
                                               c->name, b, h, i, e, got[e]);
                                 continue;
                             }
-                            const double tol =
-                                tol_of(&P->r, row, row * Dv + e, ref, fabs((double)c->softcap),
-                                       exp_ulp, tanh_ulp);
+                            const double tol = tol_of(&P->r, row, row * Dv + e, ref,
+                                                      fabs((double)c->softcap), exp_ulp, tanh_ulp);
                             const double err = fabs(got[e] - ref);
                             if (err / tol > g_worst) g_worst = err / tol;
                             stop = !CHECK(err <= tol,
@@ -416,8 +415,8 @@ static void check_adapter(const sdpa_impl *impl)
 /* One refusal: the adapter returns NULL and its message contains `want`. */
 static void refused(struct ggml_context *ctx, const char *what, struct ggml_tensor *q,
                     struct ggml_tensor *k, struct ggml_tensor *v, struct ggml_tensor *mask,
-                    struct ggml_tensor *sinks, float scale, float max_bias, float softcap,
-                    int q8, const char *want)
+                    struct ggml_tensor *sinks, float scale, float max_bias, float softcap, int q8,
+                    const char *want)
 {
     char msg[256] = "";
     sdpa_ggml_opts o;
@@ -457,18 +456,18 @@ static void check_refusals(const sdpa_impl *impl)
             0, 0, 0, "libsdpa reads");
     refused(ctx, "v heads != k heads", q, k, ggml_new_tensor_4d(ctx, F16, 64, 32, 4, 1), m, NULL,
             sc, 0, 0, 0, "head count differs");
-    refused(ctx, "v shorter than k", q, k, ggml_new_tensor_4d(ctx, F16, 64, 31, 2, 1), m, NULL,
-            sc, 0, 0, 0, "fewer rows");
-    refused(ctx, "Dk mismatch", q, ggml_new_tensor_4d(ctx, F16, 32, 32, 2, 1), v, m, NULL, sc, 0,
-            0, 0, "ne[0]");
+    refused(ctx, "v shorter than k", q, k, ggml_new_tensor_4d(ctx, F16, 64, 31, 2, 1), m, NULL, sc,
+            0, 0, 0, "fewer rows");
+    refused(ctx, "Dk mismatch", q, ggml_new_tensor_4d(ctx, F16, 32, 32, 2, 1), v, m, NULL, sc, 0, 0,
+            0, "ne[0]");
     refused(ctx, "heads not a multiple", q, ggml_new_tensor_4d(ctx, F16, 64, 32, 3, 1),
             ggml_new_tensor_4d(ctx, F16, 64, 32, 3, 1), m, NULL, sc, 0, 0, 0, "multiple");
     refused(ctx, "ne3 mismatch", q, ggml_new_tensor_4d(ctx, F16, 64, 32, 2, 2),
             ggml_new_tensor_4d(ctx, F16, 64, 32, 2, 2), m, NULL, sc, 0, 0, 0, "ne[3]");
-    refused(ctx, "f32 mask", q, k, v, ggml_new_tensor_4d(ctx, F32, 32, 16, 1, 1), NULL, sc, 0, 0,
-            0, "F16");
-    refused(ctx, "mask with too few rows", q, k, v, ggml_new_tensor_4d(ctx, F16, 32, 3, 1, 1),
-            NULL, sc, 0, 0, 0, "fewer");
+    refused(ctx, "f32 mask", q, k, v, ggml_new_tensor_4d(ctx, F32, 32, 16, 1, 1), NULL, sc, 0, 0, 0,
+            "F16");
+    refused(ctx, "mask with too few rows", q, k, v, ggml_new_tensor_4d(ctx, F16, 32, 3, 1, 1), NULL,
+            sc, 0, 0, 0, "fewer");
     refused(ctx, "mask planes not dividing heads", q, k, v,
             ggml_new_tensor_4d(ctx, F16, 32, 16, 3, 1), NULL, sc, 0, 0, 0, "divide");
     refused(ctx, "ALiBi without a mask", q, k, v, NULL, NULL, sc, 8.0f, 0, 0, "needs a mask");
@@ -476,8 +475,8 @@ static void check_refusals(const sdpa_impl *impl)
     refused(ctx, "NaN scale", q, k, v, m, NULL, NAN, 0, 0, 0, "libsdpa refuses");
     refused(ctx, "NaN softcap", q, k, v, m, NULL, sc, 0, NAN, 0, "libsdpa refuses");
     refused(ctx, "infinite softcap", q, k, v, m, NULL, sc, 0, INFINITY, 0, "libsdpa refuses");
-    refused(ctx, "sinks of the wrong length", q, k, v, m, ggml_new_tensor_1d(ctx, F32, 4), sc, 0,
-            0, 0, "sinks");
+    refused(ctx, "sinks of the wrong length", q, k, v, m, ggml_new_tensor_1d(ctx, F32, 4), sc, 0, 0,
+            0, "sinks");
     refused(ctx, "f16 sinks", q, k, v, m, ggml_new_tensor_1d(ctx, F16, 8), sc, 0, 0, 0, "sinks");
     refused(ctx, "q8_scores on f16 K", q, k, v, m, NULL, sc, 0, 0, 1, "libsdpa refuses");
     refused(ctx, "transposed k (rows not contiguous)", q,
@@ -495,6 +494,9 @@ static void check_refusals(const sdpa_impl *impl)
     ggml_free(ctx);
 }
 
+/* cxx_smoke.cc: the header compiled as C++, one small graph against ggml's op */
+double sdpa_ggml_cxx_smoke(void);
+
 int main(void)
 {
     tl_header("the ggml adapter against ggml_flash_attn_ext and float64");
@@ -508,6 +510,11 @@ int main(void)
     tl_end();
     tl_start("refusals", "-");
     check_refusals(NULL);
+    tl_end();
+    tl_start("the header as C++", "-");
+    const double cxx = sdpa_ggml_cxx_smoke();
+    CHECK(cxx >= 0 && cxx <= 1e-2, "the C++ build: %s, |adapter - ggml| %g",
+          cxx < 0 ? "refused" : "computed", cxx);
     tl_end();
     tl_for_each_impl_worst("ggml adapter", check_adapter, &g_worst);
     for (size_t n = 0; n < N_CASES; n++)
