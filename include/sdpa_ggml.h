@@ -31,10 +31,10 @@
  * applies through sdpa_params.mask_scales; a -inf mask entry hides the key; a row that sees
  * no key gives zeros; a sink adds e^(sink_h - max) to the row's denominator.
  *
- * Differences from ggml's own op, all in ggml's disfavour only in rounding: libsdpa keeps q in
- * f32 for every K type (ggml rounds q to f16 for f16 K and quantizes it to 8 bits for block
- * formats; sdpa_ggml_opts.q8_scores asks libsdpa for that too), accumulates in f32, and gives
- * the same bits for any thread count.
+ * The results differ from ggml's own op by rounding only: libsdpa keeps q in f32 for every K
+ * type (ggml rounds q to f16 for an f16 K and to 8 bits for a block format; opts->q8_scores
+ * asks libsdpa for 8 bits too), accumulates in f32, and gives the same bits for any thread
+ * count.
  *
  * Refused at graph-build time (NULL returned, the reason in sdpa_ggml_last_error() and in
  * opts->msg): whatever ggml's op would assert on (mismatched shapes or broadcasts, a non-F16

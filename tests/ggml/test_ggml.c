@@ -496,6 +496,31 @@ static void check_refusals(const sdpa_impl *impl)
     }
     refused(ctx, "no k", q, NULL, v, m, NULL, sc, 0, 0, 0, "must not be NULL");
     ggml_free(ctx);
+
+    /* refused only when the graph runs (a +inf sink: the data is not known before): every
+       output element NaN, on any thread count */
+    struct ggml_init_params ipa = {(size_t)16 << 20, NULL, false};
+    ctx = ggml_init(ipa);
+    q = ggml_new_tensor_4d(ctx, F32, 64, 3, 4, 1);
+    k = ggml_new_tensor_4d(ctx, F16, 64, 20, 2, 1);
+    s = ggml_new_tensor_1d(ctx, F32, 4);
+    memset(q->data, 0, ggml_nbytes(q));
+    memset(k->data, 0, ggml_nbytes(k));
+    for (int h = 0; h < 4; h++) ((float *)s->data)[h] = h == 2 ? INFINITY : 0.0f;
+    struct ggml_tensor *o = sdpa_ggml_flash_attn_ext_sinks(ctx, q, k, k, NULL, s, sc, 0, 0);
+    if (CHECK(o != NULL, "+inf sink: refused at build time: %s", sdpa_ggml_last_error())) {
+        struct ggml_cgraph *g = ggml_new_graph(ctx);
+        ggml_build_forward_expand(g, o);
+        for (int nth = 1; nth <= 3; nth++) {
+            memset(o->data, 0, ggml_nbytes(o));
+            compute(g, nth);
+            size_t nan = 0;
+            for (int64_t e = 0; e < ggml_nelements(o); e++) nan += isnan(((float *)o->data)[e]);
+            CHECK(nan == (size_t)ggml_nelements(o), "+inf sink, %d threads: %zu of %zu NaN", nth,
+                  nan, (size_t)ggml_nelements(o));
+        }
+    }
+    ggml_free(ctx);
 }
 
 /* cxx_smoke.cc: the header compiled as C++, one small graph against ggml's op */
