@@ -19,8 +19,8 @@
  * (32 query heads, 8 KV heads, head dim 128): decode (one query) over 4K and 32K keys with an
  * all-visible mask, and a 2K-token causal prefill, with K/V in f16 and in q8_0. Each round
  * times one call of each graph back to back, so both see the same machine state; the table
- * gives the median and best ms per call of each and the ratio of the medians (stock /
- * adapter: above 1, the adapter is faster).
+ * gives the median and best ms per call of each and their ratios, stock / adapter (above 1,
+ * the adapter is faster); on a shared machine the best is the one less disturbed by others.
  *
  * usage: sdpa-ggml-bench [--quick]     (--quick: the 4K decode only, a few rounds)
  */
@@ -86,7 +86,7 @@ int main(int argc, char **argv)
            "D %d; libsdpa %s on %s\n",
            H, Hk, D, sdpa_version(), sdpa_impl_name(sdpa_active()));
     printf("| shape | K/V | threads | ggml ms (median / best) | adapter ms (median / best) | "
-           "ggml / adapter |\n|---|---|---|---|---|---|\n");
+           "ggml / adapter (median, best) |\n|---|---|---|---|---|---|\n");
     for (int s = 0; s < n_shapes; s++)
         for (int t = 0; t < 2; t++) {
             const shape *sh = &shapes[s];
@@ -138,8 +138,8 @@ int main(int argc, char **argv)
                 qsort(tr, rounds, sizeof(double), cmp_double);
                 qsort(ta, rounds, sizeof(double), cmp_double);
                 const double mr = tr[rounds / 2], ma = ta[rounds / 2];
-                printf("| %s | %s | %d | %.3f / %.3f | %.3f / %.3f | %.2f |%s\n", sh->name,
-                       ggml_type_name(types[t]), nth, mr, tr[0], ma, ta[0], mr / ma,
+                printf("| %s | %s | %d | %.3f / %.3f | %.3f / %.3f | %.2f, %.2f |%s\n", sh->name,
+                       ggml_type_name(types[t]), nth, mr, tr[0], ma, ta[0], mr / ma, tr[0] / ta[0],
                        maxdiff <= 1e-2 ? "" : " OUTPUTS DIFFER");
                 fflush(stdout);
                 free(tr), free(ta), free(p_ref.work_data), free(p_ad.work_data);
