@@ -13,7 +13,6 @@
 set -uo pipefail
 [ $# -eq 8 ] || { sed -n '3,12p' "$0" >&2; exit 2; }
 src=$1 dir=$2 native=$3 cc=$4 cxx=$5 proc=$6 base_out=$7 cpu_out=$8
-mkdir -p "$dir" || exit 1
 log=$dir/ggml-build.log
 args=(-S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF
       -DGGML_BUILD_TESTS=OFF -DGGML_BUILD_EXAMPLES=OFF -DGGML_NATIVE="$native" -DGGML_OPENMP=OFF
@@ -21,6 +20,12 @@ args=(-S "$src" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF
 if [ "$proc" != - ]; then
   args+=(-DCMAKE_SYSTEM_NAME=Linux -DCMAKE_SYSTEM_PROCESSOR="$proc")
 fi
+# CMake refuses a build directory made from another source tree: start afresh when the
+# arguments differ from the last build's
+if [ -f "$dir/ggml-build.args" ] && [ "$(cat "$dir/ggml-build.args")" != "${args[*]}" ]; then
+  rm -rf "$dir"
+fi
+mkdir -p "$dir" && printf '%s' "${args[*]}" >"$dir/ggml-build.args" || exit 1
 jobs=$(nproc 2>/dev/null || echo 2)
 if ! { cmake "${args[@]}" >"$log" 2>&1 && cmake --build "$dir" -j "$jobs" >>"$log" 2>&1; }; then
   tail -40 "$log" >&2
