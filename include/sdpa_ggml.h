@@ -58,8 +58,9 @@
  * wrote; ggml_graph_compute needs nothing else. The scalars travel in the ops' userdata
  * pointers (scale and softcap in op 2's, max_bias and flags in op 1's: no heap, nothing to
  * free), which needs 64-bit pointers (a 32-bit build refuses). The workspace is sized for
- * SDPA_GGML_MAX_THREADS threads (define it before including, or opts->max_threads); with more
- * threads than that, libsdpa allocates the larger workspace itself during each call.
+ * SDPA_GGML_MAX_THREADS threads (define it before including, or opts->max_threads) on the
+ * implementation active at graph-build time; with more threads than that, or another
+ * implementation that needs more, libsdpa allocates the larger workspace itself in each call.
  *
  * Broadcasts one libsdpa view cannot say (mask planes reused by heads h % m2 or batches
  * b % m3 with 1 < m < count) are split into several team calls, each over an arithmetic
@@ -553,6 +554,9 @@ sdpa_ggml_flash_attn_ext_opts(struct ggml_context *ctx, struct ggml_tensor *q,
                     break;
                 }
             }
+            /* for the active implementation: another one selected (sdpa_select) after the
+               build may need more (the scalar reference 25 times more at decode), which it
+               then allocates itself during each call */
             size_t ws = 0;
             if (st == SDPA_OK) {
                 p.n_threads = (size_t)threads;
