@@ -207,7 +207,11 @@ static void prepare(prepared *P, const gcase *c, tl_rng *rng)
     const size_t Npad = (N + 15) / 16 * 16, KVcap = KV + 40, koff = 17;
     const float scale = c->scale != 0 ? c->scale : 1.0f / sqrtf((float)D);
     P->c = c;
-    struct ggml_init_params ip = {(size_t)256 << 20, NULL, false};
+    /* the data this case holds, plus room for the adapter's state and the graphs: no more,
+       since meson's MALLOC_PERTURB_ makes every byte of the context cost a write */
+    const size_t data = D * N * H * B * 4 + 2 * Dv * N * H * B * 4 + KV * Npad * m2 * m3 * 2 +
+                        (ggml_row_size(c->kt, D) + ggml_row_size(c->vt, Dv)) * KVcap * Hk * B;
+    struct ggml_init_params ip = {data + ((size_t)16 << 20), NULL, false};
     P->ctx = ggml_init(ip);
     struct ggml_context *ctx = P->ctx;
     /* q [D, N, H, B]: dense, or [D, H, N, B] permuted (heads interleaved per token) */
@@ -296,8 +300,12 @@ static void prepare(prepared *P, const gcase *c, tl_rng *rng)
     ggml_build_forward_expand(g, P->ref);
     compute(g, 2);
     /* the adapter */
-    P->ad = sdpa_ggml_flash_attn_ext_sinks(ctx, P->q, P->k, P->v, P->mask, P->sinks, scale,
-                                           c->max_bias, c->softcap);
+    /* the workspace sized for the 4 threads the test runs at most (the context's room) */
+    sdpa_ggml_opts opts;
+    memset(&opts, 0, sizeof opts);
+    opts.sinks = P->sinks, opts.max_threads = 4;
+    P->ad = sdpa_ggml_flash_attn_ext_opts(ctx, P->q, P->k, P->v, P->mask, scale, c->max_bias,
+                                          c->softcap, &opts);
     if (P->ad) {
         P->g_ad = ggml_new_graph(ctx);
         ggml_build_forward_expand(P->g_ad, P->ad);
