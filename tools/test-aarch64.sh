@@ -57,7 +57,9 @@ fi
 # ---------------------------------------------------------------------------------------------
 # Cross build
 # ---------------------------------------------------------------------------------------------
-setup_args=(--cross-file "$cross" -Dbuildtype=release -Db_ndebug=false -Dbench=$bench)
+# GGML_SRC: a ggml tree, cross-built with CMake for the ggml adapter's tests (else skipped)
+setup_args=(--cross-file "$cross" -Dbuildtype=release -Db_ndebug=false -Dbench=$bench
+            "-Dggml_src=${GGML_SRC:-}")
 logdir=${out:-$(mktemp -d)}
 slog=$logdir/aarch64-setup.log
 blog=$logdir/aarch64-build.log

@@ -4,6 +4,9 @@
 #        tools/test.sh --quick   the inner loop: the native build and suite (exp/tanh sweeps
 #                                sampled) and ASan+UBSan over the scalar reference and the driver
 #   SDPA_SKIP_AARCH64=1 leaves out the emulated aarch64 stage.
+#   GGML_SRC=<ggml source tree> builds ggml (core and CPU backend) in the native and aarch64
+#   builds and runs the ggml adapter's tests against it (suite 'ggml'); unset, they are
+#   reported skipped.
 #
 # Stages of the whole suite, in order:
 #   native    release build, every test on every implementation this CPU runs; the exp and
@@ -73,7 +76,8 @@ export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ASAN_OPTIONS=detect_leak
 
 # --- native ----------------------------------------------------------------------------------
 stage_begin native
-if configure native build-test -Dbuildtype=release -Db_ndebug=false -Dbench=enabled &&
+ggml_arg=-Dggml_src=${GGML_SRC:-}
+if configure native build-test -Dbuildtype=release -Db_ndebug=false -Dbench=enabled "$ggml_arg" &&
    build native build-test; then
   if [ $quick = 1 ]; then
     # the sweeps sampled: every 7th float for exp, every 29th for tanh
