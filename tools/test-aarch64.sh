@@ -28,9 +28,10 @@ apt_install() {
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
-# libc6:arm64 is the runtime the emulated programs load (see the cross file's exe_wrapper).
+# libc6:arm64 is the runtime the emulated programs load (see the cross file's exe_wrapper);
+# libgomp1:arm64 the OpenMP runtime of the team test, which the cross compiler's OpenMP links.
 host_pkgs=(gcc-aarch64-linux-gnu g++-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user pkgconf)
-arm_pkgs=(libc6:arm64 libcpu-features-dev:arm64)
+arm_pkgs=(libc6:arm64 libcpu-features-dev:arm64 libgomp1:arm64)
 missing=()
 for p in "${host_pkgs[@]}"; do installed "$p" || missing+=("$p"); done
 for p in "${arm_pkgs[@]}"; do installed "$p" || missing+=("$p"); done
