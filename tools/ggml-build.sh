@@ -3,7 +3,7 @@
 # usage: tools/ggml-build.sh SRC DIR NATIVE CC CXX PROCESSOR BASE_OUT CPU_OUT
 #   SRC        a ggml source tree (CMakeLists.txt, include/, src/)
 #   DIR        the CMake build directory (kept: a second run only rebuilds what changed)
-#   NATIVE     ON: ggml's own -march=native build (benchmarks); OFF: its portable build (tests)
+#   NATIVE     ON: ggml's GGML_NATIVE build, tuned for this CPU (benchmarks); OFF: its portable build (tests)
 #   CC, CXX    the compilers (the build's own, so that cross builds cross-compile ggml too)
 #   PROCESSOR  "-" for a native build, else the target's CMAKE_SYSTEM_PROCESSOR (aarch64, ...)
 #   BASE_OUT   where libggml-base.a is copied; CPU_OUT: where libggml-cpu.a is copied
