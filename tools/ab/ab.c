@@ -17,13 +17,17 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef enum ab_dtype { AB_F32 = 0, AB_F16, AB_BF16 } ab_dtype;
+typedef enum ab_dtype { AB_F32 = 0, AB_F16, AB_BF16, AB_Q8_0, AB_Q4_0 } ab_dtype;
 
-/* One dense attention call: tensors [batch][head][token][dim], f32 Q and O, K/V in kv_type. */
+/* One attention call: tensors [batch][head][token][dim], f32 Q and O, K/V in kv_type; with
+   page != 0 (batch 1), K and V are pages [kv_len / page][kv_heads][page][dim] of the same
+   buffers, key j in page table[j / page]. */
 typedef struct ab_call {
     size_t batch, q_heads, kv_heads, q_len, kv_len, head_dim;
     bool causal;
     ab_dtype kv_type;
+    size_t page;
+    const int *table;
     const float *q;
     const void *k, *v;
     float *o;
@@ -84,10 +88,18 @@ static int side_forward(size_t i, const ab_call *c, char *msg, size_t msg_len)
     p.causal = c->causal;
     const sdpa_dtype kt = c->kv_type == AB_F16    ? SDPA_F16
                           : c->kv_type == AB_BF16 ? SDPA_BF16
+                          : c->kv_type == AB_Q8_0 ? SDPA_Q8_0
+                          : c->kv_type == AB_Q4_0 ? SDPA_Q4_0
                                                   : SDPA_F32;
     const sdpa_tensor q = side_view(c->q, SDPA_F32, c->q_heads, c->q_len, c->head_dim);
-    const sdpa_tensor k = side_view(c->k, kt, c->kv_heads, c->kv_len, c->head_dim);
-    const sdpa_tensor v = side_view(c->v, kt, c->kv_heads, c->kv_len, c->head_dim);
+    const size_t kl = c->page ? c->page : c->kv_len; /* keys per [head] view */
+    sdpa_tensor k = side_view(c->k, kt, c->kv_heads, kl, c->head_dim);
+    sdpa_tensor v = side_view(c->v, kt, c->kv_heads, kl, c->head_dim);
+    if (c->page) {
+        p.block_table = c->table;
+        p.page_size = c->page;
+        p.max_pages = p.n_pages = c->kv_len / c->page;
+    }
     const sdpa_tensor o = side_view(c->o, SDPA_F32, c->q_heads, c->q_len, c->head_dim);
     const sdpa_status s = sdpa_impl_forward(sdpa_impl_at(i), &p, &q, &k, &v, &o);
     if (s != SDPA_OK && msg_len) {
@@ -135,6 +147,7 @@ typedef struct shape {
     size_t batch, q_heads, kv_heads, q_len, kv_len, head_dim;
     bool causal;
     ab_dtype kv_type;
+    size_t page; /* keys per page of a paged K/V, 0: contiguous */
 } shape;
 
 static const shape shapes[] = {
@@ -144,11 +157,20 @@ static const shape shapes[] = {
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16", 1, 32, 8, 1, 32768, 128, false, AB_F16},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_bf16", 1, 32, 8, 1, 32768, 128, false, AB_BF16},
     {"decode", "B1_Hq32_Hkv32_kv16384_D128_f16", 1, 32, 32, 1, 16384, 128, false, AB_F16},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q8_0", 1, 32, 8, 1, 32768, 128, false, AB_Q8_0},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q4_0", 1, 32, 8, 1, 32768, 128, false, AB_Q4_0},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16_paged16", 1, 32, 8, 1, 32768, 128, false, AB_F16, 16},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16_paged128", 1, 32, 8, 1, 32768, 128, false, AB_F16,
+     128},
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
 static bool is_decode(const shape *s) { return strcmp(s->kind, "decode") == 0; }
-static size_t kv_elem_bytes(ab_dtype t) { return t == AB_F32 ? 4 : 2; }
+/* bytes of n elements (n a multiple of 32 for the block formats: ggml's q8_0 and q4_0) */
+static size_t kv_bytes(ab_dtype t, size_t n)
+{
+    return t == AB_Q8_0 ? n / 32 * 34 : t == AB_Q4_0 ? n / 32 * 18 : n * (t == AB_F32 ? 4 : 2);
+}
 
 /* 4 flops (a multiply-add in Q·Kᵀ and one in P·V) per visible (query, key) pair and dimension;
    with the causal mask query i sees keys j <= i + kv_len - q_len, counted row by row */
@@ -170,8 +192,7 @@ static double shape_flops(const shape *s)
 /* what a decode call must bring from memory: K and V, once */
 static double shape_kv_bytes(const shape *s)
 {
-    return 2.0 * (double)(s->batch * s->kv_heads * s->kv_len * s->head_dim) *
-           (double)kv_elem_bytes(s->kv_type);
+    return 2.0 * (double)kv_bytes(s->kv_type, s->batch * s->kv_heads * s->kv_len * s->head_dim);
 }
 
 /* ---- buffers ------------------------------------------------------------------------------ */
@@ -203,12 +224,24 @@ static uint64_t next_u64(uint64_t *s)
     return z ^ (z >> 31);
 }
 
-/* n values in [-1, 1) of the given type from seed; NULL when out of memory */
+/* n values in [-1, 1) of the given type from seed (block formats: scales in [1/128, 1/64),
+   quants random); NULL when out of memory */
 static void *alloc_random(ab_dtype t, size_t n, uint64_t seed)
 {
-    void *p = ab_alloc(n * kv_elem_bytes(t));
+    void *p = ab_alloc(kv_bytes(t, n));
     if (!p) return NULL;
     uint64_t s = seed;
+    if (t == AB_Q8_0 || t == AB_Q4_0) {
+        const size_t bb = kv_bytes(t, 32);
+        unsigned char *b = p;
+        for (size_t i = 0; i < n / 32; i++, b += bb) {
+            const float d = (1.0f + (float)(next_u64(&s) >> 40) / 16777216.0f) / 128.0f;
+            const uint16_t h = sdpa_f32_to_f16(d);
+            memcpy(b, &h, 2);
+            for (size_t j = 2; j < bb; j++) b[j] = (unsigned char)next_u64(&s);
+        }
+        return p;
+    }
     for (size_t i = 0; i < n; i++) {
         const float x = (float)(next_u64(&s) >> 40) * (2.0f / 16777216.0f) - 1.0f;
         if (t == AB_F32)
@@ -709,8 +742,22 @@ int main(int argc, char **argv)
         const size_t hd = s->head_dim;
         const size_t n_q = s->batch * s->q_heads * s->q_len * hd;
         const size_t n_kv = s->batch * s->kv_heads * s->kv_len * hd;
-        ab_call base = {s->batch,  s->q_heads, s->kv_heads, s->q_len, s->kv_len, hd,
-                        s->causal, s->kv_type, NULL,        NULL,     NULL,      NULL};
+        ab_call base = {s->batch,   s->q_heads, s->kv_heads, s->q_len, s->kv_len, hd,   s->causal,
+                        s->kv_type, s->page,    NULL,        NULL,     NULL,      NULL, NULL};
+        int *table = NULL; /* a paged shape's pages, in a fixed shuffled order */
+        if (s->page) {
+            const size_t np = s->kv_len / s->page;
+            table = malloc(np * sizeof *table);
+            if (!table) return 1;
+            uint64_t seed = 4;
+            for (size_t i = 0; i < np; i++) table[i] = (int)i;
+            for (size_t i = np - 1; i > 0; i--) {
+                const size_t j = (size_t)(next_u64(&seed) % (i + 1));
+                const int t = table[i];
+                table[i] = table[j], table[j] = t;
+            }
+            base.table = table;
+        }
         float *q = alloc_random(AB_F32, n_q, 1);
         void *kk = alloc_random(s->kv_type, n_kv, 2), *vv = alloc_random(s->kv_type, n_kv, 3);
         float *out[2] = {ab_alloc(n_q * sizeof(float)), ab_alloc(n_q * sizeof(float))};
@@ -749,6 +796,7 @@ int main(int argc, char **argv)
         free(q);
         free(kk);
         free(vv);
+        free(table);
         for (int side = 0; side < 2; side++) free(out[side]), free(first[side]);
     }
     printf("\n%zu row%s in %.0f s; %s\n", n_rows, n_rows == 1 ? "" : "s", now_s() - start,
