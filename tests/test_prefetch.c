@@ -87,9 +87,46 @@ static void test_rows(void)
     tl_end();
 }
 
+/* A stream with a second run chained on (another page of the same view): the first run's
+   lines, then the second's, each once, then nothing; chained on an empty stream, the second
+   run alone; a run whose rows take another number of lines, left out. */
+static void test_chain(void)
+{
+    tl_start("prefetch row stream, chained", "generic");
+    enum { ROW = 256, STRIDE = 512, N1 = 5, N2 = 3 };
+    unsigned char *buf = tl_xmalloc(4 * 4096 + 64);
+    const uintptr_t b0 = ((uintptr_t)buf + 63) & ~(uintptr_t)63;
+    const char *run1 = (const char *)b0, *run2 = (const char *)b0 + 2 * 4096;
+    for (int empty = 0; empty < 2; empty++) {
+        sdpa_pf_rows s = sdpa_pf_rows_begin(run1, STRIDE, ROW, empty ? 0 : N1);
+        sdpa_pf_rows_chain(&s, run2, ROW, N2);
+        const size_t L = ROW / 64, want = (empty ? 0 : N1 * L) + N2 * L;
+        size_t count = 0, wrong = 0;
+        for (const char *p; (p = sdpa_pf_rows_pop(&s)) != NULL && count < want + 8; count++) {
+            const size_t k = empty ? count + N1 * L : count; /* index in run1 ++ run2 */
+            const char *base = k < N1 * L ? run1 : run2;
+            const size_t kk = k < N1 * L ? k : k - N1 * L;
+            if (p != base + (kk / L) * STRIDE + (kk % L) * 64) wrong++;
+        }
+        CHECK(count == want, "%s: %zu lines named, want %zu", empty ? "empty" : "chained", count,
+              want);
+        CHECK(wrong == 0, "%s: %zu lines out of place", empty ? "empty" : "chained", wrong);
+    }
+    /* rows offset by 32 bytes take 5 lines, not 4: not chained */
+    sdpa_pf_rows s = sdpa_pf_rows_begin(run1, STRIDE, ROW, N1);
+    sdpa_pf_rows_chain(&s, run2 + 32, ROW, N2);
+    size_t count = 0;
+    while (sdpa_pf_rows_pop(&s) && count < 100) count++;
+    CHECK(count == N1 * (ROW / 64), "misaligned run: %zu lines named, want %d", count,
+          N1 * (ROW / 64));
+    free(buf);
+    tl_end();
+}
+
 int main(void)
 {
     tl_header("the K/V row-stream prefetch cursor");
     test_rows();
+    test_chain();
     return tl_finish();
 }

@@ -127,6 +127,13 @@ typedef struct sdpa_rows {
        reverse 0): a kernel with paged_rows >= rows accepts this; rows_loop.h cuts each key block
        at page ends and hands every piece to the hooks as a unit of its own page. */
     const sdpa_pages *pages;
+    /* 0: nothing. Else, on a piece of a paged unit given to a path that defines
+       SDPA_LOOP_AHEAD_ROWS (rows_loop.h): ahead_n rows of a later page, from ahead_row, the
+       array's stride apart, that the hook requests while it runs, spread over its work (K rows
+       in loop_scores, V rows in loop_values): the rows its own stream, ending at its page's
+       end, cannot reach. */
+    const void *ahead_row;
+    size_t ahead_n;
     /* NULL: exact scores. Else fast scores (sdpa_params.q8_scores, K in a block format only, a
        unit of at most sdpa_kernels.quant_rows rows): row r's query quantized per 32-block,
        quants at qq + r * d and block scales at qd + r * d / 32, and the score of key j is

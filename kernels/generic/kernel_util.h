@@ -187,6 +187,33 @@ static inline size_t sdpa_page_piece(const sdpa_rows *w, size_t j, size_t *n, sd
     return lj;
 }
 
+/* The K (v = 0) or V (v = 1) rows of keys [j0, j1) of a paged unit w that lie in the page of
+   key j0, none at or past the unit's end, as one run: its first row in *row, its length in *n
+   (0 when j0 is past the end). */
+static inline void sdpa_page_run(const sdpa_rows *w, int v, size_t j0, size_t j1, const void **row,
+                                 size_t *n)
+{
+    const sdpa_pages *pg = w->pages;
+    const size_t end = w->kv_end < w->kv_limit[w->rows - 1] ? w->kv_end : w->kv_limit[w->rows - 1];
+    const size_t p = j0 / pg->size, pe = (p + 1) * pg->size;
+    const size_t e = sdpa_min(sdpa_min(j1, end), pe);
+    const sdpa_dtype t = v ? w->v_type : w->k_type;
+    *n = j0 < e ? e - j0 : 0;
+    *row = (const char *)(v ? pg->v : pg->k)[p - pg->first] +
+           sdpa_off_bytes(t, (ptrdiff_t)(j0 - p * pg->size) * (v ? w->v_stride : w->k_stride));
+}
+
+/* Requests the first line of the K (v = 0) or V (v = 1) rows of each page of a paged unit w
+   that starts in keys [j0, j1), none at or past the unit's end: that one early miss starts
+   the core's own stream prefetcher on the page's rows well before the kernel's requests. */
+static inline void sdpa_page_touch(const sdpa_rows *w, int v, size_t j0, size_t j1)
+{
+    const sdpa_pages *pg = w->pages;
+    const size_t end = w->kv_end < w->kv_limit[w->rows - 1] ? w->kv_end : w->kv_limit[w->rows - 1];
+    for (size_t p = (j0 + pg->size - 1) / pg->size; p * pg->size < j1 && p * pg->size < end; p++)
+        __builtin_prefetch((v ? pg->v : pg->k)[p - pg->first], 0, 3);
+}
+
 /* Requests (a prefetch hint) the K (v = 0) or V (v = 1) rows of keys [j0, j1) of a paged unit
    w, each in its own page, none at or past the unit's end: what a piece's kernel cannot
    request itself, its rows ending at its page's end. */

@@ -50,6 +50,8 @@ typedef struct sdpa_pf_rows {
     size_t li;      /* lines of the current row already requested */
     size_t L;       /* lines per row */
     size_t n;       /* lines left in the stream */
+    const char *p2; /* a second run of rows like the first (sdpa_pf_rows_chain), n2 lines, */
+    size_t n2;      /* requested once the first has run out */
 } sdpa_pf_rows;
 
 /* rows [0, nrows) starting at row0, stride bytes apart, row_bytes each */
@@ -58,15 +60,32 @@ static inline sdpa_pf_rows sdpa_pf_rows_begin(const void *row0, ptrdiff_t stride
 {
     const uintptr_t a = (uintptr_t)row0;
     const size_t L = row_bytes ? ((a & 63) + row_bytes + 63) / 64 : 0;
-    const sdpa_pf_rows c = {(const char *)(a & ~(uintptr_t)63), stride - (ptrdiff_t)(64 * L), 0, L,
-                            L * nrows};
+    const sdpa_pf_rows c = {
+        (const char *)(a & ~(uintptr_t)63), stride - (ptrdiff_t)(64 * L), 0, L, L * nrows, NULL, 0};
     return c;
+}
+
+/* Appends nrows rows from row0 (the stream's stride and row size: another page of the same
+   view) to the stream, requested after its own; an empty stream becomes that run. A run whose
+   rows take a different number of lines (another offset within a line) is left out: a hint. */
+static inline void sdpa_pf_rows_chain(sdpa_pf_rows *c, const void *row0, size_t row_bytes,
+                                      size_t nrows)
+{
+    const sdpa_pf_rows r =
+        sdpa_pf_rows_begin(row0, c->skip + (ptrdiff_t)(64 * c->L), row_bytes, nrows);
+    if (c->n == 0)
+        *c = r;
+    else if (r.L == c->L)
+        c->p2 = r.p, c->n2 = r.n;
 }
 
 /* The stream's next line, or NULL once it has run out (tests walk a stream with this). */
 static inline const char *sdpa_pf_rows_pop(sdpa_pf_rows *c)
 {
-    if (!c->n) return NULL;
+    if (!c->n) {
+        if (!c->n2) return NULL;
+        c->p = c->p2, c->n = c->n2, c->li = 0, c->n2 = 0;
+    }
     const char *p = c->p;
     c->n--;
     c->p += 64;

@@ -58,6 +58,15 @@
 #endif
 /* keys ahead of a paged unit's piece whose rows the loop requests past the piece's page */
 #define SDPA_LOOP_AHEAD 32
+/* The rows of keys [a, b) of the paged unit w, past the piece's page: handed to the hook in
+   u.ahead_row, u.ahead_n (SDPA_LOOP_AHEAD_ROWS: its own streams request them a few lines at a
+   time among its arithmetic), else requested here at once. */
+#ifdef SDPA_LOOP_AHEAD_ROWS
+#define SDPA_LOOP_PAGE_AHEAD(w, v, a, b)                                                           \
+    (sdpa_page_touch(w, v, e, b), sdpa_page_run(w, v, a, b, &u.ahead_row, &u.ahead_n))
+#else
+#define SDPA_LOOP_PAGE_AHEAD(w, v, a, b) sdpa_page_ahead(w, v, a, b)
+#endif
 
 #define SDPA_LOOP_CAT2(a, b) a##b
 #define SDPA_LOOP_CAT(a, b)  SDPA_LOOP_CAT2(a, b)
@@ -132,7 +141,8 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
                 n = nb - o;
                 const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um);
                 const size_t e = j0 + o + n; /* the piece's end: the rows ahead past it */
-                sdpa_page_ahead(w, 0, sdpa_max(e, j0 + o + SDPA_LOOP_AHEAD), e + SDPA_LOOP_AHEAD);
+                SDPA_LOOP_PAGE_AHEAD(w, 0, sdpa_max(e, j0 + o + SDPA_LOOP_AHEAD),
+                                     e + SDPA_LOOP_AHEAD);
                 SDPA_LOOP_CAT(SDPA_LOOP_FN, _scores)(&c, &u, r0, lj, n, S + o, lds);
             }
         else
@@ -160,7 +170,8 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
                 n = nb - o;
                 const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um);
                 const size_t e = j0 + o + n;
-                sdpa_page_ahead(w, 1, sdpa_max(e, j0 + o + SDPA_LOOP_AHEAD), e + SDPA_LOOP_AHEAD);
+                SDPA_LOOP_PAGE_AHEAD(w, 1, sdpa_max(e, j0 + o + SDPA_LOOP_AHEAD),
+                                     e + SDPA_LOOP_AHEAD);
                 const float *a = o ? w->pages->ones : alpha;
                 if (finite)
                     SDPA_LOOP_CAT(SDPA_LOOP_FN, _values)(&c, &u, r0, lj, n, a, S + o, lds);
@@ -190,6 +201,8 @@ static void SDPA_LOOP_FN(const sdpa_rows *w)
 
 #undef SDPA_LOOP_FN
 #undef SDPA_LOOP_CTX
+#undef SDPA_LOOP_AHEAD_ROWS
+#undef SDPA_LOOP_PAGE_AHEAD
 #undef SDPA_LOOP_REVERSE
 #undef SDPA_LOOP_CAT
 #undef SDPA_LOOP_CAT2

@@ -482,6 +482,20 @@ static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, si
     return c->NB;
 }
 
+/* A paged piece's rows of a later page (sdpa_rows.ahead_row, ahead_n) for the phase's streams:
+   the second stream when it is free (more than two rows), so that they are requested from the
+   piece's first keys on, far ahead of their use (the core's own prefetcher has not yet found
+   that page); else after the first stream's rows. */
+static inline void decode_ahead(decode_ctx *c, const void *row, size_t row_bytes, size_t n)
+{
+    if (!n) return;
+    if (c->other)
+        sdpa_pf_rows_chain(&c->pf.s[0], row, row_bytes, n);
+    else
+        c->pf.s[1] =
+            sdpa_pf_rows_begin(row, c->pf.s[0].skip + (ptrdiff_t)(64 * c->pf.s[0].L), row_bytes, n);
+}
+
 /* All rows are computed (r0 is ignored): the score tiles are shaped by the row count. */
 static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
                                float *S, size_t lds)
@@ -496,6 +510,7 @@ static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
          decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, j0, c->other ? nb : 0, c->kend)},
         {0, 0}};
     c->pf = pf;
+    decode_ahead(c, w->ahead_row, d * c->ek, w->ahead_n);
     score_avx512_decode(c->qr, w->rows, d, w->k, w->k_type, w->k_stride, j0, nb, S, lds, &c->pf,
                         c->qpk);
 }
@@ -521,11 +536,13 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
         decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, j0 + DECODE_PF_KEYS, nb, c->kend);
     c->pf.s[1] = decode_rows(w->k, w->k_stride, c->ek, w->d * c->ek, j0 + c->NB,
                              c->other ? c->NB : 0, c->kend);
+    decode_ahead(c, w->ahead_row, w->dv * c->ev, w->ahead_n);
     pv_avx512_decode(R, w->acc, w->dv, alpha, S, w->v, w->v_type, w->v_stride, j0, valid, &c->pf);
 }
 
-#define SDPA_LOOP_FN  decode_loop_avx512
-#define SDPA_LOOP_CTX decode_ctx
+#define SDPA_LOOP_FN         decode_loop_avx512
+#define SDPA_LOOP_CTX        decode_ctx
+#define SDPA_LOOP_AHEAD_ROWS 1 /* a paged piece's rows ahead join the streams (decode_pf) */
 #include "rows_loop.h"
 
 void sdpa_decode_avx512(const sdpa_rows *w)
