@@ -228,6 +228,15 @@ void register_quant(const sdpa_impl *impl, const QuantCase &c, size_t threads)
                 st.counters["f16_pct_roofline"] = t_roof(0) / tmed[0] * 100.0;
                 if (c.fast) st.counters["exact_pct_roofline"] = t_roof(1) / tmed[1] * 100.0;
             }
+            // fast scores' own roofline: the score half of the FLOPs at the int8 dot rate
+            // (int8_rate times the f32 FMA rate: 4 with VNNI's vpdpbusd, 2 with pmaddubsw)
+            const double rate = has_vnni(impl) ? 4.0 : 2.0;
+            if (c.fast && c.decode && lim_flops > 0 && lim_bw > 0) {
+                const double t_own = std::max(bytes_q / lim_bw,
+                                              0.5 * flops / lim_flops * (1.0 + 1.0 / rate));
+                st.counters["int8_rate"] = rate;
+                st.counters["own_pct_roofline"] = t_own / tmed[last] * 100.0;
+            }
             st.counters["ratio"] = median_of(ratios);
             st.counters["ratio_mean"] = tsum[0] / tsum[last];
             st.counters["ratio_best"] = tmin[0] / tmin[last];

@@ -242,6 +242,95 @@ def quant_table(doc):
         print("| " + " | ".join(cells) + " |")
 
 
+def group_runs(doc, kind):
+    """{run name: [its repetitions without error]} of the rows of one kind."""
+    groups = {}
+    for b in doc.get("benchmarks", []):
+        if b.get("run_type", "iteration") != "iteration" or b.get("error_occurred"):
+            continue
+        name = b.get("run_name", b["name"])
+        if parse_name(name)[0] == kind:
+            groups.setdefault(name, []).append(b)
+    return groups
+
+
+def target_rows(doc, rows):
+    """The decode-roofline targets, each (row, impl, threads, value, target, unit): decode and
+    quantized decode as % of their roofline (fast scores: of their own, the score half of the
+    FLOPs at the int8 dot rate), fast over exact, paged against the scattered read (16-key pages)
+    and against the contiguous call (128-key pages), 2 threads over 1, the prefill variants over
+    the plain call. Rows the run did not measure are left out."""
+    out = []
+    def what(shape):
+        return "f16 MHA" if "Hkv32" in shape else ("bf16 GQA" if shape.endswith("bf16") else
+                                                    "f16 GQA")
+    for r in rows:
+        if r["kind"] == "decode" and r["pct_roof"] is not None and r["impl"] != "scalar":
+            out.append((f"decode {what(r['shape'])}", r["impl"], r["threads"], r["pct_roof"], 85.0,
+                        "%"))
+    speed = {}  # (impl, shape) -> {threads: (bytes/s, % roofline)}
+    for r in rows:
+        if r["kind"] == "decode" and r["gbs"] and r["pct_roof"] is not None:
+            speed.setdefault((r["impl"], r["shape"]), {})[r["threads"]] = (r["gbs"], r["pct_roof"])
+    for name, reps in group_runs(doc, "quant").items():
+        _, impl, shape, threads = parse_name(name)
+        if not shape.startswith("decode_"):
+            continue
+        fmt_mode = shape.split("_D128_", 1)[-1]
+        if fmt_mode.startswith("f16"):
+            continue
+        med = lambda key: median([b.get(key) for b in reps])
+        if fmt_mode.endswith("_exact"):
+            out.append((f"decode {fmt_mode}", impl, threads, med("pct_roofline"), 80.0, "%"))
+        else:
+            own = med("own_pct_roofline")
+            if own is not None:
+                out.append((f"decode {fmt_mode} (own roofline)", impl, threads, own, 80.0, "%"))
+            rx = med("ratio_exact")
+            if rx is not None:
+                out.append((f"decode {fmt_mode} x exact", impl, threads, rx, 1.0, "x"))
+    lay = {}
+    for name, reps in group_runs(doc, "layout").items():
+        _, impl, shape, threads = parse_name(name)
+        lay[(impl, shape, threads)] = max(b.get("bytes_per_second_best", 0) for b in reps)
+    for (impl, shape, threads), bps in sorted(lay.items()):
+        if shape == "paged16" and lay.get(("read", "scatter16", threads)):
+            out.append(("paged16 / scattered read", impl, threads,
+                        bps / lay[("read", "scatter16", threads)], 0.85, "x"))
+        if shape == "paged128" and lay.get((impl, "padded", threads)):
+            out.append(("paged128 / contiguous", impl, threads,
+                        bps / lay[(impl, "padded", threads)], 0.90, "x"))
+    for (impl, shape), by in speed.items():
+        if 1 in by and 2 in by and impl != "scalar":
+            # 1.8 where the 2-thread roofline is 1.8 times the 1-thread speed or more, else
+            # never slower
+            room = (by[2][0] / (by[2][1] / 100.0)) / by[1][0] if by[2][1] else 0
+            out.append((f"decode {what(shape)} 2 thr / 1 thr", impl, 2, by[2][0] / by[1][0],
+                        1.8 if room >= 1.8 else 1.0, "x"))
+    for name, reps in group_runs(doc, "variant").items():
+        _, impl, shape, threads = parse_name(name)
+        tgt = median([b.get("target") for b in reps])
+        if tgt and shape.startswith("prefill"):
+            out.append((f"prefill {shape.rsplit('_', 1)[-1]} / plain", impl, threads,
+                        median([b.get("ratio_cpu") for b in reps]), tgt, "x"))
+    return out
+
+
+def print_targets(targets):
+    if not targets:
+        return
+    print("\nDecode at the roofline: each target of the run, one row per implementation and thread "
+          "count (% roofline as in the main table; x: a ratio of two calls of the run).\n")
+    print("| row | impl | threads | value | target | |")
+    print("|---|---|---:|---:|---:|---|")
+    for what, impl, threads, v, t, unit in targets:
+        if v is None:
+            continue
+        val = f"{v:.1f} %" if unit == "%" else f"{v:.2f}"
+        tgt = f">= {t:.0f} %" if unit == "%" else f">= {t:.2f}"
+        print(f"| {what} | {impl} | {threads} | {val} | {tgt} | {'met' if v >= t else '**missed**'} |")
+
+
 # Bar colours, each a pair: lighter for 1 thread and darker for 2, so that the two bars of an
 # implementation read as a pair. The implementations take the hues in the registry's order, as
 # the run lists them; its last row, the portable reference, is grey, and a row of no
@@ -284,7 +373,28 @@ def stamp_text(ctx):
     return f"{host} | libsdpa {commit} | {ctx.get('date', '')}"
 
 
-def write_png(rows, path, ctx=None):
+def target_panel(ax, targets, order):
+    """One horizontal bar per target row: its value (% roofline, or a ratio as a percentage),
+    a black tick at its target, red when missed."""
+    labels, vals, tgts = [], [], []
+    for what, impl, threads, v, t, unit in targets:
+        k = 1.0 if unit == "%" else 100.0
+        labels.append(f"{what} | {impl} | {threads} thr" + ("" if unit == "%" else " (x100)"))
+        vals.append(v * k)
+        tgts.append(t * k)
+    ys = list(range(len(labels)))[::-1]
+    colours = [impl_colours(t[1], order)[min(t[2], 2) - 1] for t in targets]
+    ax.barh(ys, vals, color=colours, edgecolor=["black" if v >= t else "red" for v, t in
+                                               zip(vals, tgts)], linewidth=0.6)
+    ax.scatter(tgts, ys, marker="|", s=120, color="black", zorder=3, label="target")
+    ax.set_yticks(ys)
+    ax.set_yticklabels(labels, fontsize=6)
+    ax.set_xlabel("% of the roofline, or ratio x 100 (tick: the target; red edge: missed)")
+    ax.set_title("decode at the roofline: the targets", fontsize=9)
+    ax.legend(fontsize=7, loc="lower right")
+
+
+def write_png(rows, path, ctx=None, targets=None):
     """Per shape and implementation, the % of its limit (prefill: of the FMA peak; decode: of
     its roofline), 1 and 2 threads side by side, with a 100 % line and, with repetitions, the
     spread (min to max) of the repetitions' percentages."""
@@ -300,7 +410,14 @@ def write_png(rows, path, ctx=None):
     order = registry_order(ctx)
     panels = [("prefill", "pct_peak", "% of the FMA peak"),
               ("decode", "pct_roof", "% of the roofline (read bandwidth or FMA peak)")]
-    fig, axes = plt.subplots(1, len(panels), figsize=(15, 5.5))
+    targets = [t for t in (targets or []) if t[3] is not None]
+    if targets:
+        fig = plt.figure(figsize=(15, 5.5 + 0.17 * len(targets)))
+        grid = fig.add_gridspec(2, 2, height_ratios=[5.5, 0.17 * len(targets) + 0.8])
+        axes = [fig.add_subplot(grid[0, 0]), fig.add_subplot(grid[0, 1])]
+        target_panel(fig.add_subplot(grid[1, :]), targets, order)
+    else:
+        fig, axes = plt.subplots(1, len(panels), figsize=(15, 5.5))
     for ax, (kind, key, label) in zip(axes, panels):
         sel = [r for r in rows if (r["kind"] == kind or (kind == "prefill" and r["kind"] == "blas"))
                and r.get(key) is not None]
@@ -359,8 +476,10 @@ def main():
     if rows:
         print_table(rows)
     quant_table(doc)
+    targets = target_rows(doc, rows)
+    print_targets(targets)
     if args.png:
-        write_png(rows, args.png, doc.get("context", {}))
+        write_png(rows, args.png, doc.get("context", {}), targets)
     return 0
 
 
