@@ -82,6 +82,9 @@ float bench_read_avx512(const float *p, size_t n);
 float bench_read2_avx512(const float *p, size_t n);
 float bench_kv_walk_avx512(const uint16_t *k, const uint16_t *v, size_t rows, size_t row_elems,
                            size_t block, int order, size_t pf);
+/* A decode score tile's inner loop alone, K in L1 converted from fmt (0 f16, 1 bf16, 2 q8_0,
+   3 q4_0) feeding 4 rows' FMAs: returns the FMA flops of iters passes (peak_avx512.c) */
+double bench_mix_avx512(int fmt, uint64_t iters, float *sink);
 
 /* ---- test data (bench_data.c) ------------------------------------------------------------ */
 /* n elements of dtype, deterministic pseudo-random values in [-1, 1) from seed; 64-byte

@@ -258,6 +258,42 @@ void register_pattern(const Shape &s, int order, size_t pf)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
 }
+
+// ---- the conversion's ceiling (AVX-512 hosts) ----------------------------------------------
+// A decode score tile's inner loop at 4 query rows per KV head with nothing else: K in L1, one
+// conversion per 16 elements feeding 4 FMAs (bench_mix_avx512), judged against the FMA peak
+// measured with it: the most a decode in that K/V format can reach of the roofline's compute
+// term on this core, whatever else the kernel does. Names: mix/avx512/<format>_rows4.
+void register_mix(int fmt)
+{
+    static const char *const names[] = {"f16", "bf16", "q8_0", "q4_0"};
+    const std::string name = std::string("mix/avx512/") + names[fmt] + "_rows4" + "/threads:1";
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [=](benchmark::State &st) {
+            Probe probe{BENCH_HAVE_AVX512, 1, false};
+            BestCall call;
+            double flops = 0;
+            float sink = 0;
+            for (auto _ : st) {
+                probe.sample_paused(st);
+                call.start();
+                flops = bench_mix_avx512(fmt, 12000, &sink);
+                call.stop();
+                benchmark::DoNotOptimize(sink);
+            }
+            probe.sample();
+            const double peak = probe.mean();
+            st.counters["FLOP"] =
+                benchmark::Counter(flops * (double)st.iterations(), benchmark::Counter::kIsRate);
+            if (peak > 0) {
+                st.counters["pct_peak"] = flops / call.mean() * 100.0 / peak;
+                st.counters["pct_peak_best"] = flops / call.best * 100.0 / peak;
+            }
+        })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+}
 #endif
 
 } // namespace sdpa_bench

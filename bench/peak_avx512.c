@@ -125,3 +125,74 @@ float bench_kv_walk_avx512(const uint16_t *k, const uint16_t *v, size_t rows, si
     return _mm512_reduce_add_ps(
         _mm512_add_ps(_mm512_add_ps(s[0], s[1]), _mm512_add_ps(s[2], s[3])));
 }
+
+/* The inner loop of a decode score tile at 4 query rows per KV head, alone, on K in L1: per 16
+   elements of K one conversion to f32 (fmt: 0 f16, 1 bf16, 2 q8_0's int8 times its scale, 3
+   q4_0's nibbles less 8 times its scale; a 4 KiB buffer of each) feeding 4 FMAs, 16
+   accumulators. Its FMA rate against the peak is the most a decode kernel can reach in that
+   format with that conversion, before any other work. Returns the FMA flops. */
+#define MIX_Q 4096
+static uint16_t mix_h[MIX_Q] __attribute__((aligned(64)));
+static int8_t mix_b[MIX_Q] __attribute__((aligned(64)));
+
+static inline __m512 mix_conv(int fmt, size_t i, int half)
+{
+    const __m512 d = _mm512_set1_ps(0.0078125f);
+    if (fmt == 0) return _mm512_cvtph_ps(_mm256_load_si256((const __m256i *)(mix_h + i)));
+    if (fmt == 1)
+        return _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_load_si256((const __m256i *)(mix_h + i))), 16));
+    if (fmt == 2)
+        return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(
+                                    _mm_load_si128((const __m128i *)(mix_b + i)))));
+    /* q4_0: 16 bytes hold 32 nibbles, the low ones elements 0-15, the high ones 16-31 */
+    const __m512i x = _mm512_cvtepu8_epi32(_mm_load_si128((const __m128i *)(mix_b + i / 2)));
+    const __m512i n = half ? _mm512_srli_epi32(x, 4) : _mm512_and_si512(x, _mm512_set1_epi32(15));
+    return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(n, _mm512_set1_epi32(8))));
+}
+
+#define MIX_ROWS4(k, a0, a1, a2, a3)                                                               \
+    a0 = _mm512_fmadd_ps(q0, k, a0), a1 = _mm512_fmadd_ps(q1, k, a1),                              \
+    a2 = _mm512_fmadd_ps(q2, k, a2), a3 = _mm512_fmadd_ps(q3, k, a3)
+
+static inline double mix_run(int fmt, uint64_t iters, float *sink)
+{
+    const __m512 q0 = _mm512_set1_ps(0.5f), q1 = _mm512_set1_ps(0.25f), q2 = _mm512_set1_ps(0.125f),
+                 q3 = _mm512_set1_ps(0.0625f);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    __m512 a8 = a0, a9 = a0, a10 = a0, a11 = a0, a12 = a0, a13 = a0, a14 = a0, a15 = a0;
+    for (uint64_t it = 0; it < iters; it++)
+        for (size_t i = 0; i < MIX_Q; i += 64) {
+            const __m512 k0 = mix_conv(fmt, i, 0), k1 = mix_conv(fmt, i + 16, 1);
+            const __m512 k2 = mix_conv(fmt, i + 32, 0), k3 = mix_conv(fmt, i + 48, 1);
+            MIX_ROWS4(k0, a0, a1, a2, a3);
+            MIX_ROWS4(k1, a4, a5, a6, a7);
+            MIX_ROWS4(k2, a8, a9, a10, a11);
+            MIX_ROWS4(k3, a12, a13, a14, a15);
+        }
+    __m512 s = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)),
+                             _mm512_add_ps(_mm512_add_ps(a4, a5), _mm512_add_ps(a6, a7)));
+    s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(a8, a9), a10),
+                                       _mm512_add_ps(_mm512_add_ps(a11, a12),
+                                                     _mm512_add_ps(_mm512_add_ps(a13, a14), a15))));
+    *sink = _mm512_reduce_add_ps(s);
+    return (double)iters * (MIX_Q / 16) * 4.0 * 16.0 * 2.0;
+}
+
+double bench_mix_avx512(int fmt, uint64_t iters, float *sink)
+{
+    for (size_t i = 0; i < MIX_Q; i++) {
+        mix_h[i] = (uint16_t)(0x3800u + (i & 255u));
+        mix_b[i] = (int8_t)(i * 37u);
+    }
+    switch (fmt) { /* one instance per format: no branch in the loop */
+    case 0:
+        return mix_run(0, iters, sink);
+    case 1:
+        return mix_run(1, iters, sink);
+    case 2:
+        return mix_run(2, iters, sink);
+    default:
+        return mix_run(3, iters, sink);
+    }
+}

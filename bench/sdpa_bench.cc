@@ -213,6 +213,8 @@ int main(int argc, char **argv)
         for (int order = 0; order < 2; order++)
             for (size_t pf : {size_t(0), size_t(32)})
                 register_pattern(decode_shapes()[0], order, pf);
+    if (a512 && sdpa_impl_supported(a512))
+        for (int fmt = 0; fmt < 4; fmt++) register_mix(fmt);
 #endif
 
     // the variant, quantized K/V and layout rows run only when the filter names them (they

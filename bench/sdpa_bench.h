@@ -127,6 +127,8 @@ void register_blas(const Shape &s);
 #endif
 #ifdef BENCH_HAVE_AVX512
 void register_pattern(const Shape &s, int order, size_t pf);
+// a decode score tile's conversion and FMAs alone, K in L1 (format: 0 f16 ... 3 q4_0)
+void register_mix(int fmt);
 #endif
 // bench_variants.cc, bench_quant.cc, bench_layouts.cc: every supported implementation's rows
 // of the family (the filter decides whether main calls them); the summaries print the rows
