@@ -357,6 +357,11 @@ SDPA_INLINE __m512 tanh_avx512(__m512 x)
     p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(TANH_P1));
     p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(TANH_P0));
     const __m512 small = _mm512_fmadd_ps(a, _mm512_mul_ps(z, p), a);
+    const __m512i sign = _mm512_and_si512(xb, _mm512_set1_epi32((int32_t)0x80000000u));
+    /* a >= TANH_SMALL, false for NaN, which takes the small branch. Scores well below the cap
+       take it in every lane, and then the large branch (its division) is left out. */
+    const __mmask16 big = _mm512_cmp_ps_mask(a, _mm512_set1_ps(TANH_SMALL), _CMP_GE_OQ);
+    if (big == 0) return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(small), sign));
 
     /* the clamp on the bits, NaN included, as the scalar code's */
     const __m512 ac = _mm512_castsi512_ps(
@@ -378,11 +383,8 @@ SDPA_INLINE __m512 tanh_avx512(__m512 x)
         _mm512_sub_ps(_mm512_set1_ps(1.0f),
                       _mm512_div_ps(_mm512_add_ps(e, e), _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
 
-    /* a >= TANH_SMALL, false for NaN, which takes the small branch */
-    const __mmask16 big = _mm512_cmp_ps_mask(a, _mm512_set1_ps(TANH_SMALL), _CMP_GE_OQ);
     const __m512i tb = _mm512_castps_si512(_mm512_mask_mov_ps(small, big, large));
-    return _mm512_castsi512_ps(
-        _mm512_or_si512(tb, _mm512_and_si512(xb, _mm512_set1_epi32((int32_t)0x80000000u))));
+    return _mm512_castsi512_ps(_mm512_or_si512(tb, sign));
 }
 
 /* a + b and a * b with a the first source operand, the one x86 keeps when both are NaN: an
@@ -407,32 +409,33 @@ typedef struct mods16 {
     __m512 slope, base; /* ALiBi: s -= slope |base + j| */
     __m512 mscale;      /* the mask's factors */
     __m512 cap, inv;    /* softcap: s = cap tanh(s inv), or tanh(s / cap) where inv = 0 */
+    /* which modifiers, copied out of sdpa_mods: the tile's stores cannot alias them */
+    bool softcap, by_inv, alibi, mask, scaled;
 } mods16;
 
 /* Key j of the block (jv, jf: j in every lane) on a vector's scores s, mask entries x (f32,
    lane i row i's entry for key j) when the unit has a mask: sdpa_softcap then sdpa_modify_row,
    the same operations in the same order; keys a lane does not see become -inf, and any gains
    the lanes where the mask hides a key the lane sees. */
-SDPA_INLINE __m512 modify16(const mods16 *m, const sdpa_mods *md, __m512 s, __m512i jv, __m512 jf,
-                            __m512 x, __mmask16 *any)
+SDPA_INLINE __m512 modify16(const mods16 *m, __m512 s, __m512i jv, __m512 jf, __m512 x,
+                            __mmask16 *any)
 {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
-    if (md->softcap > 0.0f) {
-        const __m512 y =
-            md->inv_softcap != 0.0f ? _mm512_mul_ps(s, m->inv) : _mm512_div_ps(s, m->cap);
+    if (m->softcap) {
+        const __m512 y = m->by_inv ? _mm512_mul_ps(s, m->inv) : _mm512_div_ps(s, m->cap);
         s = _mm512_mul_ps(m->cap, tanh_avx512(y));
     }
-    if (md->slope) {
+    if (m->alibi) {
         const __m512 t = _mm512_abs_ps(_mm512_add_ps(m->base, jf));
         s = _mm512_sub_ps(s, _mm512_mul_ps(m->slope, t));
     }
     const __mmask16 in = _mm512_cmpgt_epi32_mask(m->lim, jv);
-    if (md->mask) {
+    if (m->mask) {
         /* of two NaNs the factor's, then the mask term's is kept, as in the scalar loop as
            compiled */
         const __mmask16 hm = _mm512_cmpeq_epi32_mask(_mm512_castps_si512(x),
                                                      _mm512_set1_epi32((int32_t)0xff800000u));
-        const __m512 y = md->mask_scale ? mul_a_first(m->mscale, x) : x;
+        const __m512 y = m->scaled ? mul_a_first(m->mscale, x) : x;
         s = _mm512_mask_mov_ps(add_a_first(y, s), hm, ninf);
         *any |= hm & in;
     }
@@ -442,13 +445,15 @@ SDPA_INLINE __m512 modify16(const mods16 *m, const sdpa_mods *md, __m512 s, __m5
 
 /* The mask entries of 16 rows (row pointers x[i] at the block's first key, lane i reading keys
    [jb, n[i]) of its row only) for keys jb..jb+15, transposed: y[k] lane i is row i's entry for
-   key jb + k, exact in f32; entries not read are 0. */
-SDPA_INLINE void mask_tile16(const void *const x[16], const int32_t n[16], sdpa_dtype t, size_t jb,
-                             __m512 y[16])
+   key jb + k, exact in f32; entries not read are 0. full: every n[i] >= jb + 16. */
+SDPA_INLINE void mask_tile16(int full, const void *const x[16], const int32_t n[16], sdpa_dtype t,
+                             size_t jb, __m512 y[16])
 {
     SDPA_UNROLL for (int i = 0; i < 16; i++)
     {
-        const __mmask16 m = n[i] > (int32_t)jb ? lanes((size_t)n[i] - jb) : 0;
+        const __mmask16 m = full                 ? (__mmask16)0xFFFF
+                            : n[i] > (int32_t)jb ? lanes((size_t)n[i] - jb)
+                                                 : 0;
         if (t == SDPA_F32)
             y[i] = _mm512_maskz_loadu_ps(m, (const float *)x[i] + jb);
         else if (t == SDPA_F16)
@@ -499,18 +504,28 @@ static bool modify_avx512_panel(const sdpa_rows *w, size_t p0, size_t nreal, siz
         m.mscale = _mm512_loadu_ps(ms);
         m.cap = _mm512_set1_ps(md->softcap);
         m.inv = _mm512_set1_ps(md->inv_softcap);
+        m.softcap = md->softcap > 0.0f;
+        m.by_inv = md->inv_softcap != 0.0f;
+        m.alibi = md->slope != NULL;
+        m.mask = md->mask != NULL;
+        m.scaled = md->mask_scale != NULL;
+        int32_t nmin = nl[0]; /* the keys every lane sees, 0 with a padding lane */
+        for (size_t i = 1; i < 16; i++) nmin = nl[i] < nmin ? nl[i] : nmin;
 
         __m512 mx = _mm512_set1_ps(-INFINITY);
         float *s = st + t;
         if (md->mask) {
             for (size_t jb = 0; jb < nt; jb += 16) {
                 __m512 x[16];
-                mask_tile16(mr, nl, md->mask_type, jb, x);
+                if (jb + 16 <= (size_t)nmin)
+                    mask_tile16(1, mr, nl, md->mask_type, jb, x);
+                else
+                    mask_tile16(0, mr, nl, md->mask_type, jb, x);
                 const size_t nk = sdpa_min(16, nt - jb);
                 for (size_t k = 0; k < nk; k++) {
                     const size_t j = jb + k;
                     const __m512 y =
-                        modify16(&m, md, _mm512_load_ps(s + j * pw), _mm512_set1_epi32((int32_t)j),
+                        modify16(&m, _mm512_load_ps(s + j * pw), _mm512_set1_epi32((int32_t)j),
                                  _mm512_set1_ps((float)(int32_t)j), x[k], &any);
                     _mm512_store_ps(s + j * pw, y);
                     mx = _mm512_max_ps(y, mx);
@@ -519,7 +534,7 @@ static bool modify_avx512_panel(const sdpa_rows *w, size_t p0, size_t nreal, siz
         } else {
             for (size_t j = 0; j < nt; j++) {
                 const __m512 y =
-                    modify16(&m, md, _mm512_load_ps(s + j * pw), _mm512_set1_epi32((int32_t)j),
+                    modify16(&m, _mm512_load_ps(s + j * pw), _mm512_set1_epi32((int32_t)j),
                              _mm512_set1_ps((float)(int32_t)j), _mm512_setzero_ps(), &any);
                 _mm512_store_ps(s + j * pw, y);
                 mx = _mm512_max_ps(y, mx);
