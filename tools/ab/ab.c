@@ -21,7 +21,8 @@ typedef enum ab_dtype { AB_F32 = 0, AB_F16, AB_BF16, AB_Q8_0, AB_Q4_0 } ab_dtype
 
 /* One attention call: tensors [batch][head][token][dim], f32 Q and O, K/V in kv_type; with
    page != 0 (batch 1), K and V are pages [kv_len / page][kv_heads][page][dim] of the same
-   buffers, key j in page table[j / page]. */
+   buffers, key j in page table[j / page]. The score modifiers off where 0 or NULL. mask: an
+   f16 [batch][q_len][kv_len], one plane for every head; mask_scales needs it. */
 typedef struct ab_call {
     size_t batch, q_heads, kv_heads, q_len, kv_len, head_dim;
     bool causal;
@@ -31,6 +32,9 @@ typedef struct ab_call {
     const float *q;
     const void *k, *v;
     float *o;
+    float softcap;
+    const float *alibi_slopes, *mask_scales;
+    const void *mask;
 } ab_call;
 
 /* One build, as the harness sees it: its registry by index, and sdpa_impl_forward on one thread. */
@@ -101,6 +105,12 @@ static int side_forward(size_t i, const ab_call *c, char *msg, size_t msg_len)
         p.max_pages = p.n_pages = c->kv_len / c->page;
     }
     const sdpa_tensor o = side_view(c->o, SDPA_F32, c->q_heads, c->q_len, c->head_dim);
+    sdpa_tensor mask = side_view(c->mask, SDPA_F16, 1, c->q_len, c->kv_len);
+    mask.head_stride = 0; /* broadcast over the heads */
+    p.softcap = c->softcap;
+    p.alibi_slopes = c->alibi_slopes;
+    p.mask = c->mask ? &mask : NULL;
+    p.mask_scales = c->mask_scales;
     const sdpa_status s = sdpa_impl_forward(sdpa_impl_at(i), &p, &q, &k, &v, &o);
     if (s != SDPA_OK && msg_len) {
         /* the validator's words when it objects, else the status (e.g. out of memory) */
@@ -141,31 +151,49 @@ static double now_s(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* ---- shapes: those of bench/sdpa_bench.cc, with the same names ----------------------------- */
+/* ---- shapes: those of bench/sdpa_bench.cc and bench/bench_variants.cc, with their names ---- */
+/* the score modifiers of a variant row: an f16 mask broadcast over the heads holds values in
+   [-1, 1) (mask_f16_bcast) or -|i' - j| (mask_scales, with the ALiBi slopes as its factors),
+   and -inf at a few entries in both */
+typedef enum ab_variant { AB_PLAIN = 0, AB_SOFTCAP, AB_ALIBI, AB_MASK, AB_MASK_SCALES } ab_variant;
+
 typedef struct shape {
     const char *kind, *name;
     size_t batch, q_heads, kv_heads, q_len, kv_len, head_dim;
     bool causal;
     ab_dtype kv_type;
+    ab_variant variant;
     size_t page; /* keys per page of a paged K/V, 0: contiguous */
 } shape;
 
 static const shape shapes[] = {
-    {"prefill", "B1_H16_L2048_D128_causal", 1, 16, 16, 2048, 2048, 128, true, AB_F32},
-    {"prefill", "B1_H32_L512_D64_causal", 1, 32, 32, 512, 512, 64, true, AB_F32},
-    {"prefill", "B1_H8_L1024_D128", 1, 8, 8, 1024, 1024, 128, false, AB_F32},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16", 1, 32, 8, 1, 32768, 128, false, AB_F16},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_bf16", 1, 32, 8, 1, 32768, 128, false, AB_BF16},
-    {"decode", "B1_Hq32_Hkv32_kv16384_D128_f16", 1, 32, 32, 1, 16384, 128, false, AB_F16},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q8_0", 1, 32, 8, 1, 32768, 128, false, AB_Q8_0},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q4_0", 1, 32, 8, 1, 32768, 128, false, AB_Q4_0},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16_paged16", 1, 32, 8, 1, 32768, 128, false, AB_F16, 16},
+    {"prefill", "B1_H16_L2048_D128_causal", 1, 16, 16, 2048, 2048, 128, true, AB_F32, AB_PLAIN},
+    {"prefill", "B1_H32_L512_D64_causal", 1, 32, 32, 512, 512, 64, true, AB_F32, AB_PLAIN},
+    {"prefill", "B1_H8_L1024_D128", 1, 8, 8, 1024, 1024, 128, false, AB_F32, AB_PLAIN},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16", 1, 32, 8, 1, 32768, 128, false, AB_F16, AB_PLAIN},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_bf16", 1, 32, 8, 1, 32768, 128, false, AB_BF16, AB_PLAIN},
+    {"decode", "B1_Hq32_Hkv32_kv16384_D128_f16", 1, 32, 32, 1, 16384, 128, false, AB_F16, AB_PLAIN},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q8_0", 1, 32, 8, 1, 32768, 128, false, AB_Q8_0, AB_PLAIN},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q4_0", 1, 32, 8, 1, 32768, 128, false, AB_Q4_0, AB_PLAIN},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16_paged16", 1, 32, 8, 1, 32768, 128, false, AB_F16,
+     AB_PLAIN, 16},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16_paged128", 1, 32, 8, 1, 32768, 128, false, AB_F16,
-     128},
+     AB_PLAIN, 128},
+#define AB_VARIANT(name, v)                                                                        \
+    {                                                                                              \
+        "variant", "prefill_B1_H16_L2048_D128_causal_f16_" name, 1, 16, 16, 2048, 2048, 128, true, \
+            AB_F16, v                                                                              \
+    }
+    AB_VARIANT("softcap30", AB_SOFTCAP),
+    AB_VARIANT("alibi", AB_ALIBI),
+    AB_VARIANT("mask_f16_bcast", AB_MASK),
+    AB_VARIANT("mask_f16_scales", AB_MASK_SCALES),
+#undef AB_VARIANT
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
 static bool is_decode(const shape *s) { return strcmp(s->kind, "decode") == 0; }
+static bool is_variant(const shape *s) { return s->variant != AB_PLAIN; }
 /* bytes of n elements (n a multiple of 32 for the block formats: ggml's q8_0 and q4_0) */
 static size_t kv_bytes(ab_dtype t, size_t n)
 {
@@ -250,6 +278,40 @@ static void *alloc_random(ab_dtype t, size_t n, uint64_t seed)
             ((uint16_t *)p)[i] = t == AB_F16 ? sdpa_f32_to_f16(x) : sdpa_f32_to_bf16(x);
     }
     return p;
+}
+
+/* The modifiers of a variant row into c, its buffers in *slopes and *mask (NULL for a plain
+   row): 0, or -1 when out of memory. */
+static int variant_init(const shape *s, ab_call *c, float **slopes, uint16_t **mask)
+{
+    *slopes = NULL, *mask = NULL;
+    if (s->variant == AB_SOFTCAP) c->softcap = 30.0f;
+    if (s->variant == AB_ALIBI || s->variant == AB_MASK_SCALES) {
+        /* the standard slopes 2^(-8 (h + 1) / H) */
+        *slopes = malloc(s->q_heads * sizeof(float));
+        if (!*slopes) return -1;
+        for (size_t h = 0; h < s->q_heads; h++)
+            (*slopes)[h] = exp2f(-8.0f * (float)(h + 1) / (float)s->q_heads);
+        if (s->variant == AB_ALIBI)
+            c->alibi_slopes = *slopes;
+        else
+            c->mask_scales = *slopes;
+    }
+    if (s->variant == AB_MASK || s->variant == AB_MASK_SCALES) {
+        const size_t n = s->batch * s->q_len * s->kv_len;
+        *mask = s->variant == AB_MASK ? alloc_random(AB_F16, n, 4) : ab_alloc(n * 2);
+        if (!*mask) return -1;
+        for (size_t b = 0; b < s->batch; b++)
+            for (size_t i = 0; i < s->q_len; i++)
+                for (size_t j = 0; j < s->kv_len; j++) {
+                    uint16_t *e = *mask + (b * s->q_len + i) * s->kv_len + j;
+                    const double ip = (double)i + (double)s->kv_len - (double)s->q_len;
+                    if (s->variant == AB_MASK_SCALES) *e = sdpa_f32_to_f16(-(float)fabs(ip - j));
+                    if ((i * 31 + j * 17) % 97 == 0) *e = 0xfc00u; /* -inf */
+                }
+        c->mask = *mask;
+    }
+    return 0;
 }
 
 /* ---- the read that precedes every decode call ----------------------------------------------- */
@@ -723,11 +785,19 @@ int main(int argc, char **argv)
     if (any_prefill)
         printf("prefill: GF/s: 4 x visible (query, key) pairs x head_dim per head over the median "
                "call\n");
+    bool any_variant = false;
+    for (size_t r = 0; r < n_rows; r++) any_variant |= is_variant(rows[r].s);
+    if (any_variant)
+        printf("variant: a prefill shape with score modifiers, its GF/s counted as the plain "
+               "shape's\n");
     printf("B/A: median over the pairs of calls of B's time over A's (below 1: B faster), q1-q3 "
            "its quartiles; cpu B/A: the same in thread CPU time,\n"
            "which leaves out waits for a CPU; on-cpu: CPU over wall time of the calls (well below "
            "100 %%: other work held the CPUs)\n\n");
-    printf("%-7s %-7s %-31s %5s %9s %9s %6s %11s %7s %8s %8s %-5s %9s %6s  %s\n", "kind", "impl",
+    int sw = 31; /* the shape column */
+    for (size_t r = 0; r < n_rows; r++)
+        if ((int)strlen(rows[r].s->name) > sw) sw = (int)strlen(rows[r].s->name);
+    printf("%-7s %-7s %-*s %5s %9s %9s %6s %11s %7s %8s %8s %-5s %9s %6s  %s\n", "kind", "impl", sw,
            "shape", "calls", "A ms", "B ms", "B/A", "q1-q3", "cpu B/A", "A", "B", "", "read GB/s",
            "on-cpu", "max|B-A|");
     fflush(stdout);
@@ -742,8 +812,11 @@ int main(int argc, char **argv)
         const size_t hd = s->head_dim;
         const size_t n_q = s->batch * s->q_heads * s->q_len * hd;
         const size_t n_kv = s->batch * s->kv_heads * s->kv_len * hd;
-        ab_call base = {s->batch,   s->q_heads, s->kv_heads, s->q_len, s->kv_len, hd,   s->causal,
-                        s->kv_type, s->page,    NULL,        NULL,     NULL,      NULL, NULL};
+        ab_call base;
+        memset(&base, 0, sizeof base); /* no modifier unless variant_init sets one */
+        base.batch = s->batch, base.q_heads = s->q_heads, base.kv_heads = s->kv_heads;
+        base.q_len = s->q_len, base.kv_len = s->kv_len, base.head_dim = hd;
+        base.causal = s->causal, base.kv_type = s->kv_type, base.page = s->page;
         int *table = NULL; /* a paged shape's pages, in a fixed shuffled order */
         if (s->page) {
             const size_t np = s->kv_len / s->page;
@@ -757,6 +830,12 @@ int main(int argc, char **argv)
                 table[i] = table[j], table[j] = t;
             }
             base.table = table;
+        }
+        float *slopes;
+        uint16_t *mask;
+        if (variant_init(s, &base, &slopes, &mask) != 0) {
+            fprintf(stderr, "ab: out of memory for the modifiers of %s\n", s->name);
+            return 1;
         }
         float *q = alloc_random(AB_F32, n_q, 1);
         void *kk = alloc_random(s->kv_type, n_kv, 2), *vv = alloc_random(s->kv_type, n_kv, 3);
@@ -772,7 +851,7 @@ int main(int argc, char **argv)
             row_result res;
             if (run_row(&opt, s, rows[r].idx, &base, out, first, &rd, &res) != 0) {
                 failed++;
-                printf("%-7s %-7s %-31s  FAILED (see above)\n", s->kind, rows[r].impl, s->name);
+                printf("%-7s %-7s %-*s  FAILED (see above)\n", s->kind, rows[r].impl, sw, s->name);
                 fflush(stdout);
                 continue;
             }
@@ -786,13 +865,15 @@ int main(int argc, char **argv)
                 snprintf(diff, sizeof diff, "%.2e%s", res.diff, agree ? "" : " DIFFERS");
             differ += !agree;
             if (is_decode(s)) snprintf(rbw, sizeof rbw, "%.2f", res.read_bw * 1e-9);
-            printf("%-7s %-7s %-31s %5d %9.3f %9.3f %6.3f %5.3f-%5.3f %7.3f %8.1f %8.1f %-5s %9s "
+            printf("%-7s %-7s %-*s %5d %9.3f %9.3f %6.3f %5.3f-%5.3f %7.3f %8.1f %8.1f %-5s %9s "
                    "%5.0f%%  %s\n",
-                   s->kind, rows[r].impl, s->name, res.calls, res.ms[0], res.ms[1], res.ratio,
+                   s->kind, rows[r].impl, sw, s->name, res.calls, res.ms[0], res.ms[1], res.ratio,
                    res.q1, res.q3, res.cpu_ratio, res.perf[0], res.perf[1],
                    is_decode(s) ? "% bw" : "GF/s", rbw, res.on_cpu * 100.0, diff);
             fflush(stdout);
         }
+        free(slopes);
+        free(mask);
         free(q);
         free(kk);
         free(vv);

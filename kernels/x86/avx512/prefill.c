@@ -343,6 +343,208 @@ static void pack_qt(const float *q, size_t R, size_t d, size_t Rp, float *qt)
     }
 }
 
+/* tanh of 16 lanes: sdpa_tanh1 (kernels/generic/tanh.h) operation for operation, each fused
+   multiply-add where it has one, so that every lane has the same bits as the scalar code's. */
+SDPA_INLINE __m512 tanh_avx512(__m512 x)
+{
+    const __m512i xb = _mm512_castps_si512(x);
+    const __m512i ab = _mm512_and_si512(xb, _mm512_set1_epi32(0x7fffffff));
+    const __m512 a = _mm512_castsi512_ps(ab);
+
+    const __m512 z = _mm512_mul_ps(a, a);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(TANH_P4), z, _mm512_set1_ps(TANH_P3));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(TANH_P2));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(TANH_P1));
+    p = _mm512_fmadd_ps(p, z, _mm512_set1_ps(TANH_P0));
+    const __m512 small = _mm512_fmadd_ps(a, _mm512_mul_ps(z, p), a);
+    const __m512i sign = _mm512_and_si512(xb, _mm512_set1_epi32((int32_t)0x80000000u));
+    /* a >= TANH_SMALL, false for NaN, which takes the small branch. Scores well below the cap
+       take it in every lane, and then the large branch (its division) is left out. */
+    const __mmask16 big = _mm512_cmp_ps_mask(a, _mm512_set1_ps(TANH_SMALL), _CMP_GE_OQ);
+    if (big == 0) return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(small), sign));
+
+    /* the clamp on the bits, NaN included, as the scalar code's */
+    const __m512 ac = _mm512_castsi512_ps(
+        _mm512_min_epi32(ab, _mm512_set1_epi32((int32_t)sdpa_f32_bits(TANH_CLAMP))));
+    const __m512 v = _mm512_mul_ps(_mm512_set1_ps(-2.0f), ac);
+    const __m512 nr = _mm512_fmadd_ps(v, _mm512_set1_ps(EXP_LOG2E), _mm512_set1_ps(TANH_ROUND));
+    const __m512 nf = _mm512_sub_ps(nr, _mm512_set1_ps(TANH_ROUND));
+    const __m512 two_n = _mm512_castsi512_ps(_mm512_add_epi32(
+        _mm512_slli_epi32(_mm512_castps_si512(nr), 23), _mm512_set1_epi32(0x3f800000)));
+    const __m512 r = _mm512_fmadd_ps(nf, _mm512_set1_ps(-EXP_LN2_LO),
+                                     _mm512_fmadd_ps(nf, _mm512_set1_ps(-EXP_LN2_HI), v));
+    __m512 c = _mm512_fmadd_ps(_mm512_set1_ps(EXP_C6), r, _mm512_set1_ps(EXP_C5));
+    c = _mm512_fmadd_ps(c, r, _mm512_set1_ps(EXP_C4));
+    c = _mm512_fmadd_ps(c, r, _mm512_set1_ps(EXP_C3));
+    c = _mm512_fmadd_ps(c, r, _mm512_set1_ps(0.5f));
+    const __m512 em1 = _mm512_fmadd_ps(_mm512_mul_ps(r, r), c, r);
+    const __m512 e = _mm512_fmadd_ps(two_n, em1, two_n);
+    const __m512 large =
+        _mm512_sub_ps(_mm512_set1_ps(1.0f),
+                      _mm512_div_ps(_mm512_add_ps(e, e), _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
+
+    const __m512i tb = _mm512_castps_si512(_mm512_mask_mov_ps(small, big, large));
+    return _mm512_castsi512_ps(_mm512_or_si512(tb, sign));
+}
+
+/* a + b and a * b with a the first source operand, the one x86 keeps when both are NaN: an
+   intrinsic leaves the order of a commutative operation to the compiler. */
+SDPA_INLINE __m512 add_a_first(__m512 a, __m512 b)
+{
+    __m512 r;
+    __asm__("vaddps %2, %1, %0" : "=v"(r) : "v"(a), "v"(b));
+    return r;
+}
+
+SDPA_INLINE __m512 mul_a_first(__m512 a, __m512 b)
+{
+    __m512 r;
+    __asm__("vmulps %2, %1, %0" : "=v"(r) : "v"(a), "v"(b));
+    return r;
+}
+
+/* The modifiers of one 16-row vector of a panel: what is constant along its keys. */
+typedef struct mods16 {
+    __m512i lim, first; /* keys [first, lim) of the block seen, per lane (padding lanes: none) */
+    __m512 slope, base; /* ALiBi: s -= slope |base + j| */
+    __m512 mscale;      /* the mask's factors */
+    __m512 cap, inv;    /* softcap: s = cap tanh(s inv), or tanh(s / cap) where inv = 0 */
+    /* which modifiers, copied out of sdpa_mods: the tile's stores cannot alias them */
+    bool softcap, by_inv, alibi, mask, scaled;
+} mods16;
+
+/* Key j of the block (jv, jf: j in every lane) on a vector's scores s, mask entries x (f32,
+   lane i row i's entry for key j) when the unit has a mask: sdpa_softcap then sdpa_modify_row,
+   the same operations in the same order; keys a lane does not see become -inf, and any gains
+   the lanes where the mask hides a key the lane sees. */
+SDPA_INLINE __m512 modify16(const mods16 *m, __m512 s, __m512i jv, __m512 jf, __m512 x,
+                            __mmask16 *any)
+{
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    if (m->softcap) {
+        const __m512 y = m->by_inv ? _mm512_mul_ps(s, m->inv) : _mm512_div_ps(s, m->cap);
+        s = _mm512_mul_ps(m->cap, tanh_avx512(y));
+    }
+    if (m->alibi) {
+        const __m512 t = _mm512_abs_ps(_mm512_add_ps(m->base, jf));
+        s = _mm512_sub_ps(s, _mm512_mul_ps(m->slope, t));
+    }
+    const __mmask16 in = _mm512_cmpgt_epi32_mask(m->lim, jv);
+    if (m->mask) {
+        /* of two NaNs the factor's, then the mask term's is kept, as in the scalar loop as
+           compiled */
+        const __mmask16 hm = _mm512_cmpeq_epi32_mask(_mm512_castps_si512(x),
+                                                     _mm512_set1_epi32((int32_t)0xff800000u));
+        const __m512 y = m->scaled ? mul_a_first(m->mscale, x) : x;
+        s = _mm512_mask_mov_ps(add_a_first(y, s), hm, ninf);
+        *any |= hm & in;
+    }
+    s = _mm512_mask_mov_ps(s, _mm512_cmpgt_epi32_mask(m->first, jv), ninf);
+    return _mm512_mask_mov_ps(ninf, in, s);
+}
+
+/* The mask entries of 16 rows (row pointers x[i] at the block's first key, lane i reading keys
+   [jb, n[i]) of its row only) for keys jb..jb+15, transposed: y[k] lane i is row i's entry for
+   key jb + k, exact in f32; entries not read are 0. full: every n[i] >= jb + 16. */
+SDPA_INLINE void mask_tile16(int full, const void *const x[16], const int32_t n[16], sdpa_dtype t,
+                             size_t jb, __m512 y[16])
+{
+    SDPA_UNROLL for (int i = 0; i < 16; i++)
+    {
+        const __mmask16 m = full                 ? (__mmask16)0xFFFF
+                            : n[i] > (int32_t)jb ? lanes((size_t)n[i] - jb)
+                                                 : 0;
+        if (t == SDPA_F32)
+            y[i] = _mm512_maskz_loadu_ps(m, (const float *)x[i] + jb);
+        else if (t == SDPA_F16)
+            y[i] = load_f16((const uint16_t *)x[i] + jb, m);
+        else
+            y[i] = load_bf16((const uint16_t *)x[i] + jb, m);
+    }
+    transpose16(y);
+}
+
+/* Every modifier and the window starts on a panel's Sᵀ (rows p0.., nreal of them real, keys of
+   block j0, lim: their limits within it), in place of sdpa_softcap and sdpa_modify_row per row,
+   bit for bit: each 16-row vector takes the keys below its real rows' limits, keys a row
+   does not see become -inf, and bm gets each row's block maximum (NaN skipped, as in the score
+   kernel; padding rows: -inf). Returns whether a key below a real row's limit is hidden from it
+   by the mask, or any real row's window starts past j0, as sdpa_modify_row says. */
+static bool modify_avx512_panel(const sdpa_rows *w, size_t p0, size_t nreal, size_t j0, float *st,
+                                size_t pw, const int32_t *lim, float *bm)
+{
+    const sdpa_mods *md = w->mods ? w->mods : &(const sdpa_mods){0};
+    const size_t eb = md->mask ? sdpa_block_bytes((int)md->mask_type) : 0;
+    bool hidden = false;
+    __mmask16 any = 0;
+    for (size_t t = 0; t < pw; t += 16) {
+        const size_t nr = sdpa_min(16, nreal - t); /* every vector has a real row */
+        const __mmask16 real = lanes(nr);
+        size_t nt = 0; /* the keys its rows see */
+        for (size_t i = 0; i < nr; i++) nt = sdpa_max(nt, (size_t)lim[t + i]);
+        mods16 m;
+        int32_t fl[16], nl[16];
+        float sl[16], bs[16], ms[16];
+        const void *mr[16];
+        for (size_t i = 0; i < 16; i++) {
+            const size_t r = p0 + t + sdpa_min(i, nr - 1); /* padding lanes: the last real row */
+            const size_t f = sdpa_first(w, r);
+            fl[i] = (int32_t)(f > j0 ? sdpa_min(f - j0, nt) : 0);
+            if (i < nr && f > j0) hidden = true;
+            nl[i] = i < nr ? lim[t + i] : 0;
+            sl[i] = md->slope ? md->slope[r] : 0.0f;
+            bs[i] = md->slope ? (float)((ptrdiff_t)j0 - md->pos[r]) : 0.0f;
+            ms[i] = md->mask_scale ? md->mask_scale[r] : 0.0f;
+            mr[i] = md->mask ? (const char *)md->mask[r] + j0 * eb : NULL;
+        }
+        m.lim = _mm512_maskz_loadu_epi32(real, nl);
+        m.first = _mm512_loadu_si512(fl);
+        m.slope = _mm512_loadu_ps(sl);
+        m.base = _mm512_loadu_ps(bs);
+        m.mscale = _mm512_loadu_ps(ms);
+        m.cap = _mm512_set1_ps(md->softcap);
+        m.inv = _mm512_set1_ps(md->inv_softcap);
+        m.softcap = md->softcap > 0.0f;
+        m.by_inv = md->inv_softcap != 0.0f;
+        m.alibi = md->slope != NULL;
+        m.mask = md->mask != NULL;
+        m.scaled = md->mask_scale != NULL;
+        int32_t nmin = nl[0]; /* the keys every lane sees, 0 with a padding lane */
+        for (size_t i = 1; i < 16; i++) nmin = nl[i] < nmin ? nl[i] : nmin;
+
+        __m512 mx = _mm512_set1_ps(-INFINITY);
+        float *s = st + t;
+        if (md->mask) {
+            for (size_t jb = 0; jb < nt; jb += 16) {
+                __m512 x[16];
+                if (jb + 16 <= (size_t)nmin)
+                    mask_tile16(1, mr, nl, md->mask_type, jb, x);
+                else
+                    mask_tile16(0, mr, nl, md->mask_type, jb, x);
+                const size_t nk = sdpa_min(16, nt - jb);
+                for (size_t k = 0; k < nk; k++) {
+                    const size_t j = jb + k;
+                    const __m512 y =
+                        modify16(&m, _mm512_load_ps(s + j * pw), _mm512_set1_epi32((int32_t)j),
+                                 _mm512_set1_ps((float)(int32_t)j), x[k], &any);
+                    _mm512_store_ps(s + j * pw, y);
+                    mx = _mm512_max_ps(y, mx);
+                }
+            }
+        } else {
+            for (size_t j = 0; j < nt; j++) {
+                const __m512 y =
+                    modify16(&m, _mm512_load_ps(s + j * pw), _mm512_set1_epi32((int32_t)j),
+                             _mm512_set1_ps((float)(int32_t)j), _mm512_setzero_ps(), &any);
+                _mm512_store_ps(s + j * pw, y);
+                mx = _mm512_max_ps(y, mx);
+            }
+        }
+        _mm512_store_ps(bm + t, mx);
+    }
+    return hidden || any != 0;
+}
+
 void sdpa_prefill_avx512(const sdpa_rows *w)
 {
     const size_t R = w->rows, d = w->d, dv = w->dv, Rp = sdpa_round16(R);
@@ -371,7 +573,6 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
     }
 
     const bool var = sdpa_is_variant(w); /* window starts or modifiers */
-    const sdpa_mods *md = w->mods;
 
     /* blocks in decreasing order when the driver asks (sdpa_rows.reverse) */
     const size_t nblk = (w->kv_end - w->kv_begin + NB - 1) / NB;
@@ -415,21 +616,7 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
             score_avx512_panel(qt + p0 * d, pw, kr, ks, d, np, st, lim + p0, bm, &pfc);
             if (w->score_mul) scale_avx512_panel(st, pw, np, mulw + p0, bm);
             bool hidden = false; /* a key hidden from a row by its first or the mask */
-            if (var) {
-                /* the modifiers on the real rows' visible keys, then their block maxima anew
-                   (NaN skipped, as the score kernel's are); keys past a row's limit stay -inf */
-                if (md && md->softcap > 0.0f)
-                    sdpa_softcap(st, np * pw, md->softcap, md->inv_softcap);
-                for (size_t i = 0; i + p0 <= rl; i++) {
-                    const size_t n = (size_t)lim[p0 + i];
-                    if (md && md->softcap > 0.0f)
-                        for (size_t j = n; j < np; j++) st[j * pw + i] = -INFINITY;
-                    hidden |= sdpa_modify_row(w, p0 + i, j0, st + i, n, pw);
-                    float mx = -INFINITY;
-                    for (size_t j = 0; j < n; j++) mx = st[j * pw + i] > mx ? st[j * pw + i] : mx;
-                    bm[i] = mx;
-                }
-            }
+            if (var) hidden = modify_avx512_panel(w, p0, rl + 1 - p0, j0, st, pw, lim + p0, bm);
             /* a vector's keys stop at its last row's limit: P past a row's limit is never read */
             for (size_t t = 0; t < pw; t += 16)
                 softmax_avx512_t16(st + t, pw, sdpa_min(np, (size_t)lim[p0 + t + 15]), bm + t,
