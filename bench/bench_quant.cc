@@ -232,8 +232,8 @@ void register_quant(const sdpa_impl *impl, const QuantCase &c, size_t threads)
             // (int8_rate times the f32 FMA rate: 4 with VNNI's vpdpbusd, 2 with pmaddubsw)
             const double rate = has_vnni(impl) ? 4.0 : 2.0;
             if (c.fast && c.decode && lim_flops > 0 && lim_bw > 0) {
-                const double t_own = std::max(bytes_q / lim_bw,
-                                              0.5 * flops / lim_flops * (1.0 + 1.0 / rate));
+                const double t_own =
+                    std::max(bytes_q / lim_bw, 0.5 * flops / lim_flops * (1.0 + 1.0 / rate));
                 st.counters["int8_rate"] = rate;
                 st.counters["own_pct_roofline"] = t_own / tmed[last] * 100.0;
             }
