@@ -1,5 +1,6 @@
 /* team.c -- sdpa_forward_team: one call run by a team of threads that are already running */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* syscall(), for the futex */
+#include <limits.h>
 #include <sched.h>
 #include <stdalign.h>
 #include <stdatomic.h>
@@ -7,6 +8,12 @@
 #include <stdlib.h>
 
 #include "driver.h"
+
+#if defined(__linux__)
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 /* The team state. Every field is zero when the team is idle (between calls), so a zeroed
    buffer is a valid first state. Counters and the barrier sit on their own cache lines, as
@@ -16,9 +23,10 @@ typedef struct team_state {
     char pad0[64 - sizeof(atomic_size_t)];
     atomic_size_t next_group; /* the next merge group to claim */
     char pad1[64 - sizeof(atomic_size_t)];
-    atomic_uint arrived; /* threads at the barrier */
-    atomic_uint gen;     /* barriers passed, mod 2^32 */
-    char pad2[64 - 2 * sizeof(atomic_uint)];
+    atomic_uint arrived;  /* threads at the barrier */
+    atomic_uint gen;      /* barriers passed, mod 2^32 */
+    atomic_uint sleepers; /* threads asleep on gen (futex), or about to be */
+    char pad2[64 - 3 * sizeof(atomic_uint)];
     /* written by thread 0 before the first barrier, read by all after it */
     float *ws;
     void *own;
@@ -36,25 +44,54 @@ static inline void cpu_relax(void)
 #endif
 }
 
-/* Spins this many rounds before yielding: about a microsecond of waiting, far less than a
-   decode call, and no CPU taken from a teammate when threads outnumber cores. */
-enum { SPIN_ROUNDS = 2000 };
+/* A waiter spins this many rounds (a few microseconds), then yields this many times, then
+   sleeps (where the system has a futex). The spin covers a teammate a little behind; the yields
+   one that lost its core for a moment; the sleep a team with more threads than free cores,
+   whose waiters would otherwise hold the cores the threads they wait for need. */
+enum { SPIN_ROUNDS = 200, YIELD_ROUNDS = 16 };
+
+#if defined(__linux__)
+static void gen_sleep(atomic_uint *gen, unsigned g)
+{
+    /* returns at once unless *gen is still g; a spurious return is harmless (the caller loops) */
+    syscall(SYS_futex, (void *)gen, FUTEX_WAIT_PRIVATE, g, NULL, NULL, 0);
+}
+static void gen_wake(atomic_uint *gen)
+{
+    syscall(SYS_futex, (void *)gen, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+#endif
 
 /* Waits until all nth threads have arrived. The last to arrive resets the count and opens the
-   next generation; what every thread wrote before arriving is visible to every thread after. */
+   next generation; what every thread wrote before arriving is visible to every thread after.
+   A sleeper counts itself in sleepers before its last look at gen, and the opener looks at
+   sleepers after moving gen (both sequentially consistent): either the opener sees the sleeper
+   and wakes it, or the sleeper sees the new generation and does not sleep. */
 static void barrier(team_state *t, size_t nth)
 {
     const unsigned g = atomic_load_explicit(&t->gen, memory_order_acquire);
     if (atomic_fetch_add_explicit(&t->arrived, 1, memory_order_acq_rel) + 1 == nth) {
         atomic_store_explicit(&t->arrived, 0, memory_order_relaxed);
-        atomic_fetch_add_explicit(&t->gen, 1, memory_order_release);
+        atomic_fetch_add(&t->gen, 1);
+#if defined(__linux__)
+        if (atomic_load(&t->sleepers)) gen_wake(&t->gen);
+#endif
         return;
     }
     for (unsigned spin = 0; atomic_load_explicit(&t->gen, memory_order_acquire) == g; spin++) {
-        if (spin < SPIN_ROUNDS)
+        if (spin < SPIN_ROUNDS) {
             cpu_relax();
-        else
+        } else if (spin < SPIN_ROUNDS + YIELD_ROUNDS) {
             sched_yield();
+        } else {
+#if defined(__linux__)
+            atomic_fetch_add(&t->sleepers, 1);
+            if (atomic_load(&t->gen) == g) gen_sleep(&t->gen, g);
+            atomic_fetch_sub(&t->sleepers, 1);
+#else
+            sched_yield();
+#endif
+        }
     }
 }
 
