@@ -29,6 +29,7 @@ typedef struct bench_machine {
     /* kept for the paired measurements below */
     void *fma_fns[BENCH_MAX_ISAS];
     void *read_fn;
+    uint64_t (*xor_fn)(const void *p, size_t bytes); /* bench_xor_<widest ISA> */
     float *read_buf;
 } bench_machine;
 
@@ -80,6 +81,11 @@ float bench_read2_avx2(const float *p, size_t n);
 double bench_fma_avx512(uint64_t iters, float *sink);
 float bench_read_avx512(const float *p, size_t n);
 float bench_read2_avx512(const float *p, size_t n);
+/* The xor of the 64-byte lines of p[0..bytes) (bytes a multiple of 64, p 64-byte aligned), in
+   each ISA's widest loads: a read of any bits (bench_machine.xor_fn: the widest this CPU runs) */
+uint64_t bench_xor_base(const void *p, size_t bytes);
+uint64_t bench_xor_avx2(const void *p, size_t bytes);
+uint64_t bench_xor_avx512(const void *p, size_t bytes);
 float bench_kv_walk_avx512(const uint16_t *k, const uint16_t *v, size_t rows, size_t row_elems,
                            size_t block, int order, size_t pf);
 /* A decode score tile's inner loop alone, K in L1 converted from fmt (0 f16, 1 bf16, 2 q8_0,

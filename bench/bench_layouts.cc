@@ -131,18 +131,18 @@ LayoutData *layout_data()
     return d.ok ? &d : nullptr;
 }
 
-// Sums the K and V pages of sequence b, KV head h, in the decode's order (a page's K rows, then
-// its V rows): the fastest scattered read found for these pages. At the start of a page it
-// requests the first line of the next page's K and V rows, and nothing more: that one early miss
-// per region starts the core's own stream prefetcher there a page ahead, which then runs ahead
-// of the loads as in a contiguous read. Requesting every line of the next page instead (a burst,
+// Reads the K and V pages of sequence b, KV head h, in the decode's order (a page's K rows, then
+// its V rows): the fastest scattered read found for these pages. Each page's rows are read in
+// the widest loads the CPU has (bench_machine.xor_fn; 16-byte loads, four to a line, read these
+// pages at less than half the speed). At the start of a page it requests the first line of the
+// next page's K and V rows, and nothing more: that one early miss starts the core's own stream
+// prefetcher on that page a page ahead. Requesting every line of the next page instead (a burst,
 // or spread over the page's loads) holds the core's few miss buffers and reads slower.
 struct ScatterArg {
     const LayoutData *d;
     int s;
     uint64_t sum[BENCH_MAX_THREADS + 1];
 };
-typedef uint64_t ScatterVec __attribute__((vector_size(16)));
 void scatter_task(void *arg, size_t task, size_t thread)
 {
     ScatterArg *a = (ScatterArg *)arg;
@@ -153,21 +153,17 @@ void scatter_task(void *arg, size_t task, size_t thread)
     auto rows = [&](const void *base, size_t pg) {
         return (const char *)base + (size_t)tab[pg] * page_bytes + h * ps * row;
     };
-    ScatterVec acc[4] = {};
+    uint64_t acc = 0;
     for (size_t pg = 0; pg < np; pg++) {
         const size_t n = std::min(ps, d.lens[b] - pg * ps) * row;
         if (pg + 1 < np) {
             __builtin_prefetch(rows(d.pk[a->s], pg + 1));
             __builtin_prefetch(rows(d.pv[a->s], pg + 1));
         }
-        for (const char *p : {rows(d.pk[a->s], pg), rows(d.pv[a->s], pg)}) {
-            const ScatterVec *w = (const ScatterVec *)(const void *)p;
-            for (size_t i = 0; i < n / 64; i++)
-                for (int u = 0; u < 4; u++) acc[u] += w[4 * i + (size_t)u];
-        }
+        acc ^= g_machine.xor_fn(rows(d.pk[a->s], pg), n);
+        acc ^= g_machine.xor_fn(rows(d.pv[a->s], pg), n);
     }
-    const ScatterVec t = acc[0] + acc[1] + acc[2] + acc[3];
-    a->sum[thread] += t[0] + t[1];
+    a->sum[thread] += acc;
 }
 
 enum LayoutKind {

@@ -178,6 +178,7 @@ int bench_measure_machine(bench_machine *m, bench_pool *const *pools, size_t rea
     fma_fn fmas[BENCH_MAX_ISAS] = {0};
     read_fn widest = bench_read_base, widest2 = bench_read2_base;
     m->read_isa = bench_read_base_name();
+    m->xor_fn = bench_xor_base;
 
     fmas[add_isa(m, "scalar")] = bench_fma_scalar;
 #if defined(__aarch64__)
@@ -191,6 +192,7 @@ int bench_measure_machine(bench_machine *m, bench_pool *const *pools, size_t rea
         fmas[add_isa(m, BENCH_HAVE_AVX2)] = bench_fma_avx2;
         widest = bench_read_avx2;
         widest2 = bench_read2_avx2;
+        m->xor_fn = bench_xor_avx2;
         m->read_isa = BENCH_HAVE_AVX2;
     }
 #endif
@@ -199,6 +201,7 @@ int bench_measure_machine(bench_machine *m, bench_pool *const *pools, size_t rea
         fmas[add_isa(m, BENCH_HAVE_AVX512)] = bench_fma_avx512;
         widest = bench_read_avx512;
         widest2 = bench_read2_avx512;
+        m->xor_fn = bench_xor_avx512;
         m->read_isa = BENCH_HAVE_AVX512;
     }
 #endif

@@ -73,3 +73,22 @@ float bench_read_avx2(const float *p, size_t n)
     for (; i < n; i++) sum += p[i];
     return sum;
 }
+
+/* bench_xor_avx512's read in 256-bit loads, two per line. */
+uint64_t bench_xor_avx2(const void *p, size_t bytes)
+{
+    const __m256i *a = (const __m256i *)p;
+    __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 4 <= bytes / 32; i += 4) {
+        s0 = _mm256_xor_si256(s0, _mm256_load_si256(a + i));
+        s1 = _mm256_xor_si256(s1, _mm256_load_si256(a + i + 1));
+        s2 = _mm256_xor_si256(s2, _mm256_load_si256(a + i + 2));
+        s3 = _mm256_xor_si256(s3, _mm256_load_si256(a + i + 3));
+    }
+    for (; i < bytes / 32; i++) s0 = _mm256_xor_si256(s0, _mm256_load_si256(a + i));
+    const __m256i s = _mm256_xor_si256(_mm256_xor_si256(s0, s1), _mm256_xor_si256(s2, s3));
+    uint64_t t[4];
+    _mm256_storeu_si256((__m256i *)t, s);
+    return t[0] ^ t[1] ^ t[2] ^ t[3];
+}

@@ -196,3 +196,24 @@ double bench_mix_avx512(int fmt, uint64_t iters, float *sink)
         return mix_run(3, iters, sink);
     }
 }
+
+/* The xor of the 64-byte lines of p[0..bytes) (bytes a multiple of 64, p 64-byte aligned) in
+   512-bit loads, one per line: a read of any bits (no float arithmetic, so no value is slow),
+   as wide as the machine's bandwidth test reads. */
+uint64_t bench_xor_avx512(const void *p, size_t bytes)
+{
+    const __m512i *a = (const __m512i *)p;
+    __m512i s0 = _mm512_setzero_si512(), s1 = s0, s2 = s0, s3 = s0;
+    size_t i = 0;
+    for (; i + 4 <= bytes / 64; i += 4) {
+        s0 = _mm512_xor_si512(s0, _mm512_load_si512(a + i));
+        s1 = _mm512_xor_si512(s1, _mm512_load_si512(a + i + 1));
+        s2 = _mm512_xor_si512(s2, _mm512_load_si512(a + i + 2));
+        s3 = _mm512_xor_si512(s3, _mm512_load_si512(a + i + 3));
+    }
+    for (; i < bytes / 64; i++) s0 = _mm512_xor_si512(s0, _mm512_load_si512(a + i));
+    const __m512i s = _mm512_xor_si512(_mm512_xor_si512(s0, s1), _mm512_xor_si512(s2, s3));
+    uint64_t t[8];
+    _mm512_storeu_si512(t, s);
+    return t[0] ^ t[1] ^ t[2] ^ t[3] ^ t[4] ^ t[5] ^ t[6] ^ t[7];
+}

@@ -125,3 +125,19 @@ float bench_read_base(const float *p, size_t n)
     for (; i < n; i++) sum += p[i];
     return sum;
 }
+
+/* bench_xor_avx512's read in the baseline's widest loads (16 bytes with SSE2 or NEON). */
+uint64_t bench_xor_base(const void *p, size_t bytes)
+{
+    typedef uint64_t v2 __attribute__((vector_size(16)));
+    const v2 *a = (const v2 *)p;
+    v2 s0 = {0, 0}, s1 = s0, s2 = s0, s3 = s0;
+    for (size_t i = 0; i + 4 <= bytes / 16; i += 4) {
+        s0 ^= a[i];
+        s1 ^= a[i + 1];
+        s2 ^= a[i + 2];
+        s3 ^= a[i + 3];
+    }
+    const v2 s = s0 ^ s1 ^ s2 ^ s3;
+    return s[0] ^ s[1];
+}
