@@ -204,6 +204,15 @@ int main(int argc, char **argv)
         for (const Shape &s : decode_shapes())
             for (size_t t = 1; t <= BENCH_MAX_THREADS; t++) register_forward("decode", impl, s, t);
     }
+    // the first decode shape's kernel with K and V in cache (1024 keys, 4 MiB of f16, no read
+    // between calls), judged as prefill is, against the FMA peak: the kernel's own ceiling,
+    // which from memory bounds its share of the roofline's compute term
+    for (const sdpa_impl *impl : runnable_impls(true)) {
+        Shape c = decode_shapes()[0];
+        c.name = "B1_Hq32_Hkv8_kv1024_D128_f16";
+        c.kv_len = 1024;
+        register_forward("cached", impl, c, 1);
+    }
 #ifdef BENCH_HAVE_BLAS
     for (const Shape &s : prefill_shapes()) register_blas(s);
 #endif
