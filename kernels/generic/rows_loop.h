@@ -36,7 +36,10 @@
  * (scanning backwards).
  *
  * and optionally SDPA_LOOP_REVERSE (1: honour sdpa_rows.reverse, scanning the blocks from the
- * last).
+ * last) and SDPA_LOOP_AHEAD_ROWS (1: on a paged unit, the rows of later pages that a piece's
+ * hooks should request are handed to them in sdpa_rows.ahead_row, ahead_n, for their own
+ * streams to request among their arithmetic; without it the loop requests them itself, at once,
+ * before each hook call).
  *
  * The loop owns what every path shares: blocking, the rows that see a block (limits are
  * non-decreasing in r, so they are the rows from r0 on), each row's visible keys, the rows'
