@@ -1,5 +1,6 @@
 /* decode_q.c -- the AVX-512 decode path for K or V in a block format (shared/decode_q.h) */
 #include "avx512.h"
+#include "decode_q_part.h" /* before decode_q.h: the score instances' prefix */
 
 /* the fused softmax, and p = 0 written for the keys past the row's limit (rows_loop.h) */
 static inline float softmax_avx512_q(float *s, size_t nv, size_t nb, float *m, float *l)
@@ -11,9 +12,7 @@ static inline float softmax_avx512_q(float *s, size_t nv, size_t nb, float *m, f
 
 #define SDPA_QD_FN      decode_q_loop_avx512
 #define SDPA_QD_SOFTMAX softmax_avx512_q
-#ifndef SDPA_QD_VNNI
-#define SDPA_QD_VNNI 0
-#endif
+#define SDPA_QD_PART    2 /* the score instances are decode_q_scores.c's */
 #include "decode_q.h"
 
 #if SDPA_QD_VNNI

@@ -5,6 +5,10 @@
  *   SDPA_QD_SOFTMAX(s, nv, nb, m, l)  the ISA's fused online-softmax step (rows_loop.h's
  *                   loop_softmax contract)
  *   SDPA_QD_VNNI    1: int8 dot products by vpdpbusd (AVX512-VNNI + VL), 0: pmaddubsw + pmaddwd
+ * and optionally, to spread the path over two translation units (each compiles in half the
+ * time): SDPA_QD_PART 1 (only the score instances, external, named with the prefix
+ * SDPA_QD_PFX) or 2 (everything else, the score instances declared); SDPA_QD_FN and
+ * SDPA_QD_SOFTMAX are needed by part 2 only. Without it, one unit has it all.
  * Few rows read K and V once, in place: each block of a key row is converted once, in
  * registers, and feeds every row (decode_q_tiles.h). A quantized value enters exactly as sdpa.h
  * states it (decode_q_format.h). Fast scores (sdpa_rows.qq) take the exact int32 dot product of
@@ -93,17 +97,26 @@ typedef void qd_scores_fn(const sdpa_rows *w, const uint8_t *qu, const float *qz
                           size_t j0, size_t nb, float *S, size_t lds);
 typedef void qd_values_fn(const sdpa_rows *w, float *acc, const float *al, const float *P,
                           size_t lds, size_t j0, size_t n, size_t kend);
+#ifndef SDPA_QD_PART
+#define SDPA_QD_PART 0
+#define SDPA_QD_PFX
+#define QD_SCORES_LINK SDPA_NOINLINE
+#else
+#define QD_SCORES_LINK __attribute__((noinline)) /* external: the other part calls them */
+#endif
+#define QD_CAT2(a, b) a##b
+#define QD_CAT(a, b)  QD_CAT2(a, b)
+#define QD_PN(x)      QD_CAT(SDPA_QD_PFX, x) /* an instance's name */
+#define QD_SCORES_HEAD(N, R)                                                                       \
+    void QD_PN(qd_scores_##N##_##R)(const sdpa_rows *w, const uint8_t *qu, const float *qz,        \
+                                    const float *qm, size_t j0, size_t nb, float *S, size_t lds)
 #define QD_SCORES_FN(N, KT, R)                                                                     \
-    SDPA_NOINLINE void qd_scores_##N##_##R(const sdpa_rows *w, const uint8_t *qu, const float *qz, \
-                                           const float *qm, size_t j0, size_t nb, float *S,        \
-                                           size_t lds)                                             \
-    {                                                                                              \
-        qd_scores_r(R, KT, w, qu, qz, qm, j0, nb, S, lds);                                         \
-    }
+    QD_SCORES_LINK QD_SCORES_HEAD(N, R) { qd_scores_r(R, KT, w, qu, qz, qm, j0, nb, S, lds); }
+#define QD_SCORES_DECL(N, KT, R) QD_SCORES_HEAD(N, R);
 #define QD_VALUES_FN(N, VT, R)                                                                     \
-    SDPA_NOINLINE void qd_values_##N##_##R(const sdpa_rows *w, float *acc, const float *al,        \
-                                           const float *P, size_t lds, size_t j0, size_t n,        \
-                                           size_t kend)                                            \
+    SDPA_NOINLINE void QD_PN(qd_values_##N##_##R)(const sdpa_rows *w, float *acc, const float *al, \
+                                                  const float *P, size_t lds, size_t j0, size_t n, \
+                                                  size_t kend)                                     \
     {                                                                                              \
         qd_values_r(R, VT, w, acc, al, P, lds, j0, n, kend);                                       \
     }
@@ -115,11 +128,18 @@ typedef void qd_values_fn(const sdpa_rows *w, float *acc, const float *al, const
     X(F, q8, SDPA_Q8_0) X(F, q4, SDPA_Q4_0) X(F, q41, SDPA_Q4_1) X(F, q50, SDPA_Q5_0)              \
     X(F, q51, SDPA_Q5_1) X(F, iq4, SDPA_IQ4_NL) X(F, el, EL)
 /* clang-format on */
+#if SDPA_QD_PART == 1
 QD_FORMATS(QD_FNS, QD_SCORES_FN, qd_el(w->k_type))
+#else
+#if SDPA_QD_PART == 2
+QD_FORMATS(QD_FNS, QD_SCORES_DECL, 0)
+#else
+QD_FORMATS(QD_FNS, QD_SCORES_FN, qd_el(w->k_type))
+#endif
 QD_FORMATS(QD_FNS, QD_VALUES_FN, qd_el(w->v_type))
 #define QD_ROW(F, N, T)                                                                            \
-    {F##_##N##_1, F##_##N##_2, F##_##N##_3, F##_##N##_4,                                           \
-     F##_##N##_5, F##_##N##_6, F##_##N##_7, F##_##N##_8},
+    {QD_PN(F##_##N##_1), QD_PN(F##_##N##_2), QD_PN(F##_##N##_3), QD_PN(F##_##N##_4),               \
+     QD_PN(F##_##N##_5), QD_PN(F##_##N##_6), QD_PN(F##_##N##_7), QD_PN(F##_##N##_8)},
 /* [q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, an element type][rows - 1] */
 static qd_scores_fn *const qd_scores_fns[7][8] = {QD_FORMATS(QD_ROW, qd_scores, 0)};
 static qd_values_fn *const qd_values_fns[7][8] = {QD_FORMATS(QD_ROW, qd_values, 0)};
@@ -127,7 +147,6 @@ static qd_values_fn *const qd_values_fns[7][8] = {QD_FORMATS(QD_ROW, qd_values, 
 #undef QD_FORMATS
 #undef QD_FNS
 #undef QD_VALUES_FN
-#undef QD_SCORES_FN
 
 /* The row of a table for a storage type, and the column for R >= 1 rows (more as 8). */
 static inline size_t qd_type_ix(sdpa_dtype t)
@@ -188,3 +207,7 @@ static inline void loop_values(qd_ctx *c, const sdpa_rows *w, size_t r0, size_t 
 #define SDPA_LOOP_FN  SDPA_QD_FN
 #define SDPA_LOOP_CTX qd_ctx
 #include "rows_loop.h"
+#endif /* SDPA_QD_PART != 1 */
+#undef QD_SCORES_FN
+#undef QD_SCORES_DECL
+#undef QD_SCORES_HEAD
