@@ -175,6 +175,9 @@ static const shape shapes[] = {
     {"decode", "B1_Hq32_Hkv32_kv16384_D128_f16", 1, 32, 32, 1, 16384, 128, false, AB_F16, AB_PLAIN},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_q8_0", 1, 32, 8, 1, 32768, 128, false, AB_Q8_0, AB_PLAIN},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_q4_0", 1, 32, 8, 1, 32768, 128, false, AB_Q4_0, AB_PLAIN},
+    /* 7 rows per KV head (Qwen2's grouping): a score tile shaped for 8 rows */
+    {"decode", "B1_Hq28_Hkv4_kv32768_D128_bf16", 1, 28, 4, 1, 32768, 128, false, AB_BF16, AB_PLAIN},
+    {"decode", "B1_Hq28_Hkv4_kv32768_D128_q8_0", 1, 28, 4, 1, 32768, 128, false, AB_Q8_0, AB_PLAIN},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16_paged16", 1, 32, 8, 1, 32768, 128, false, AB_F16,
      AB_PLAIN, 16},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16_paged128", 1, 32, 8, 1, 32768, 128, false, AB_F16,
@@ -794,12 +797,14 @@ int main(int argc, char **argv)
            "its quartiles; cpu B/A: the same in thread CPU time,\n"
            "which leaves out waits for a CPU; on-cpu: CPU over wall time of the calls (well below "
            "100 %%: other work held the CPUs)\n\n");
-    int sw = 31; /* the shape column */
-    for (size_t r = 0; r < n_rows; r++)
+    int sw = 31, iw = 7; /* the shape and impl columns: as wide as their longest entry */
+    for (size_t r = 0; r < n_rows; r++) {
         if ((int)strlen(rows[r].s->name) > sw) sw = (int)strlen(rows[r].s->name);
-    printf("%-7s %-7s %-*s %5s %9s %9s %6s %11s %7s %8s %8s %-5s %9s %6s  %s\n", "kind", "impl", sw,
-           "shape", "calls", "A ms", "B ms", "B/A", "q1-q3", "cpu B/A", "A", "B", "", "read GB/s",
-           "on-cpu", "max|B-A|");
+        if ((int)strlen(rows[r].impl) > iw) iw = (int)strlen(rows[r].impl);
+    }
+    printf("%-7s %-*s %-*s %5s %9s %9s %6s %11s %7s %8s %8s %-5s %9s %6s  %s\n", "kind", iw, "impl",
+           sw, "shape", "calls", "A ms", "B ms", "B/A", "q1-q3", "cpu B/A", "A", "B", "",
+           "read GB/s", "on-cpu", "max|B-A|");
     fflush(stdout);
 
     int failed = 0, differ = 0;
@@ -851,7 +856,8 @@ int main(int argc, char **argv)
             row_result res;
             if (run_row(&opt, s, rows[r].idx, &base, out, first, &rd, &res) != 0) {
                 failed++;
-                printf("%-7s %-7s %-*s  FAILED (see above)\n", s->kind, rows[r].impl, sw, s->name);
+                printf("%-7s %-*s %-*s  FAILED (see above)\n", s->kind, iw, rows[r].impl, sw,
+                       s->name);
                 fflush(stdout);
                 continue;
             }
@@ -865,10 +871,10 @@ int main(int argc, char **argv)
                 snprintf(diff, sizeof diff, "%.2e%s", res.diff, agree ? "" : " DIFFERS");
             differ += !agree;
             if (is_decode(s)) snprintf(rbw, sizeof rbw, "%.2f", res.read_bw * 1e-9);
-            printf("%-7s %-7s %-*s %5d %9.3f %9.3f %6.3f %5.3f-%5.3f %7.3f %8.1f %8.1f %-5s %9s "
+            printf("%-7s %-*s %-*s %5d %9.3f %9.3f %6.3f %5.3f-%5.3f %7.3f %8.1f %8.1f %-5s %9s "
                    "%5.0f%%  %s\n",
-                   s->kind, rows[r].impl, sw, s->name, res.calls, res.ms[0], res.ms[1], res.ratio,
-                   res.q1, res.q3, res.cpu_ratio, res.perf[0], res.perf[1],
+                   s->kind, iw, rows[r].impl, sw, s->name, res.calls, res.ms[0], res.ms[1],
+                   res.ratio, res.q1, res.q3, res.cpu_ratio, res.perf[0], res.perf[1],
                    is_decode(s) ? "% bw" : "GF/s", rbw, res.on_cpu * 100.0, diff);
             fflush(stdout);
         }

@@ -145,17 +145,17 @@ SDPA_INLINE void qd_tile_store(int R, int NK, const float *out, size_t n, float 
 #ifdef __AVX512F__
 /* --- 512-bit forms (the avx512 files): a block is two vectors ----------------------------- */
 
-/* Exact scores of R rows (padded to RP in {1, 2, 4, 8} by repeating the last; the padding is
-   computed, never stored) against keys [j0, j0 + nb) of a quantized K, tiles of NK = 16 / RP
-   keys: 16 accumulators that one shuffle tree (reduce16, PERM16) reduces to row r's score of
-   key i in lane r NK + i. */
+/* Exact scores of R rows (the tile shaped for RP in {1, 2, 4, 8} rows; the padding rows' lanes
+   take no arithmetic and stay 0, never stored) against keys [j0, j0 + nb) of a quantized K,
+   tiles of NK = 16 / RP keys: 16 accumulators that one shuffle tree (reduce16, PERM16) reduces
+   to row r's score of key i in lane r NK + i, a sum of accumulator r NK + i's lanes alone. */
 SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0, size_t nb,
                              float *S, size_t lds)
 {
     const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
     const size_t d = w->d, bb = sdpa_block_bytes(kt);
     const float *qr[8];
-    for (int r = 0; r < 8; r++) qr[r] = w->q + (size_t)(r < R ? r : R - 1) * d;
+    for (int r = 0; r < R; r++) qr[r] = w->q + (size_t)r * d;
     for (size_t j = 0; j < nb; j += (size_t)NK) {
         const unsigned char *kr[16];
         const size_t n = qd_tile_keys(NK, kt, w, j0, j, nb, kr);
@@ -171,7 +171,7 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
                 SDPA_UNROLL for (int h = 0; h < 2; h++)
                 {
                     const __m512 kv = qd_x16(kt, &src, h, dk, ck);
-                    SDPA_UNROLL for (int r = 0; r < RP; r++)
+                    SDPA_UNROLL for (int r = 0; r < R; r++)
                     {
                         const __m512 qv = _mm512_loadu_ps(qr[r] + b * SDPA_QK + 16 * (size_t)h);
                         a[PERM16(r * NK + i)] = _mm512_fmadd_ps(qv, kv, a[PERM16(r * NK + i)]);
@@ -185,11 +185,11 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
     }
 }
 
-/* Fast scores of R rows (padded to RP) against keys [j0, j0 + nb), tiles of NK = 16 / RP keys,
-   two blocks per vector: the int32 dot products of blocks b and b + 1 in lanes 0-7 and 8-15,
-   scaled by qz (the rows' block scales, each repeated over its 8 lanes, made by loop_begin)
-   times the key's. VNNI: vpdpbusd on the rows' quants plus 128 (qu) from -128 sum(k); without:
-   pmaddubsw on |k| and the quants negated where k < 0. An odd last block takes 256 bits.
+/* Fast scores of R rows (in an RP-row tile, padding lanes 0) against keys [j0, j0 + nb), tiles of
+   NK = 16 / RP keys, two blocks per vector: the int32 dot products of blocks b and b + 1 in lanes
+   0-7 and 8-15, scaled by qz (the rows' block scales, each repeated over its 8 lanes, made by
+   loop_begin) times the key's. VNNI: vpdpbusd on the rows' quants plus 128 (qu) from -128 sum(k);
+   without: pmaddubsw on |k| and the quants negated where k < 0. An odd last block takes 256 bits.
    q4_1 and q5_1 add m_k times qm (qd_score_tile_i8). */
 SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, const uint8_t *qu,
                                   const float *qz, const float *qm, size_t j0, size_t nb, float *S,
@@ -198,8 +198,6 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
     const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
     const size_t d = w->d, bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
     (void)qm;
-    size_t rr[8];
-    for (int r = 0; r < 8; r++) rr[r] = (size_t)(r < R ? r : R - 1);
     (void)qu;
     for (size_t j = 0; j < nb; j += (size_t)NK) {
         const unsigned char *kr[16];
@@ -227,26 +225,26 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
                 const __m512i ak = _mm512_abs_epi8(k);
                 const __mmask64 neg = _mm512_movepi8_mask(k);
 #endif
-                SDPA_UNROLL for (int r = 0; r < RP; r++)
+                SDPA_UNROLL for (int r = 0; r < R; r++)
                 {
 #if SDPA_QD_VNNI
                     const __m512i u =
-                        _mm512_loadu_si512((const void *)(qu + rr[r] * d + b * SDPA_QK));
+                        _mm512_loadu_si512((const void *)(qu + (size_t)r * d + b * SDPA_QK));
                     const __m512i p = _mm512_dpbusd_epi32(c0, u, k);
 #else
                     const __m512i q =
-                        _mm512_loadu_si512((const void *)(w->qq + rr[r] * d + b * SDPA_QK));
+                        _mm512_loadu_si512((const void *)(w->qq + (size_t)r * d + b * SDPA_QK));
                     const __m512i sq = _mm512_mask_sub_epi8(q, neg, _mm512_setzero_si512(), q);
                     const __m512i p =
                         _mm512_madd_epi16(_mm512_maddubs_epi16(ak, sq), _mm512_set1_epi16(1));
 #endif
                     const __m512 sc =
-                        _mm512_mul_ps(dk, _mm512_loadu_ps(qz + rr[r] * zr + b / 2 * 16));
+                        _mm512_mul_ps(dk, _mm512_loadu_ps(qz + (size_t)r * zr + b / 2 * 16));
                     a[PERM16(r * NK + i)] =
                         _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, a[PERM16(r * NK + i)]);
                     if (sdpa_dtype_has_min(kt))
                         a[PERM16(r * NK + i)] =
-                            _mm512_fmadd_ps(mk, _mm512_loadu_ps(qm + rr[r] * zr + b / 2 * 16),
+                            _mm512_fmadd_ps(mk, _mm512_loadu_ps(qm + (size_t)r * zr + b / 2 * 16),
                                             a[PERM16(r * NK + i)]);
                 }
             }
@@ -258,17 +256,18 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
                 __m256 dk, mk;
                 qd_scales8(kt, kb, &dk, &mk);
                 const __m256i ak = _mm256_sign_epi8(k8, k8);
-                SDPA_UNROLL for (int r = 0; r < RP; r++)
+                SDPA_UNROLL for (int r = 0; r < R; r++)
                 {
                     const __m256i q8 = _mm256_loadu_si256(
-                        (const __m256i *)(const void *)(w->qq + rr[r] * d + b * SDPA_QK));
+                        (const __m256i *)(const void *)(w->qq + (size_t)r * d + b * SDPA_QK));
                     const __m256i p = _mm256_madd_epi16(
                         _mm256_maddubs_epi16(ak, _mm256_sign_epi8(q8, k8)), _mm256_set1_epi16(1));
                     __m256 t = _mm256_mul_ps(
                         _mm256_cvtepi32_ps(p),
-                        _mm256_mul_ps(dk, _mm256_loadu_ps(qz + rr[r] * zr + b / 2 * 16)));
+                        _mm256_mul_ps(dk, _mm256_loadu_ps(qz + (size_t)r * zr + b / 2 * 16)));
                     if (sdpa_dtype_has_min(kt))
-                        t = _mm256_fmadd_ps(mk, _mm256_loadu_ps(qm + rr[r] * zr + b / 2 * 16), t);
+                        t = _mm256_fmadd_ps(mk, _mm256_loadu_ps(qm + (size_t)r * zr + b / 2 * 16),
+                                            t);
                     a[PERM16(r * NK + i)] =
                         _mm512_add_ps(a[PERM16(r * NK + i)], _mm512_zextps256_ps512(t));
                 }
