@@ -21,8 +21,12 @@
 #define QUANT_ROWS      DECODE_MAX_ROWS /* K or V in a block format in place: decode_q.h */
 #define DECODE_PF_KEYS                                                                             \
     32 /* prefetch distance: far enough to cover memory latency, near enough for L1 */
-#define DECODE_PV_KB 32  /* keys per P·V sub-block: their V rows (a few KB) stay in L1 */
-#define DECODE_BLOCK 256 /* keys per decode block */
+#define DECODE_PV_KB 32 /* keys per P·V sub-block: their V rows (a few KB) stay in L1 */
+/* rows per KV head whose decode scores the next block among a block's P·V (decode_values_ilv):
+   memory-bound counts, where K and V streaming together pays; with more rows the FMAs bind */
+#define DECODE_ILV_MIN  3
+#define DECODE_ILV_ROWS 4
+#define DECODE_BLOCK    256 /* keys per decode block */
 #define DECODE_BLOCK_FEW                                                                           \
     64 /* keys per block with one or two rows: short phases, both arrays streaming */
 #define PREFILL_BLOCK 512 /* keys per prefill block */

@@ -1,6 +1,7 @@
 /* decode.c -- the AVX-512 decode path: few query rows, K and V read once, in place, from memory */
 #include "avx512.h"
 #include "prefetch.h"
+#include "variants.h"
 
 /*
  * Work of at most DECODE_MAX_ROWS rows is bound by reading K and V once, and the core overlaps
@@ -118,7 +119,7 @@ SDPA_INLINE void score_avx512_decode_step(int R, int NK, sdpa_dtype kt, __m512 *
    integers than registers, and the spills and reloads it then makes compete with the FMAs for
    issue ports. Here q is packed (qp, see pack_q_lines) and every K row is kc + i * ksb, whole
    lines of each row; a last partial line (masked, zero-padded q) is done without requests. */
-SDPA_INLINE void score_avx512_decode_fast(int R, int RP, int NK, sdpa_dtype kt, int plain,
+SDPA_INLINE void score_avx512_decode_fast(int R, int RP, int NK, int PF, sdpa_dtype kt, int plain,
                                           const float *qp, size_t d, const char *kc, ptrdiff_t ksb,
                                           decode_pf *pf, __m512 *a)
 {
@@ -126,7 +127,7 @@ SDPA_INLINE void score_avx512_decode_fast(int R, int RP, int NK, sdpa_dtype kt, 
     const size_t lines = d / E;
     for (size_t g = 0; g < lines; g++, kc += 64, qp += RP * E) {
         if (plain)
-            decode_pf_simple(pf, NK, g * (size_t)NK, plain == 1);
+            decode_pf_simple(pf, PF, g * (size_t)PF, plain == 1);
         else
             decode_pf_step(pf);
         SDPA_UNROLL for (size_t h = 0; h < E / 16; h++)
@@ -174,38 +175,39 @@ static void pack_q_lines(const float *const *qr, size_t RP, size_t d, size_t E, 
    r * NK + i of its result is row r's score for key i (the sum of accumulator r * NK + i's lanes
    alone): no horizontal sum per key, and (unlike a per-row pass) K is read and converted once
    for all rows. A tail tile repeats its last key (in bounds) in the missing lanes and stores
-   only the real ones. */
-SDPA_INLINE void score_avx512_decode_block(int R, sdpa_dtype kt, const float *const *qr, size_t d,
-                                           const void *k, ptrdiff_t ks, size_t j0, size_t nk,
-                                           float *S, size_t lds, decode_pf *pfs, const float *qp)
+   only the real ones. Each live stream gets PK rows' lines a tile: NK (a row per key), or NK / 2
+   when the phase requests half a phase of rows of each array (decode_values_ilv). */
+SDPA_INLINE void score_avx512_decode_pk(int R, int PK, sdpa_dtype kt, const float *const *qr,
+                                        size_t d, const void *k, ptrdiff_t ks, size_t j0, size_t nk,
+                                        float *S, size_t lds, decode_pf *pfs, const float *qp)
 {
     const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
     const size_t es = kt == SDPA_F32 ? 4 : 2;
     const ptrdiff_t ksb = ks * (ptrdiff_t)es;
-    /* the streams' lines of a tile's NK keys, spread over its steps (one per line of K) */
+    /* the streams' lines of PK rows a tile, spread over its steps (one per line of K) */
     const size_t steps = (d * es + 63) / 64, fsteps = d * es / 64;
     decode_pf pf = *pfs, pff = pf;
-    decode_pf_rate(&pf, NK, steps);
-    decode_pf_rate(&pff, NK, fsteps);
+    decode_pf_rate(&pf, (size_t)PK, steps);
+    decode_pf_rate(&pff, (size_t)PK, fsteps);
     for (size_t j = 0; j < nk; j += NK) {
         const size_t nv = sdpa_min(NK, nk - j);
         if (nv == (size_t)NK && fsteps) {
             __m512 a[16];
             SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
             const char *kc = (const char *)k + sdpa_row_off(ks, j0 + j) * (ptrdiff_t)es;
-            /* rows of whole lines (L = fsteps), end to end: NK lines of each live stream a step */
-            const size_t tl = (size_t)NK * fsteps;
+            /* rows of whole lines (L = fsteps), end to end: PK lines of each live stream a step */
+            const size_t tl = (size_t)PK * fsteps;
             const int pm = decode_pf_mode(&pf, fsteps, tl);
             if (pm == 1) {
-                score_avx512_decode_fast(R, RP, NK, kt, 1, qp, d, kc, ksb, &pf, a);
+                score_avx512_decode_fast(R, RP, NK, PK, kt, 1, qp, d, kc, ksb, &pf, a);
                 decode_pf_skip(&pf, tl, 1);
             } else if (pm == 2) {
-                score_avx512_decode_fast(R, RP, NK, kt, 2, qp, d, kc, ksb, &pf, a);
+                score_avx512_decode_fast(R, RP, NK, PK, kt, 2, qp, d, kc, ksb, &pf, a);
                 decode_pf_skip(&pf, tl, 0);
             } else {
                 pff.s[0] = pf.s[0];
                 pff.s[1] = pf.s[1];
-                score_avx512_decode_fast(R, RP, NK, kt, 0, qp, d, kc, ksb, &pff, a);
+                score_avx512_decode_fast(R, RP, NK, PK, kt, 0, qp, d, kc, ksb, &pff, a);
                 pf.s[0] = pff.s[0];
                 pf.s[1] = pff.s[1];
             }
@@ -234,16 +236,28 @@ SDPA_INLINE void score_avx512_decode_block(int R, sdpa_dtype kt, const float *co
     pfs->s[1] = pf.s[1];
 }
 
+SDPA_INLINE void score_avx512_decode_block(int R, sdpa_dtype kt, const float *const *qr, size_t d,
+                                           const void *k, ptrdiff_t ks, size_t j0, size_t nk,
+                                           float *S, size_t lds, decode_pf *pf, const float *qp,
+                                           int half)
+{
+    const int NK = R == 1 ? 16 : R == 2 ? 8 : R <= 4 ? 4 : 2;
+    if (half && R <= DECODE_ILV_ROWS)
+        score_avx512_decode_pk(R, NK / 2, kt, qr, d, k, ks, j0, nk, S, lds, pf, qp);
+    else
+        score_avx512_decode_pk(R, NK, kt, qr, d, k, ks, j0, nk, S, lds, pf, qp);
+}
+
 /* One function per shape (storage type by row count), called once per block. */
 typedef void score_avx512_decode_fn(const float *const *qr, size_t d, const void *k, ptrdiff_t ks,
                                     size_t j0, size_t nk, float *S, size_t lds, decode_pf *pf,
-                                    const float *qp);
+                                    const float *qp, int half);
 #define SCORE_DECODE_FN(T, R)                                                                      \
     SDPA_NOINLINE void score_avx512_decode_##T##_##R(                                              \
         const float *const *qr, size_t d, const void *k, ptrdiff_t ks, size_t j0, size_t nk,       \
-        float *S, size_t lds, decode_pf *pf, const float *qp)                                      \
+        float *S, size_t lds, decode_pf *pf, const float *qp, int half)                            \
     {                                                                                              \
-        score_avx512_decode_block(R, SDPA_##T, qr, d, k, ks, j0, nk, S, lds, pf, qp);              \
+        score_avx512_decode_block(R, SDPA_##T, qr, d, k, ks, j0, nk, S, lds, pf, qp, half);        \
     }
 /* clang-format off */
 #define SCORE_DECODE_FNS(T)                                                                        \
@@ -274,10 +288,11 @@ static inline size_t decode_type_ix(sdpa_dtype t)
 
 static void score_avx512_decode(const float *const *qr, size_t R, size_t d, const void *k,
                                 sdpa_dtype kt, ptrdiff_t ks, size_t j0, size_t nk, float *S,
-                                size_t lds, decode_pf *pf, const float *qp)
+                                size_t lds, decode_pf *pf, const float *qp, int half)
 {
     if (R >= 1 && R <= DECODE_MAX_ROWS)
-        score_avx512_decode_fns[decode_type_ix(kt)][R - 1](qr, d, k, ks, j0, nk, S, lds, pf, qp);
+        score_avx512_decode_fns[decode_type_ix(kt)][R - 1](qr, d, k, ks, j0, nk, S, lds, pf, qp,
+                                                           half);
 }
 
 /* NV vectors of V row j0 + j from column c0 (masks mk), converted, after the pass's prefetch
@@ -298,15 +313,13 @@ SDPA_INLINE void pv_avx512_decode_key(int NV, __m512 *x, const void *v, sdpa_dty
    V[j][c0..) for r < R (nk non-decreasing in r), NV column vectors (masked past dv), V converted
    in registers, each converted vector feeding all R rows. Keys a row does not see are skipped
    rather than weighted by 0 (an inf or NaN there stays out of that row). */
-SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, float *acc, size_t dv,
-                                         size_t c0, const float *alpha, const float *S,
+SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, int PQ, float *acc,
+                                         size_t dv, size_t c0, const float *alpha, const float *S,
                                          const void *v, sdpa_dtype vt, ptrdiff_t vs, size_t j0,
                                          size_t ja, size_t jb, const size_t *nk, decode_pf *pfp)
 {
     const size_t lds = DECODE_LDS;
     decode_pf pf[1] = {*pfp}; /* a local copy, kept in registers */
-    const size_t ev = vt == SDPA_F32 ? 4 : 2;
-    const int PER = NV * (int)ev / 4;
     const size_t kmax = sdpa_min(jb, nk[R - 1]) - ja;
     __m512 a[DECODE_MAX_ROWS][8];
     __mmask16 mk[8];
@@ -328,7 +341,7 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, flo
     _Pragma("GCC unroll 2") for (; j < jall; j++)
     {
         __m512 x[8];
-        pv_avx512_decode_key(NV, x, v, vt, vs, c0, mk, j0, j, ja, pf, plain, PER);
+        pv_avx512_decode_key(NV, x, v, vt, vs, c0, mk, j0, j, ja, pf, plain, PQ);
         SDPA_UNROLL for (int r = 0; r < R; r++)
         {
             const __m512 p = _mm512_set1_ps(S[r * lds + j]);
@@ -337,7 +350,7 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, flo
     }
     for (; j < jmax; j++) {
         __m512 x[8];
-        pv_avx512_decode_key(NV, x, v, vt, vs, c0, mk, j0, j, ja, pf, plain, PER);
+        pv_avx512_decode_key(NV, x, v, vt, vs, c0, mk, j0, j, ja, pf, plain, PQ);
         SDPA_UNROLL for (int r = 1; r < R; r++)
         {
             if (j < nk[r]) {
@@ -349,27 +362,29 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, flo
     }
     SDPA_UNROLL for (int r = 0; r < R; r++) SDPA_UNROLL for (int t = 0; t < NV; t++)
         _mm512_mask_storeu_ps(acc + r * dv + c0 + 16 * t, mk[t], a[r][t]);
-    if (plain) decode_pf_skip(pf, PER * kmax, plain == 1);
+    if (plain) decode_pf_skip(pf, (size_t)PQ * kmax, plain == 1);
     *pfp = pf[0];
 }
 
-/* Full passes over rows of whole lines laid end to end request PER lines of each stream per
-   key (a pass's share of a row, when both streams' rows are dv's size) with a pointer bump;
-   the cases (two streams, one, the general cursor) are separate instances so that the plain
-   ones keep their few pointers in registers. */
-SDPA_INLINE void pv_avx512_decode_tile(int R, int NV, int full, float *acc, size_t dv, size_t c0,
-                                       const float *alpha, const float *S, const void *v,
+/* Full passes over rows of whole lines laid end to end request PQ lines of each stream per
+   key with a pointer bump: PER, a pass's share of a row (when both streams' rows are dv's
+   size), or PER / 2 when the phase requests half a phase of rows of each array (half,
+   decode_values_ilv); the cases (two streams, one, the general cursor) are separate instances
+   so that the plain ones keep their few pointers in registers. */
+SDPA_INLINE void pv_avx512_decode_tile(int R, int NV, int full, int half, float *acc, size_t dv,
+                                       size_t c0, const float *alpha, const float *S, const void *v,
                                        sdpa_dtype vt, ptrdiff_t vs, size_t j0, size_t ja, size_t jb,
                                        const size_t *nk, decode_pf *pf)
 {
     const size_t ev = vt == SDPA_F32 ? 4 : 2;
-    const size_t PER = (size_t)NV * ev / 4;
+    const int PER = NV * (int)ev / 4, PQ = half && PER >= 2 ? PER / 2 : PER;
     const size_t kmax = sdpa_min(jb, nk[R - 1]) - ja, L = dv * ev / 64;
     const int pm = full && dv % (16 * (size_t)NV) == 0 && (dv * ev) % 64 == 0
-                       ? decode_pf_mode(pf, L, PER * kmax)
+                       ? decode_pf_mode(pf, L, (size_t)PQ * kmax)
                        : 0;
 #define PV_TILE_P(p)                                                                               \
-    pv_avx512_decode_tile_p(R, NV, full, p, acc, dv, c0, alpha, S, v, vt, vs, j0, ja, jb, nk, pf)
+    pv_avx512_decode_tile_p(R, NV, full, p, PQ, acc, dv, c0, alpha, S, v, vt, vs, j0, ja, jb, nk,  \
+                            pf)
     if (pm == 1)
         PV_TILE_P(1);
     else if (pm == 2)
@@ -384,34 +399,50 @@ SDPA_INLINE void pv_avx512_decode_tile(int R, int NV, int full, float *acc, size
    KB) staying in L1 while every column chunk passes over them; alpha is applied by the first. NV
    (column vectors per pass) keeps R * NV accumulators at 8..24: at least 8 independent FMA
    chains to cover the FMA latency, few enough to stay in registers. */
-SDPA_INLINE void pv_avx512_decode_r(int R, int NV, sdpa_dtype vt, float *acc, size_t dv,
+SDPA_INLINE void pv_avx512_decode_h(int R, int NV, int half, sdpa_dtype vt, float *acc, size_t dv,
                                     const float *alpha, const float *S, const void *v, ptrdiff_t vs,
-                                    size_t j0, const size_t *nk, decode_pf *pf)
+                                    size_t j0, const size_t *nk, decode_pf *pf, size_t ja0,
+                                    size_t ja1)
 {
-    const size_t cw = 16 * (size_t)NV; /* columns per pass */
-    decode_pf_rate(pf, 1, (dv + cw - 1) / cw);
-    for (size_t ja = 0; ja < nk[R - 1]; ja += DECODE_PV_KB) {
+    const size_t cw = 16 * (size_t)NV, passes = (dv + cw - 1) / cw; /* columns per pass */
+    decode_pf_rate(pf, 1, half ? 2 * passes : passes);
+    for (size_t ja = ja0; ja < sdpa_min(ja1, nk[R - 1]); ja += DECODE_PV_KB) {
         const float *al = ja == 0 ? alpha : NULL;
         const size_t jb = sdpa_min(ja + DECODE_PV_KB, nk[R - 1]);
         for (size_t c0 = 0; c0 < dv; c0 += cw) {
             if (c0 + cw <= dv)
-                pv_avx512_decode_tile(R, NV, 1, acc, dv, c0, al, S, v, vt, vs, j0, ja, jb, nk, pf);
+                pv_avx512_decode_tile(R, NV, 1, half, acc, dv, c0, al, S, v, vt, vs, j0, ja, jb, nk,
+                                      pf);
             else
-                pv_avx512_decode_tile(R, NV, 0, acc, dv, c0, al, S, v, vt, vs, j0, ja, jb, nk, pf);
+                pv_avx512_decode_tile(R, NV, 0, half, acc, dv, c0, al, S, v, vt, vs, j0, ja, jb, nk,
+                                      pf);
         }
     }
+}
+
+/* Keys [ja0, ja1) of the block (ja0 a multiple of DECODE_PV_KB); half: the streams hold half a
+   phase of rows each (decode_values_ilv), requested at half the rate. */
+SDPA_INLINE void pv_avx512_decode_r(int R, int NV, sdpa_dtype vt, float *acc, size_t dv,
+                                    const float *alpha, const float *S, const void *v, ptrdiff_t vs,
+                                    size_t j0, const size_t *nk, decode_pf *pf, size_t ja0,
+                                    size_t ja1, int half)
+{
+    if (half && R <= DECODE_ILV_ROWS)
+        pv_avx512_decode_h(R, NV, 1, vt, acc, dv, alpha, S, v, vs, j0, nk, pf, ja0, ja1);
+    else
+        pv_avx512_decode_h(R, NV, 0, vt, acc, dv, alpha, S, v, vs, j0, nk, pf, ja0, ja1);
 }
 
 /* One function per shape (storage type by row count), called once per block. */
 typedef void pv_avx512_decode_fn(float *acc, size_t dv, const float *alpha, const float *S,
                                  const void *v, ptrdiff_t vs, size_t j0, const size_t *nk,
-                                 decode_pf *pf);
+                                 decode_pf *pf, size_t ja0, size_t ja1, int half);
 #define PV_DECODE_FN(T, R, NV)                                                                     \
-    SDPA_NOINLINE void pv_avx512_decode_##T##_##R(float *acc, size_t dv, const float *alpha,       \
-                                                  const float *S, const void *v, ptrdiff_t vs,     \
-                                                  size_t j0, const size_t *nk, decode_pf *pf)      \
+    SDPA_NOINLINE void pv_avx512_decode_##T##_##R(                                                 \
+        float *acc, size_t dv, const float *alpha, const float *S, const void *v, ptrdiff_t vs,    \
+        size_t j0, const size_t *nk, decode_pf *pf, size_t ja0, size_t ja1, int half)              \
     {                                                                                              \
-        pv_avx512_decode_r(R, NV, SDPA_##T, acc, dv, alpha, S, v, vs, j0, nk, pf);                 \
+        pv_avx512_decode_r(R, NV, SDPA_##T, acc, dv, alpha, S, v, vs, j0, nk, pf, ja0, ja1, half); \
     }
 /* clang-format off */
 #define PV_DECODE_FNS(T)                                                                           \
@@ -437,10 +468,11 @@ static pv_avx512_decode_fn *const pv_avx512_decode_fns[3][DECODE_MAX_ROWS] = {
 
 static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha, const float *S,
                              const void *v, sdpa_dtype vt, ptrdiff_t vs, size_t j0,
-                             const size_t *nk, decode_pf *pf)
+                             const size_t *nk, decode_pf *pf, size_t ja0, size_t ja1, int half)
 {
     if (R >= 1 && R <= DECODE_MAX_ROWS)
-        pv_avx512_decode_fns[decode_type_ix(vt)][R - 1](acc, dv, alpha, S, v, vs, j0, nk, pf);
+        pv_avx512_decode_fns[decode_type_ix(vt)][R - 1](acc, dv, alpha, S, v, vs, j0, nk, pf, ja0,
+                                                        ja1, half);
 }
 
 /* --- the hooks of the generic loop (rows_loop.h) -------------------------------------------- */
@@ -448,11 +480,16 @@ static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha
 typedef struct decode_ctx {
     const float *qr[DECODE_MAX_ROWS]; /* query rows, the last repeated up to DECODE_MAX_ROWS */
     float *qpk;                       /* q packed by lines for score_avx512_decode_fast */
+    float *S;                         /* the scores' scratch ([rows][DECODE_LDS]) */
     size_t ek, ev;                    /* bytes per K, V element */
     size_t kend;                      /* keys past it are never read (of the unit last given) */
     size_t NB;
     int other;    /* the other array's stream, and short blocks (decode_pf) */
+    int ilv;      /* the next block's scores among the P·V (decode_values_ilv) */
     decode_pf pf; /* the block's streams, from the scores to the values */
+    /* keys [pre_j0, pre_j0 + pre_n) of the K view pre_k, already scored into S[r][0..pre_n) */
+    const void *pre_k;
+    size_t pre_j0, pre_n;
 } decode_ctx;
 
 static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
@@ -465,6 +502,9 @@ static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, si
     *alpha = w->ws;                /* the state stays in w->m, w->l */
     *S = *alpha + state_floats(R); /* [R][lds] */
     c->qpk = *S + R * DECODE_LDS;  /* aligned */
+    c->S = *S;
+    c->ilv = R >= DECODE_ILV_MIN && R <= DECODE_ILV_ROWS && !sdpa_is_variant(w);
+    c->pre_n = 0;
     for (size_t r = 0; r < DECODE_MAX_ROWS; r++) c->qr[r] = w->q + sdpa_min(r, R - 1) * d;
     const size_t RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8;
     pack_q_lines(c->qr, RP, d, w->k_type == SDPA_F32 ? 16 : 32, c->qpk);
@@ -505,6 +545,11 @@ static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     (void)r0;
     const size_t d = w->d;
     c->kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]); /* w may be a page's piece */
+    if (c->pre_n) { /* the keys the last P·V scored: this very block, or nothing */
+        const int hit = j0 == c->pre_j0 && nb == c->pre_n && w->k == c->pre_k && S == c->S;
+        c->pre_n = 0;
+        if (hit) return;
+    }
     /* the score loop requests K DECODE_PF_KEYS keys ahead (and, with few rows, this block's V
        rows); never a key at or past kend (see decode_pf) */
     const decode_pf pf = {
@@ -514,7 +559,7 @@ static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     c->pf = pf;
     decode_ahead(c, w->ahead_row, d * c->ek, w->ahead_n);
     score_avx512_decode(c->qr, w->rows, d, w->k, w->k_type, w->k_stride, j0, nb, S, lds, &c->pf,
-                        c->qpk);
+                        c->qpk, 0);
 }
 
 static inline float loop_softmax(decode_ctx *c, size_t r, float *s, size_t nv, size_t nb, float *m,
@@ -522,6 +567,36 @@ static inline float loop_softmax(decode_ctx *c, size_t r, float *s, size_t nv, s
 {
     (void)c, (void)r, (void)nb;
     return softmax_avx512(1, s, nv, m, l);
+}
+
+/* The P·V of the block [j0, j0 + nb) in turns of DECODE_PV_KB keys, each followed by the scores
+   of the same keys of the next block [jn, jn + nbn) into the part of S the turn has used up
+   (left for loop_scores in pre_k, pre_j0, pre_n). Every turn of either kind requests half a
+   turn of rows of both arrays, one turn ahead of their use (V from j0 + DECODE_PV_KB, K from
+   jn + DECODE_PV_KB: what the last phases requested), so that K and V stream together. The
+   softmax blocks, the score tiles (the turns fall on the tile grid) and the P·V sub-blocks are
+   unchanged: the results are bitwise those of the block order. */
+static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, size_t j0, size_t nb, size_t jn,
+                              size_t nbn, const float *alpha, const size_t *valid)
+{
+    const size_t R = w->rows, T = DECODE_PV_KB, h = T / 2;
+    size_t vk = j0 + T, kk = jn + T; /* the first rows of each array not yet requested */
+    for (size_t ja = 0; ja < nb; ja += T) {
+        const int both = ja < nbn; /* a score turn follows */
+        c->pf.s[0] =
+            decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, vk, both ? h : T, c->kend);
+        c->pf.s[1] = decode_rows(w->k, w->k_stride, c->ek, w->d * c->ek, kk, both ? h : 0, c->kend);
+        vk += both ? h : T, kk += both ? h : 0;
+        pv_avx512_decode(R, w->acc, w->dv, alpha, c->S, w->v, w->v_type, w->v_stride, j0, valid,
+                         &c->pf, ja, ja + T, both);
+        if (!both) continue;
+        c->pf.s[0] = decode_rows(w->k, w->k_stride, c->ek, w->d * c->ek, kk, h, c->kend);
+        c->pf.s[1] = decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, vk, h, c->kend);
+        vk += h, kk += h;
+        score_avx512_decode(c->qr, R, w->d, w->k, w->k_type, w->k_stride, jn + ja,
+                            sdpa_min(T, nbn - ja), c->S + ja, DECODE_LDS, &c->pf, c->qpk, 1);
+    }
+    c->pre_k = w->k, c->pre_j0 = jn, c->pre_n = nbn;
 }
 
 static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
@@ -532,6 +607,14 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     size_t valid[DECODE_MAX_ROWS];
     for (size_t r = 0; r < R; r++) valid[r] = sdpa_visible(w, r, j0, nb);
     c->kend = sdpa_min(w->kv_end, w->kv_limit[R - 1]);
+    /* the next block, when every row sees all of this one and it lies whole before kend (so
+       the loop will score it, and exactly it, next) */
+    const size_t jn = j0 + nb, nbn = w->kv_end > jn ? sdpa_min(c->NB, w->kv_end - jn) : 0;
+    if (c->ilv && nb == c->NB && nbn && jn + nbn <= c->kend && valid[0] == nb && S == c->S &&
+        !w->ahead_n) {
+        decode_values_ilv(c, w, j0, nb, jn, nbn, alpha, valid);
+        return;
+    }
     /* the P·V loop requests V DECODE_PF_KEYS keys ahead (and, with few rows, the next block's K
        rows) */
     c->pf.s[0] =
@@ -539,7 +622,8 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     c->pf.s[1] = decode_rows(w->k, w->k_stride, c->ek, w->d * c->ek, j0 + c->NB,
                              c->other ? c->NB : 0, c->kend);
     decode_ahead(c, w->ahead_row, w->dv * c->ev, w->ahead_n);
-    pv_avx512_decode(R, w->acc, w->dv, alpha, S, w->v, w->v_type, w->v_stride, j0, valid, &c->pf);
+    pv_avx512_decode(R, w->acc, w->dv, alpha, S, w->v, w->v_type, w->v_stride, j0, valid, &c->pf, 0,
+                     nb, 0);
 }
 
 #define SDPA_LOOP_FN         decode_loop_avx512
