@@ -1,6 +1,9 @@
 /* test_quant.c -- block-format K and V, q8 scores, conversions: every implementation vs float64 */
 #include "problem.h"
 
+/* white-box: each implementation's own dequantizer (sdpa_kernels.dequant) */
+#include "../dispatch/internal.h"
+
 /*
  * The block storage types of sdpa.h (q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl: ggml's block types
  * of those names) checked on every implementation of the registry against code written here
@@ -12,6 +15,9 @@
  *     rounding), the dequantizers d n (+ m) exactly, and the refusals write nothing; and a
  *     fixed table of blocks whose bytes and values are written out (quant_bytes.h, derived by
  *     tests/quant_bytes.py from the formulas alone);
+ *   - each implementation's own dequantizer (the driver's staged copies), where it has one: rows
+ *     of every block format (negative and -0 scales and minimums, every stored value, every
+ *     quant 0) bit for bit against ggml's reference formulas in f32, the sign of zero too;
  *   - exact mode (q8_scores 0): every stored value enters as its exact f32 value, so the
  *     output must meet the float64 oracle computed on the dequantized K and V within the
  *     tolerance the f16 tests use (problem.h: attn_row_tol times sum_j w_j |v_jc| / l, plus
@@ -833,6 +839,134 @@ static void t_fixed_bytes(void)
 }
 
 /* ------------------------------------------------------------------------------------------ */
+/* Each implementation's own dequantizer (sdpa_kernels.dequant, the driver's staged copies)      */
+/* bit for bit against ggml's reference formulas                                                */
+/* ------------------------------------------------------------------------------------------ */
+
+/* ggml's reference dequantizers (dequantize_row_<type>) on one block, in their f32 arithmetic:
+   element j < 16 from the low nibble of byte j, 16 + j from its high nibble (q5: bits j and
+   16 + j of qh their 5th bits); the integer quant as float times d, plus m for q4_1 and q5_1
+   (d n is exact: fused or not, the sum rounds once). A quant of 0 times d < 0 or d = -0 is -0. */
+static void ggml_deq_block(sdpa_dtype t, const unsigned char *b, float *y)
+{
+    const float d = (float)ref_f16_value(ref_get16(b));
+    if (t == Q8) {
+        for (int j = 0; j < QK; j++) y[j] = (float)(int8_t)b[2 + j] * d;
+        return;
+    }
+    const bool has_min = t == Q41 || t == Q51, has_qh = t == Q50 || t == Q51;
+    const float m = has_min ? (float)ref_f16_value(ref_get16(b + 2)) : 0.0f;
+    const unsigned char *qs = b + (has_min ? 4 : 2);
+    uint32_t qh = 0;
+    if (has_qh) {
+        for (int i = 0; i < 4; i++) qh |= (uint32_t)qs[i] << 8 * i;
+        qs += 4;
+    }
+    for (int j = 0; j < QK / 2; j++)
+        for (int h = 0; h < 2; h++) {
+            const int e = j + h * QK / 2;
+            const int n = (h ? qs[j] >> 4 : qs[j] & 15) | (int)(qh >> e & 1) << 4;
+            if (t == IQ4)
+                y[e] = d * (float)ref_iq4nl_table[n];
+            else if (has_min)
+                y[e] = (float)n * d + m;
+            else
+                y[e] = (float)(n - (t == Q4 ? 8 : 16)) * d;
+        }
+}
+
+/* The f16 scales (and minimums) of the dequantizer's blocks: +-1, +-0, a negative fraction, the
+   smallest subnormals, the largest finite values, a small power of 2; then random finite ones. */
+static const uint16_t deq_f16s[] = {0x3c00, 0xbc00, 0x0000, 0x8000, 0xb666,
+                                    0x0001, 0x8001, 0x7bff, 0xfbff, 0x2c00};
+enum { N_DEQ_FIXED = sizeof deq_f16s / sizeof deq_f16s[0], N_DEQ_F16 = N_DEQ_FIXED + 2 };
+/* Quant patterns: 0-7 every stored value of the format at shifted positions (q8_0: bytes
+   32 k .. 32 k + 31), 8 every quant 0 (q4_0's n = 8; iq4_nl's nibble 8, the value 1), 9-10
+   random. */
+enum { N_DEQ_PATTERNS = 11, N_DEQ_MAXB = N_DEQ_F16 * N_DEQ_F16 * N_DEQ_PATTERNS };
+
+static uint16_t deq_f16(tl_rng *r, size_t i)
+{
+    if (i < N_DEQ_FIXED) return deq_f16s[i];
+    const uint16_t h = (uint16_t)tl_next(r);
+    return (h & 0x7c00) == 0x7c00 ? (uint16_t)(h ^ 0x0400) : h; /* finite */
+}
+
+/* Blocks of type t into out, every scale with every pattern (and every minimum): the count. */
+static size_t deq_blocks(tl_rng *r, sdpa_dtype t, unsigned char *out)
+{
+    const ref_format *f = ref_format_of(t);
+    const int bits = t == Q8 ? 8 : t == Q50 || t == Q51 ? 5 : 4;
+    const int zero = t == Q4 || t == IQ4 ? 8 : t == Q50 ? 16 : 0;
+    size_t nb = 0;
+    for (size_t s = 0; s < N_DEQ_F16; s++)
+        for (size_t mi = 0; mi < (f->has_min ? N_DEQ_F16 : 1); mi++)
+            for (int k = 0; k < N_DEQ_PATTERNS; k++, nb++) {
+                unsigned char *b = out + nb * f->bytes;
+                int q[QK];
+                for (int i = 0; i < QK; i++)
+                    q[i] = k < 8    ? (bits == 8 ? 32 * k + i : (i + 3 * k) % (1 << bits))
+                           : k == 8 ? zero
+                                    : (int)(tl_next(r) % (1u << bits));
+                ref_put16(b, deq_f16(r, s));
+                if (f->has_min) ref_put16(b + 2, deq_f16(r, mi));
+                unsigned char *p = b + (f->has_min ? 4 : 2);
+                if (bits == 8)
+                    for (int i = 0; i < QK; i++) p[i] = (unsigned char)q[i];
+                else
+                    ref_pack(q, bits == 5 ? p + 4 : p, bits == 5 ? p : NULL);
+            }
+    return nb;
+}
+
+/* Rows of every block format through the implementation's dequant: every element's bits those
+   of ggml's formula (the sign of a zero too), nothing written past the row. */
+static void t_dequant(const sdpa_impl *impl)
+{
+    enum { PAST = 8 };
+    tl_rng r = {800};
+    unsigned char *src = tl_xmalloc(N_DEQ_MAXB * QMAX_BYTES);
+    float *got = tl_xmalloc((N_DEQ_MAXB * QK + PAST) * sizeof(float));
+    float *want = tl_xmalloc(N_DEQ_MAXB * QK * sizeof(float));
+    for (size_t f = 0; f < N_FORMATS; f++) {
+        const sdpa_dtype t = ref_formats[f].t;
+        const size_t nb = deq_blocks(&r, t, src), n = nb * QK, bb = ref_formats[f].bytes;
+        for (size_t b = 0; b < nb; b++) {
+            float y[QK];
+            ggml_deq_block(t, src + b * bb, want + b * QK);
+            ref_deq(t, src + b * bb, y, NULL);
+            if (!CHECK(memcmp(y, want + b * QK, sizeof y) == 0,
+                       "%s block %zu: the test's two decoders disagree", dtn(t), b))
+                break;
+        }
+        tl_fill_sentinel(got, n + PAST);
+        impl->k->dequant(t, src, got, n);
+        size_t diff = 0, first = 0;
+        for (size_t e = 0; e < n; e++)
+            if (tl_bits(got[e]) != tl_bits(want[e]) && diff++ == 0) first = e;
+        if (diff) {
+            int q[QK];
+            double d, m;
+            ref_formats[f].decode(src + first / QK * bb, q, &d, &m);
+            (void)CHECK(false,
+                        "%s element %zu (block %zu, element %zu: d %g, m %g, quant %d) = %a, "
+                        "ggml's formula %a; %zu of %zu elements differ",
+                        dtn(t), first, first / QK, first % QK, d, m, q[first % QK],
+                        (double)got[first], (double)want[first], diff, n);
+        }
+        size_t past = 0;
+        for (size_t e = n; e < n + PAST; e++) past += !tl_is_sentinel(got[e]);
+        CHECK(past == 0, "%s: dequant wrote %zu elements past the %zu of the row", dtn(t), past, n);
+    }
+    free(src), free(got), free(want);
+}
+
+static const char *no_dequant(const sdpa_impl *impl)
+{
+    return impl->k->dequant ? NULL : "no dequant of its own (the driver converts the elements)";
+}
+
+/* ------------------------------------------------------------------------------------------ */
 static void run_test(const char *name, tl_impl_fn fn)
 {
     tl_for_each_impl_worst(name, fn, &g_worst);
@@ -846,6 +980,8 @@ int main(void)
     if (!tl_pools_create(g_pool, 2, 2, 17)) return 1;
     t_convert();
     t_fixed_bytes();
+    tl_for_each_impl_unless("quant: each implementation's dequant, bit for bit as ggml's formulas",
+                            t_dequant, no_dequant);
     run_test("quant: K only, V only, both; prefill, decode, GQA, head dims", t_types);
     run_test("quant: ragged and paged (pages of 16 to 128 keys)", t_ragged);
     run_test("quant: window, mask, softcap, alibi, sinks, lse", t_variants);

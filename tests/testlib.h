@@ -128,8 +128,11 @@ static inline int tl_finish(void)
 /* Runs fn once per registered implementation as its own test point; an implementation this CPU
    cannot run is reported as skipped. Adding an implementation to the registry adds no test code. */
 typedef void (*tl_impl_fn)(const sdpa_impl *impl);
+/* A reason to skip an implementation the CPU runs (a kernel hook it does not have), or NULL. */
+typedef const char *(*tl_impl_why_not)(const sdpa_impl *impl);
 
-static inline void tl_for_each_impl(const char *test, tl_impl_fn fn)
+/* tl_for_each_impl, also skipping the implementations why_not gives a reason for. */
+static inline void tl_for_each_impl_unless(const char *test, tl_impl_fn fn, tl_impl_why_not why_not)
 {
     size_t n = sdpa_impl_count();
     for (size_t i = 0; i < n; i++) {
@@ -145,10 +148,20 @@ static inline void tl_for_each_impl(const char *test, tl_impl_fn fn)
             tl_skip(test, sdpa_impl_name(impl), "not in SDPA_TEST_IMPLS");
             continue;
         }
+        const char *why = why_not ? why_not(impl) : NULL;
+        if (why) {
+            tl_skip(test, sdpa_impl_name(impl), why);
+            continue;
+        }
         tl_start(test, sdpa_impl_name(impl));
         fn(impl);
         tl_end();
     }
+}
+
+static inline void tl_for_each_impl(const char *test, tl_impl_fn fn)
+{
+    tl_for_each_impl_unless(test, fn, NULL);
 }
 
 /* tl_for_each_impl for tests that track how close their errors come to the tolerance: *worst
