@@ -17,7 +17,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-typedef enum ab_dtype { AB_F32 = 0, AB_F16, AB_BF16, AB_Q8_0, AB_Q4_0 } ab_dtype;
+typedef enum ab_dtype {
+    AB_F32 = 0,
+    AB_F16,
+    AB_BF16,
+    AB_Q8_0,
+    AB_Q4_0,
+    AB_Q4_1,
+    AB_IQ4_NL
+} ab_dtype;
 
 /* One attention call: tensors [batch][head][token][dim], f32 Q and O, K/V in kv_type; with
    page != 0 (batch 1), K and V are pages [kv_len / page][kv_heads][page][dim] of the same
@@ -90,11 +98,13 @@ static int side_forward(size_t i, const ab_call *c, char *msg, size_t msg_len)
     p.kv_len = c->kv_len;
     p.head_dim = c->head_dim;
     p.causal = c->causal;
-    const sdpa_dtype kt = c->kv_type == AB_F16    ? SDPA_F16
-                          : c->kv_type == AB_BF16 ? SDPA_BF16
-                          : c->kv_type == AB_Q8_0 ? SDPA_Q8_0
-                          : c->kv_type == AB_Q4_0 ? SDPA_Q4_0
-                                                  : SDPA_F32;
+    const sdpa_dtype kt = c->kv_type == AB_F16      ? SDPA_F16
+                          : c->kv_type == AB_BF16   ? SDPA_BF16
+                          : c->kv_type == AB_Q8_0   ? SDPA_Q8_0
+                          : c->kv_type == AB_Q4_0   ? SDPA_Q4_0
+                          : c->kv_type == AB_Q4_1   ? SDPA_Q4_1
+                          : c->kv_type == AB_IQ4_NL ? SDPA_IQ4_NL
+                                                    : SDPA_F32;
     const sdpa_tensor q = side_view(c->q, SDPA_F32, c->q_heads, c->q_len, c->head_dim);
     const size_t kl = c->page ? c->page : c->kv_len; /* keys per [head] view */
     sdpa_tensor k = side_view(c->k, kt, c->kv_heads, kl, c->head_dim);
@@ -175,6 +185,9 @@ static const shape shapes[] = {
     {"decode", "B1_Hq32_Hkv32_kv16384_D128_f16", 1, 32, 32, 1, 16384, 128, false, AB_F16, AB_PLAIN},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_q8_0", 1, 32, 8, 1, 32768, 128, false, AB_Q8_0, AB_PLAIN},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_q4_0", 1, 32, 8, 1, 32768, 128, false, AB_Q4_0, AB_PLAIN},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q4_1", 1, 32, 8, 1, 32768, 128, false, AB_Q4_1, AB_PLAIN},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_iq4_nl", 1, 32, 8, 1, 32768, 128, false, AB_IQ4_NL,
+     AB_PLAIN},
     /* 7 rows per KV head (Qwen2's grouping): a score tile shaped for 8 rows */
     {"decode", "B1_Hq28_Hkv4_kv32768_D128_bf16", 1, 28, 4, 1, 32768, 128, false, AB_BF16, AB_PLAIN},
     {"decode", "B1_Hq28_Hkv4_kv32768_D128_q8_0", 1, 28, 4, 1, 32768, 128, false, AB_Q8_0, AB_PLAIN},
@@ -197,10 +210,14 @@ static const shape shapes[] = {
 
 static bool is_decode(const shape *s) { return strcmp(s->kind, "decode") == 0; }
 static bool is_variant(const shape *s) { return s->variant != AB_PLAIN; }
-/* bytes of n elements (n a multiple of 32 for the block formats: ggml's q8_0 and q4_0) */
+static bool is_block(ab_dtype t) { return t >= AB_Q8_0; }
+/* bytes of n elements (n a multiple of 32 for ggml's block formats) */
 static size_t kv_bytes(ab_dtype t, size_t n)
 {
-    return t == AB_Q8_0 ? n / 32 * 34 : t == AB_Q4_0 ? n / 32 * 18 : n * (t == AB_F32 ? 4 : 2);
+    return t == AB_Q8_0                     ? n / 32 * 34
+           : t == AB_Q4_0 || t == AB_IQ4_NL ? n / 32 * 18
+           : t == AB_Q4_1                   ? n / 32 * 20
+                                            : n * (t == AB_F32 ? 4 : 2);
 }
 
 /* 4 flops (a multiply-add in Q·Kᵀ and one in P·V) per visible (query, key) pair and dimension;
@@ -256,20 +273,22 @@ static uint64_t next_u64(uint64_t *s)
 }
 
 /* n values in [-1, 1) of the given type from seed (block formats: scales in [1/128, 1/64),
-   quants random); NULL when out of memory */
+   q4_1's minimum -8 times its scale, quants random); NULL when out of memory */
 static void *alloc_random(ab_dtype t, size_t n, uint64_t seed)
 {
     void *p = ab_alloc(kv_bytes(t, n));
     if (!p) return NULL;
     uint64_t s = seed;
-    if (t == AB_Q8_0 || t == AB_Q4_0) {
-        const size_t bb = kv_bytes(t, 32);
+    if (is_block(t)) {
+        const size_t bb = kv_bytes(t, 32), q0 = t == AB_Q4_1 ? 4 : 2;
         unsigned char *b = p;
         for (size_t i = 0; i < n / 32; i++, b += bb) {
             const float d = (1.0f + (float)(next_u64(&s) >> 40) / 16777216.0f) / 128.0f;
             const uint16_t h = sdpa_f32_to_f16(d);
+            const uint16_t m = sdpa_f32_to_f16(-8.0f * d);
             memcpy(b, &h, 2);
-            for (size_t j = 2; j < bb; j++) b[j] = (unsigned char)next_u64(&s);
+            if (t == AB_Q4_1) memcpy(b + 2, &m, 2);
+            for (size_t j = q0; j < bb; j++) b[j] = (unsigned char)next_u64(&s);
         }
         return p;
     }

@@ -278,6 +278,58 @@ SDPA_INLINE __m512 qd_x16(sdpa_dtype type, const qd_src *s, int h, __m512 d, __m
     if (QD_Q4_X16 && type == SDPA_Q4_0) return _mm512_mul_ps(q, c);
     return _mm512_fmadd_ps(q, d, c);
 }
+
+/* A block's 32 elements by table for the 16-value formats (q4_0, q4_1, iq4_nl): the block's
+   16 values (its d times each quant's value, plus m for q4_1: the arithmetic qd_x16 does per
+   element, so the same floats) in one vector, t, and its quant bytes one per 32-bit lane, n;
+   element e < 16 is t[n[e] & 15], element 16 + e is t[n[e] >> 4]. One vpermps per 16
+   elements replaces a widen, a conversion and a multiply. Other formats: qd_x16's forms. */
+typedef struct qd_blk16 {
+    qd_src s;
+    __m512 d, c, t;
+    __m512i n;
+} qd_blk16;
+
+SDPA_INLINE int qd_by_table(sdpa_dtype type)
+{
+    return type == SDPA_Q4_0 || type == SDPA_Q4_1 || type == SDPA_IQ4_NL;
+}
+
+SDPA_INLINE qd_blk16 qd_block16(sdpa_dtype type, const unsigned char *b)
+{
+    qd_blk16 k;
+    if (qd_by_table(type)) {
+        static const float iota[16]
+            __attribute__((aligned(64))) = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+        const __m512 d = qd_f16x16(b), i = _mm512_load_ps(iota);
+        const size_t qs = type == SDPA_Q4_1 ? 4 : 2; /* the quants' offset in the block */
+        k.n = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(b + qs)));
+        if (type == SDPA_Q4_0) /* d (n - 8) */
+            k.t = _mm512_mul_ps(_mm512_sub_ps(i, _mm512_set1_ps(8.0f)), d);
+        else if (type == SDPA_Q4_1) /* fma(n, d, m) */
+            k.t = _mm512_fmadd_ps(i, d, qd_f16x16(b + 2));
+        else /* d v[n]: fma(v, d, -0) is this product */
+            k.t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+                                    (const __m128i *)(const void *)sdpa_iq4nl_values))),
+                                d);
+        k.s.b = b, k.s.lo = k.s.hi = _mm_setzero_si128();
+        k.d = k.c = d;
+    } else {
+        k.s = qd_prepare(type, b);
+        qd_scales16(type, b, &k.d, &k.c);
+        k.t = k.d;
+        k.n = _mm512_setzero_si512();
+    }
+    return k;
+}
+
+/* Elements [16 h, 16 h + 16) of the block (qd_x16's values). */
+SDPA_INLINE __m512 qd_get16(sdpa_dtype type, const qd_blk16 *k, int h)
+{
+    if (qd_by_table(type))
+        return _mm512_permutexvar_ps(h ? _mm512_srli_epi32(k->n, 4) : k->n, k->t);
+    return qd_x16(type, &k->s, h, k->d, k->c);
+}
 #endif
 
 #endif /* SDPA_DECODE_Q_FORMAT_H */

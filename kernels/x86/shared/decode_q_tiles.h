@@ -164,13 +164,10 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
         for (size_t b = 0; b < d / SDPA_QK; b++) {
             SDPA_UNROLL for (int i = 0; i < NK; i++)
             {
-                const unsigned char *kb = kr[i] + b * bb;
-                __m512 dk, ck;
-                qd_scales16(kt, kb, &dk, &ck);
-                const qd_src src = qd_prepare(kt, kb);
+                const qd_blk16 kb = qd_block16(kt, kr[i] + b * bb);
                 SDPA_UNROLL for (int h = 0; h < 2; h++)
                 {
-                    const __m512 kv = qd_x16(kt, &src, h, dk, ck);
+                    const __m512 kv = qd_get16(kt, &kb, h);
                     SDPA_UNROLL for (int r = 0; r < R; r++)
                     {
                         const __m512 qv = _mm512_loadu_ps(qr[r] + b * SDPA_QK + 16 * (size_t)h);
@@ -294,10 +291,8 @@ SDPA_INLINE void qd_pv_block_z(int R, sdpa_dtype vt, float *acc, size_t dv, cons
     const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)c0);
     for (size_t j = 0; j < n; j++) {
         const unsigned char *b = rv[j] + bo;
-        __m512 dv16, cv16;
-        qd_scales16(vt, b, &dv16, &cv16);
-        const qd_src src = qd_prepare(vt, b);
-        const __m512 x0 = qd_x16(vt, &src, 0, dv16, cv16), x1 = qd_x16(vt, &src, 1, dv16, cv16);
+        const qd_blk16 vb = qd_block16(vt, b);
+        const __m512 x0 = qd_get16(vt, &vb, 0), x1 = qd_get16(vt, &vb, 1);
         SDPA_UNROLL for (int r = 0; r < R; r++)
         {
             const __m512 p = _mm512_set1_ps(P[(size_t)r * lds + j]);
