@@ -183,6 +183,7 @@ static const shape shapes[] = {
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16", 1, 32, 8, 1, 32768, 128, false, AB_F16, AB_PLAIN},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_bf16", 1, 32, 8, 1, 32768, 128, false, AB_BF16, AB_PLAIN},
     {"decode", "B1_Hq32_Hkv32_kv16384_D128_f16", 1, 32, 32, 1, 16384, 128, false, AB_F16, AB_PLAIN},
+    {"decode", "B1_Hq16_Hkv8_kv32768_D128_f16", 1, 16, 8, 1, 32768, 128, false, AB_F16, AB_PLAIN},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_q8_0", 1, 32, 8, 1, 32768, 128, false, AB_Q8_0, AB_PLAIN},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_q4_0", 1, 32, 8, 1, 32768, 128, false, AB_Q4_0, AB_PLAIN},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_q4_1", 1, 32, 8, 1, 32768, 128, false, AB_Q4_1, AB_PLAIN},

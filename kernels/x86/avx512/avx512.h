@@ -22,9 +22,9 @@
 #define DECODE_PF_KEYS                                                                             \
     32 /* prefetch distance: far enough to cover memory latency, near enough for L1 */
 #define DECODE_PV_KB 32 /* keys per P·V sub-block: their V rows (a few KB) stay in L1 */
-/* rows per KV head whose decode scores the next block among a block's P·V (decode_values_ilv):
-   memory-bound counts, where K and V streaming together pays; with more rows the FMAs bind */
-#define DECODE_ILV_MIN  3
+/* most rows per KV head whose decode scores the next block among a block's P·V
+   (decode_values_ilv): memory-bound counts, where K and V streaming together pays; with more
+   rows the FMAs bind and the turns cost more than they give */
 #define DECODE_ILV_ROWS 4
 #define DECODE_BLOCK    256 /* keys per decode block */
 #define DECODE_BLOCK_FEW                                                                           \

@@ -503,7 +503,7 @@ static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, si
     *S = *alpha + state_floats(R); /* [R][lds] */
     c->qpk = *S + R * DECODE_LDS;  /* aligned */
     c->S = *S;
-    c->ilv = R >= DECODE_ILV_MIN && R <= DECODE_ILV_ROWS && !sdpa_is_variant(w);
+    c->ilv = R <= DECODE_ILV_ROWS && !sdpa_is_variant(w);
     c->pre_n = 0;
     for (size_t r = 0; r < DECODE_MAX_ROWS; r++) c->qr[r] = w->q + sdpa_min(r, R - 1) * d;
     const size_t RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8;
