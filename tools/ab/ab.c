@@ -24,7 +24,9 @@ typedef enum ab_dtype {
     AB_Q8_0,
     AB_Q4_0,
     AB_Q4_1,
-    AB_IQ4_NL
+    AB_IQ4_NL,
+    AB_Q5_0,
+    AB_Q5_1
 } ab_dtype;
 
 /* One attention call: tensors [batch][head][token][dim], f32 Q and O, K/V in kv_type; with
@@ -104,6 +106,8 @@ static int side_forward(size_t i, const ab_call *c, char *msg, size_t msg_len)
                           : c->kv_type == AB_Q4_0   ? SDPA_Q4_0
                           : c->kv_type == AB_Q4_1   ? SDPA_Q4_1
                           : c->kv_type == AB_IQ4_NL ? SDPA_IQ4_NL
+                          : c->kv_type == AB_Q5_0   ? SDPA_Q5_0
+                          : c->kv_type == AB_Q5_1   ? SDPA_Q5_1
                                                     : SDPA_F32;
     const sdpa_tensor q = side_view(c->q, SDPA_F32, c->q_heads, c->q_len, c->head_dim);
     const size_t kl = c->page ? c->page : c->kv_len; /* keys per [head] view */
@@ -189,6 +193,8 @@ static const shape shapes[] = {
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_q4_1", 1, 32, 8, 1, 32768, 128, false, AB_Q4_1, AB_PLAIN},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_iq4_nl", 1, 32, 8, 1, 32768, 128, false, AB_IQ4_NL,
      AB_PLAIN},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q5_0", 1, 32, 8, 1, 32768, 128, false, AB_Q5_0, AB_PLAIN},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q5_1", 1, 32, 8, 1, 32768, 128, false, AB_Q5_1, AB_PLAIN},
     /* 7 rows per KV head (Qwen2's grouping): a score tile shaped for 8 rows */
     {"decode", "B1_Hq28_Hkv4_kv32768_D128_bf16", 1, 28, 4, 1, 32768, 128, false, AB_BF16, AB_PLAIN},
     {"decode", "B1_Hq28_Hkv4_kv32768_D128_q8_0", 1, 28, 4, 1, 32768, 128, false, AB_Q8_0, AB_PLAIN},
@@ -218,6 +224,8 @@ static size_t kv_bytes(ab_dtype t, size_t n)
     return t == AB_Q8_0                     ? n / 32 * 34
            : t == AB_Q4_0 || t == AB_IQ4_NL ? n / 32 * 18
            : t == AB_Q4_1                   ? n / 32 * 20
+           : t == AB_Q5_0                   ? n / 32 * 22
+           : t == AB_Q5_1                   ? n / 32 * 24
                                             : n * (t == AB_F32 ? 4 : 2);
 }
 
@@ -274,21 +282,23 @@ static uint64_t next_u64(uint64_t *s)
 }
 
 /* n values in [-1, 1) of the given type from seed (block formats: scales in [1/128, 1/64),
-   q4_1's minimum -8 times its scale, quants random); NULL when out of memory */
+   q4_1's minimum -8 times its scale, q5_1's -16 times, quants and 5th bits random); NULL when out
+   of memory */
 static void *alloc_random(ab_dtype t, size_t n, uint64_t seed)
 {
     void *p = ab_alloc(kv_bytes(t, n));
     if (!p) return NULL;
     uint64_t s = seed;
     if (is_block(t)) {
-        const size_t bb = kv_bytes(t, 32), q0 = t == AB_Q4_1 ? 4 : 2;
+        const bool has_m = t == AB_Q4_1 || t == AB_Q5_1;
+        const size_t bb = kv_bytes(t, 32), q0 = has_m ? 4 : 2;
         unsigned char *b = p;
         for (size_t i = 0; i < n / 32; i++, b += bb) {
             const float d = (1.0f + (float)(next_u64(&s) >> 40) / 16777216.0f) / 128.0f;
             const uint16_t h = sdpa_f32_to_f16(d);
-            const uint16_t m = sdpa_f32_to_f16(-8.0f * d);
+            const uint16_t m = sdpa_f32_to_f16((t == AB_Q5_1 ? -16.0f : -8.0f) * d);
             memcpy(b, &h, 2);
-            if (t == AB_Q4_1) memcpy(b + 2, &m, 2);
+            if (has_m) memcpy(b + 2, &m, 2);
             for (size_t j = q0; j < bb; j++) b[j] = (unsigned char)next_u64(&s);
         }
         return p;

@@ -279,20 +279,25 @@ SDPA_INLINE __m512 qd_x16(sdpa_dtype type, const qd_src *s, int h, __m512 d, __m
     return _mm512_fmadd_ps(q, d, c);
 }
 
-/* A block's 32 elements by table for the 16-value formats (q4_0, q4_1, iq4_nl): the block's
-   16 values (its d times each quant's value, plus m for q4_1: the arithmetic qd_x16 does per
-   element, so the same floats) in one vector, t, and its quant bytes one per 32-bit lane, n;
-   element e < 16 is t[n[e] & 15], element 16 + e is t[n[e] >> 4]. One vpermps per 16
-   elements replaces a widen, a conversion and a multiply. Other formats: qd_x16's forms. */
+/* A block's 32 elements by table for the 16-value formats (q4_0, q4_1, iq4_nl) and the 32-value
+   ones (q5_0, q5_1): the block's values (its d times each quant's value, plus m for q4_1 and
+   q5_1: the arithmetic qd_x16 does per element, so the same floats) in one vector, t, or two, t
+   and u (values 16-31), and its quant bytes one per 32-bit lane, n; element e < 16 is
+   t[n[e] & 15], element 16 + e is t[n[e] >> 4], with a 5th bit (qh's bit e, 16 + e) choosing u.
+   One permute per 16 elements replaces a widen, a conversion and a multiply. Other formats:
+   qd_x16's forms. */
 typedef struct qd_blk16 {
     qd_src s;
-    __m512 d, c, t;
+    __m512 d, c, t, u;
     __m512i n;
+    __mmask32 qh;
 } qd_blk16;
+
+SDPA_INLINE int qd_by_table32(sdpa_dtype type) { return type == SDPA_Q5_0 || type == SDPA_Q5_1; }
 
 SDPA_INLINE int qd_by_table(sdpa_dtype type)
 {
-    return type == SDPA_Q4_0 || type == SDPA_Q4_1 || type == SDPA_IQ4_NL;
+    return type == SDPA_Q4_0 || type == SDPA_Q4_1 || type == SDPA_IQ4_NL || qd_by_table32(type);
 }
 
 SDPA_INLINE qd_blk16 qd_block16(sdpa_dtype type, const unsigned char *b)
@@ -302,13 +307,23 @@ SDPA_INLINE qd_blk16 qd_block16(sdpa_dtype type, const unsigned char *b)
         static const float iota[16]
             __attribute__((aligned(64))) = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
         const __m512 d = qd_f16x16(b), i = _mm512_load_ps(iota);
-        const size_t qs = type == SDPA_Q4_1 ? 4 : 2; /* the quants' offset in the block */
+        /* the quants' offset in the block */
+        const size_t qs = type == SDPA_Q5_1 ? 8 : type == SDPA_Q5_0 ? 6 : type == SDPA_Q4_1 ? 4 : 2;
         k.n = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(b + qs)));
+        k.qh = (__mmask32)(qd_by_table32(type) ? qd_u32(b + qs - 4) : 0);
+        k.u = d;
         if (type == SDPA_Q4_0) /* d (n - 8) */
             k.t = _mm512_mul_ps(_mm512_sub_ps(i, _mm512_set1_ps(8.0f)), d);
         else if (type == SDPA_Q4_1) /* fma(n, d, m) */
             k.t = _mm512_fmadd_ps(i, d, qd_f16x16(b + 2));
-        else /* d v[n]: fma(v, d, -0) is this product */
+        else if (type == SDPA_Q5_0) { /* d (n - 16): fma(n - 16, d, -0) is this product */
+            k.t = _mm512_mul_ps(_mm512_sub_ps(i, _mm512_set1_ps(16.0f)), d);
+            k.u = _mm512_mul_ps(i, d);
+        } else if (type == SDPA_Q5_1) { /* fma(n, d, m) */
+            const __m512 m = qd_f16x16(b + 2);
+            k.t = _mm512_fmadd_ps(i, d, m);
+            k.u = _mm512_fmadd_ps(_mm512_add_ps(i, _mm512_set1_ps(16.0f)), d, m);
+        } else /* d v[n]: fma(v, d, -0) is this product */
             k.t = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
                                     (const __m128i *)(const void *)sdpa_iq4nl_values))),
                                 d);
@@ -317,8 +332,9 @@ SDPA_INLINE qd_blk16 qd_block16(sdpa_dtype type, const unsigned char *b)
     } else {
         k.s = qd_prepare(type, b);
         qd_scales16(type, b, &k.d, &k.c);
-        k.t = k.d;
+        k.t = k.u = k.d;
         k.n = _mm512_setzero_si512();
+        k.qh = 0;
     }
     return k;
 }
@@ -326,6 +342,15 @@ SDPA_INLINE qd_blk16 qd_block16(sdpa_dtype type, const unsigned char *b)
 /* Elements [16 h, 16 h + 16) of the block (qd_x16's values). */
 SDPA_INLINE __m512 qd_get16(sdpa_dtype type, const qd_blk16 *k, int h)
 {
+    if (qd_by_table32(type)) { /* vpermt2ps reads index bits 0-4: the nibble, 16 by qh's bit */
+        const __m512i c = _mm512_set1_epi32(16);
+        const __m512i q = h ? _mm512_srli_epi32(k->n, 4) : _mm512_andnot_si512(c, k->n);
+        return _mm512_permutex2var_ps(
+            k->t,
+            _mm512_mask_ternarylogic_epi32(q, (__mmask16)(h ? _kshiftri_mask32(k->qh, 16) : k->qh),
+                                           c, c, 0xFE),
+            k->u);
+    }
     if (qd_by_table(type))
         return _mm512_permutexvar_ps(h ? _mm512_srli_epi32(k->n, 4) : k->n, k->t);
     return qd_x16(type, &k->s, h, k->d, k->c);
