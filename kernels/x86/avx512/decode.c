@@ -1,6 +1,5 @@
 /* decode.c -- the AVX-512 decode path: few query rows, K and V read once, in place, from memory */
-#include "avx512.h"
-#include "prefetch.h"
+#include "decode_pf.h"
 #include "variants.h"
 
 /*
@@ -24,137 +23,6 @@ size_t sdpa_decode_ws_avx512(size_t rows, size_t d, size_t dv, size_t block)
                     sdpa_decode_q_ws_avx512(rows, d)); /* or the block-format path's */
 }
 
-/* The decode loop's two prefetch streams while one phase runs, each requested in address
-   order (sdpa_pf_rows) a fixed number of lines per step of the phase's work: s[0] is the
-   phase's own array DECODE_PF_KEYS keys ahead, s[1] the other array one phase ahead (while the
-   score loop reads a block's K rows it requests the block's V rows, and while the P·V loop
-   reads them, the next block's K rows), so that the next phase starts on rows already in cache
-   and two streams of requests are in flight at all times. s[1] is used with one or two rows,
-   with blocks of DECODE_BLOCK_FEW keys, so that both arrays stream at once almost all the time;
-   with more rows the extra requests cost more than the concurrency gives, so there s[1] is
-   empty and requests nothing (decode_pf_mode 2). */
-typedef struct decode_pf {
-    sdpa_pf_rows s[2];
-    int per[2]; /* lines per step */
-} decode_pf;
-
-/* keys rows of each stream over `steps` steps (rounded up: a stream never falls behind) */
-static inline void decode_pf_rate(decode_pf *p, size_t keys, size_t steps)
-{
-    for (int i = 0; i < 2; i++)
-        p->per[i] = steps ? (int)((keys * p->s[i].L + steps - 1) / steps) : 0;
-}
-
-SDPA_INLINE void decode_pf_step(decode_pf *p)
-{
-    sdpa_pf_rows_next(&p->s[0], p->per[0]);
-    sdpa_pf_rows_next(&p->s[1], p->per[1]);
-}
-
-/* How a run of steps may request its lines when its rows have L lines each: 1 when both
-   streams have such rows laid end to end (no gap: the next line is always the one after) and
-   at least `lines` lines left each, 2 when the first does and the second is empty (one
-   stream), else 0 (the general cursor, decode_pf_step). In modes 1 and 2 a step requests its
-   lines with a pointer bump (decode_pf_simple), the general cursor's bookkeeping costing more
-   than the requests themselves when the data is already in cache. */
-static inline int decode_pf_mode(const decode_pf *p, size_t L, size_t lines)
-{
-    if (p->s[0].skip != 0 || p->s[0].L != L || p->s[0].n < lines) return 0;
-    if (p->s[1].n == 0) return 2;
-    return p->s[1].skip == 0 && p->s[1].L == L && p->s[1].n >= lines ? 1 : 0;
-}
-
-/* `per` lines of the first stream (and of the second when `two`) from line offset `at` (in
-   lines) of the plain run starting at the streams' current lines. */
-SDPA_INLINE void decode_pf_simple(const decode_pf *p, int per, size_t at, int two)
-{
-    SDPA_UNROLL for (int i = 0; i < per; i++)
-    {
-        __builtin_prefetch(p->s[0].p + 64 * (at + (size_t)i), 0, SDPA_PF_STREAM_LOCALITY);
-        if (two) __builtin_prefetch(p->s[1].p + 64 * (at + (size_t)i), 0, SDPA_PF_STREAM_LOCALITY);
-    }
-}
-
-/* Advances the first stream of a plain run (and the second when `two`) by `lines` lines (the
-   line-in-row count only matters for rows with a gap, which a plain run never has). */
-static inline void decode_pf_skip(decode_pf *p, size_t lines, int two)
-{
-    for (int i = 0; i < 1 + two; i++) {
-        p->s[i].p += 64 * lines;
-        p->s[i].n -= lines;
-    }
-}
-
-/* Rows [j, min(j + n, jend)) of a K/V view as a prefetch stream (empty when j >= jend). */
-static inline sdpa_pf_rows decode_rows(const void *base, ptrdiff_t stride, size_t es, size_t rb,
-                                       size_t j, size_t n, size_t jend)
-{
-    n = j < jend ? sdpa_min(n, jend - j) : 0;
-    if (!n) j = 0; /* an empty stream still points at a row of the view */
-    return sdpa_pf_rows_begin((const char *)base + sdpa_row_off(stride, j) * (ptrdiff_t)es,
-                              stride * (ptrdiff_t)es, rb, n);
-}
-
-/* One 16-element chunk (columns [c, c + 16), mask m) of the RP x NK score tile: each key chunk
-   is converted once, in a register, and feeds the R real rows (R <= RP; the padding rows' sums
-   stay 0); a[PERM16(r * NK + i)] holds the 16-lane partial sums of row r and key i. */
-SDPA_INLINE void score_avx512_decode_step(int R, int NK, sdpa_dtype kt, __m512 *a,
-                                          const float *const *qr, const void *k,
-                                          const ptrdiff_t *ko, size_t c, __mmask16 m, decode_pf *pf)
-{
-    const size_t es = kt == SDPA_F32 ? 4 : 2;
-    if (((c * es) & 63) == 0) decode_pf_step(pf); /* once per line of the rows */
-    __m512 qv[DECODE_MAX_ROWS];
-    SDPA_UNROLL for (int r = 0; r < R; r++) qv[r] = _mm512_maskz_loadu_ps(m, qr[r] + c);
-    SDPA_UNROLL for (int i = 0; i < NK; i++)
-    {
-        const __m512 kv = load_kv(k, kt, ko[i] + (ptrdiff_t)c, m);
-        SDPA_UNROLL for (int r = 0; r < R; r++) a[PERM16(r * NK + i)] =
-            _mm512_fmadd_ps(qv[r], kv, a[PERM16(r * NK + i)]);
-    }
-}
-
-/* The fast path of a full score tile (NK keys), one 64-byte line of each K row per step. The
-   slow path (score_avx512_decode_step) keeps a row offset per key and a pointer per query row: more
-   integers than registers, and the spills and reloads it then makes compete with the FMAs for
-   issue ports. Here q is packed (qp, see pack_q_lines) and every K row is kc + i * ksb, whole
-   lines of each row; a last partial line (masked, zero-padded q) is done without requests. */
-SDPA_INLINE void score_avx512_decode_fast(int R, int RP, int NK, int PF, sdpa_dtype kt, int plain,
-                                          const float *qp, size_t d, const char *kc, ptrdiff_t ksb,
-                                          decode_pf *pf, __m512 *a)
-{
-    const size_t es = kt == SDPA_F32 ? 4 : 2, E = 64 / es; /* elements per line */
-    const size_t lines = d / E;
-    for (size_t g = 0; g < lines; g++, kc += 64, qp += RP * E) {
-        if (plain)
-            decode_pf_simple(pf, PF, g * (size_t)PF, plain == 1);
-        else
-            decode_pf_step(pf);
-        SDPA_UNROLL for (size_t h = 0; h < E / 16; h++)
-        {
-            __m512 qv[DECODE_MAX_ROWS];
-            SDPA_UNROLL for (int r = 0; r < R; r++) qv[r] =
-                _mm512_load_ps(qp + (size_t)r * E + 16 * h);
-            SDPA_UNROLL for (int i = 0; i < NK; i++)
-            {
-                const __m512 kv = load_kv(kc + i * ksb, kt, (ptrdiff_t)(16 * h), 0xFFFF);
-                SDPA_UNROLL for (int r = 0; r < R; r++) a[PERM16(r * NK + i)] =
-                    _mm512_fmadd_ps(qv[r], kv, a[PERM16(r * NK + i)]);
-            }
-        }
-    }
-    /* the partial last line */
-    for (size_t c = lines * E; c < d; c += 16, qp += 16) {
-        const __mmask16 m = lanes(d - c);
-        SDPA_UNROLL for (int i = 0; i < NK; i++)
-        {
-            const __m512 kv = load_kv(kc + i * ksb, kt, (ptrdiff_t)(c - lines * E), m);
-            SDPA_UNROLL for (int r = 0; r < R; r++) a[PERM16(r * NK + i)] =
-                _mm512_fmadd_ps(_mm512_load_ps(qp + (size_t)r * E), kv, a[PERM16(r * NK + i)]);
-        }
-    }
-}
-
 /* q rows [0, R) padded to RP (repeating the last), packed line by line for
    score_avx512_decode_fast: the E elements of line g of row r at qp[(g * RP + r) * E], the
    partial last line zero-padded. */
@@ -167,132 +35,6 @@ static void pack_q_lines(const float *const *qr, size_t RP, size_t d, size_t E, 
                 const size_t c = g * E + e;
                 qp[(g * RP + r) * E + e] = c < d ? qr[r][c] : 0.0f;
             }
-}
-
-/* Scores of rows [0, R) (a tile shaped for RP in {1, 2, 4, 8} rows, whose padding rows take no
-   arithmetic) against the keys [0, nk) of the block starting at key j0, into S[r][0..nk).
-   RP * NK = 16 dot products per tile, so a single shuffle tree reduces them all and lane
-   r * NK + i of its result is row r's score for key i (the sum of accumulator r * NK + i's lanes
-   alone): no horizontal sum per key, and (unlike a per-row pass) K is read and converted once
-   for all rows. A tail tile repeats its last key (in bounds) in the missing lanes and stores
-   only the real ones. Each live stream gets PK rows' lines a tile: NK (a row per key), or NK / 2
-   when the phase requests half a phase of rows of each array (decode_values_ilv). */
-SDPA_INLINE void score_avx512_decode_pk(int R, int PK, sdpa_dtype kt, const float *const *qr,
-                                        size_t d, const void *k, ptrdiff_t ks, size_t j0, size_t nk,
-                                        float *S, size_t lds, decode_pf *pfs, const float *qp)
-{
-    const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
-    const size_t es = kt == SDPA_F32 ? 4 : 2;
-    const ptrdiff_t ksb = ks * (ptrdiff_t)es;
-    /* the streams' lines of PK rows a tile, spread over its steps (one per line of K) */
-    const size_t steps = (d * es + 63) / 64, fsteps = d * es / 64;
-    decode_pf pf = *pfs, pff = pf;
-    decode_pf_rate(&pf, (size_t)PK, steps);
-    decode_pf_rate(&pff, (size_t)PK, fsteps);
-    for (size_t j = 0; j < nk; j += NK) {
-        const size_t nv = sdpa_min(NK, nk - j);
-        if (nv == (size_t)NK && fsteps) {
-            __m512 a[16];
-            SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
-            const char *kc = (const char *)k + sdpa_row_off(ks, j0 + j) * (ptrdiff_t)es;
-            /* rows of whole lines (L = fsteps), end to end: PK lines of each live stream a step */
-            const size_t tl = (size_t)PK * fsteps;
-            const int pm = decode_pf_mode(&pf, fsteps, tl);
-            if (pm == 1) {
-                score_avx512_decode_fast(R, RP, NK, PK, kt, 1, qp, d, kc, ksb, &pf, a);
-                decode_pf_skip(&pf, tl, 1);
-            } else if (pm == 2) {
-                score_avx512_decode_fast(R, RP, NK, PK, kt, 2, qp, d, kc, ksb, &pf, a);
-                decode_pf_skip(&pf, tl, 0);
-            } else {
-                pff.s[0] = pf.s[0];
-                pff.s[1] = pf.s[1];
-                score_avx512_decode_fast(R, RP, NK, PK, kt, 0, qp, d, kc, ksb, &pff, a);
-                pf.s[0] = pff.s[0];
-                pf.s[1] = pff.s[1];
-            }
-            const __m512 sv = reduce16(a);
-            SDPA_UNROLL for (int r = 0; r < R; r++)
-                _mm512_mask_storeu_ps(S + (size_t)r * lds + j - (size_t)r * NK,
-                                      (__mmask16)(((1u << NK) - 1u) << (r * NK)), sv);
-            continue;
-        }
-        ptrdiff_t ko[16];
-        SDPA_UNROLL for (int i = 0; i < NK; i++) ko[i] =
-            sdpa_row_off(ks, j0 + j + sdpa_min((size_t)i, nv - 1));
-        __m512 a[16];
-        SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
-        size_t c = 0;
-        _Pragma("GCC unroll 2") for (; c + 16 <= d; c += 16)
-            score_avx512_decode_step(R, NK, kt, a, qr, k, ko, c, 0xFFFF, &pf);
-        if (c < d) score_avx512_decode_step(R, NK, kt, a, qr, k, ko, c, lanes(d - c), &pf);
-        const __m512 s = reduce16(a);
-        const unsigned keys = (1u << nv) - 1u;
-        /* row r's lanes [r * NK, r * NK + nv) go to S[r][j..); the pointer stays inside S */
-        SDPA_UNROLL for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(
-            S + (size_t)r * lds + j - (size_t)r * NK, (__mmask16)(keys << (r * NK)), s);
-    }
-    pfs->s[0] = pf.s[0];
-    pfs->s[1] = pf.s[1];
-}
-
-SDPA_INLINE void score_avx512_decode_block(int R, sdpa_dtype kt, const float *const *qr, size_t d,
-                                           const void *k, ptrdiff_t ks, size_t j0, size_t nk,
-                                           float *S, size_t lds, decode_pf *pf, const float *qp,
-                                           int half)
-{
-    const int NK = R == 1 ? 16 : R == 2 ? 8 : R <= 4 ? 4 : 2;
-    if (half && R <= DECODE_ILV_ROWS)
-        score_avx512_decode_pk(R, NK / 2, kt, qr, d, k, ks, j0, nk, S, lds, pf, qp);
-    else
-        score_avx512_decode_pk(R, NK, kt, qr, d, k, ks, j0, nk, S, lds, pf, qp);
-}
-
-/* One function per shape (storage type by row count), called once per block. */
-typedef void score_avx512_decode_fn(const float *const *qr, size_t d, const void *k, ptrdiff_t ks,
-                                    size_t j0, size_t nk, float *S, size_t lds, decode_pf *pf,
-                                    const float *qp, int half);
-#define SCORE_DECODE_FN(T, R)                                                                      \
-    SDPA_NOINLINE void score_avx512_decode_##T##_##R(                                              \
-        const float *const *qr, size_t d, const void *k, ptrdiff_t ks, size_t j0, size_t nk,       \
-        float *S, size_t lds, decode_pf *pf, const float *qp, int half)                            \
-    {                                                                                              \
-        score_avx512_decode_block(R, SDPA_##T, qr, d, k, ks, j0, nk, S, lds, pf, qp, half);        \
-    }
-/* clang-format off */
-#define SCORE_DECODE_FNS(T)                                                                        \
-    SCORE_DECODE_FN(T, 1) SCORE_DECODE_FN(T, 2) SCORE_DECODE_FN(T, 3) SCORE_DECODE_FN(T, 4)        \
-    SCORE_DECODE_FN(T, 5) SCORE_DECODE_FN(T, 6) SCORE_DECODE_FN(T, 7) SCORE_DECODE_FN(T, 8)
-/* clang-format on */
-SCORE_DECODE_FNS(F32)
-SCORE_DECODE_FNS(F16)
-SCORE_DECODE_FNS(BF16)
-#define SCORE_DECODE_ROW(T)                                                                        \
-    {                                                                                              \
-        score_avx512_decode_##T##_1, score_avx512_decode_##T##_2, score_avx512_decode_##T##_3,     \
-            score_avx512_decode_##T##_4, score_avx512_decode_##T##_5, score_avx512_decode_##T##_6, \
-            score_avx512_decode_##T##_7, score_avx512_decode_##T##_8                               \
-    }
-/* [F32, F16, BF16][rows - 1] */
-static score_avx512_decode_fn *const score_avx512_decode_fns[3][DECODE_MAX_ROWS] = {
-    SCORE_DECODE_ROW(F32), SCORE_DECODE_ROW(F16), SCORE_DECODE_ROW(BF16)};
-#undef SCORE_DECODE_ROW
-#undef SCORE_DECODE_FNS
-#undef SCORE_DECODE_FN
-
-/* The row of a [type] table: F32, F16, anything else as BF16. */
-static inline size_t decode_type_ix(sdpa_dtype t)
-{
-    return t == SDPA_F32 ? 0 : t == SDPA_F16 ? 1 : 2;
-}
-
-static void score_avx512_decode(const float *const *qr, size_t R, size_t d, const void *k,
-                                sdpa_dtype kt, ptrdiff_t ks, size_t j0, size_t nk, float *S,
-                                size_t lds, decode_pf *pf, const float *qp, int half)
-{
-    if (R >= 1 && R <= DECODE_MAX_ROWS)
-        score_avx512_decode_fns[decode_type_ix(kt)][R - 1](qr, d, k, ks, j0, nk, S, lds, pf, qp,
-                                                           half);
 }
 
 /* NV vectors of V row j0 + j from column c0 (masks mk), converted, after the pass's prefetch
@@ -558,8 +300,8 @@ static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
         {0, 0}};
     c->pf = pf;
     decode_ahead(c, w->ahead_row, d * c->ek, w->ahead_n);
-    score_avx512_decode(c->qr, w->rows, d, w->k, w->k_type, w->k_stride, j0, nb, S, lds, &c->pf,
-                        c->qpk, 0);
+    sdpa_score_decode_avx512(c->qr, w->rows, d, w->k, w->k_type, w->k_stride, j0, nb, S, lds,
+                             &c->pf, c->qpk, 0);
 }
 
 static inline float loop_softmax(decode_ctx *c, size_t r, float *s, size_t nv, size_t nb, float *m,
@@ -593,8 +335,8 @@ static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, size_t j0, size
         c->pf.s[0] = decode_rows(w->k, w->k_stride, c->ek, w->d * c->ek, kk, h, c->kend);
         c->pf.s[1] = decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, vk, h, c->kend);
         vk += h, kk += h;
-        score_avx512_decode(c->qr, R, w->d, w->k, w->k_type, w->k_stride, jn + ja,
-                            sdpa_min(T, nbn - ja), c->S + ja, DECODE_LDS, &c->pf, c->qpk, 1);
+        sdpa_score_decode_avx512(c->qr, R, w->d, w->k, w->k_type, w->k_stride, jn + ja,
+                                 sdpa_min(T, nbn - ja), c->S + ja, DECODE_LDS, &c->pf, c->qpk, 1);
     }
     c->pre_k = w->k, c->pre_j0 = jn, c->pre_n = nbn;
 }
