@@ -195,16 +195,8 @@ typedef void pv_avx512_decode_fn(float *acc, size_t dv, const float *alpha, cons
 PV_DECODE_FNS(F32)
 PV_DECODE_FNS(F16)
 PV_DECODE_FNS(BF16)
-#define PV_DECODE_ROW(T)                                                                           \
-    {                                                                                              \
-        pv_avx512_decode_##T##_1, pv_avx512_decode_##T##_2, pv_avx512_decode_##T##_3,              \
-            pv_avx512_decode_##T##_4, pv_avx512_decode_##T##_5, pv_avx512_decode_##T##_6,          \
-            pv_avx512_decode_##T##_7, pv_avx512_decode_##T##_8                                     \
-    }
-/* [F32, F16, BF16][rows - 1] */
-static pv_avx512_decode_fn *const pv_avx512_decode_fns[3][DECODE_MAX_ROWS] = {
-    PV_DECODE_ROW(F32), PV_DECODE_ROW(F16), PV_DECODE_ROW(BF16)};
-#undef PV_DECODE_ROW
+static pv_avx512_decode_fn *const pv_avx512_decode_fns[3][DECODE_MAX_ROWS] =
+    DECODE_TABLE8(pv_avx512_decode);
 #undef PV_DECODE_FNS
 #undef PV_DECODE_FN
 

@@ -82,6 +82,17 @@ static inline size_t decode_type_ix(sdpa_dtype t)
     return t == SDPA_F32 ? 0 : t == SDPA_F16 ? 1 : 2;
 }
 
+/* A [F32, F16, BF16][rows - 1] table of the instances P_T_R, R from 1 to DECODE_MAX_ROWS (8). */
+#define DECODE_ROW8(P, T)                                                                          \
+    {                                                                                              \
+        P##_##T##_1, P##_##T##_2, P##_##T##_3, P##_##T##_4, P##_##T##_5, P##_##T##_6, P##_##T##_7, \
+            P##_##T##_8                                                                            \
+    }
+#define DECODE_TABLE8(P)                                                                           \
+    {                                                                                              \
+        DECODE_ROW8(P, F32), DECODE_ROW8(P, F16), DECODE_ROW8(P, BF16)                             \
+    }
+
 /* Scores of rows [0, R) against keys [j0, j0 + nk) of K (f32, f16 or bf16) into S[r][0..nk),
    the streams pf requested among the arithmetic (at half rate when half); qp: the rows packed
    by lines (decode.c's pack_q_lines). decode_scores.c, a unit of its own for its compile time. */

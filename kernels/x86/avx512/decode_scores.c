@@ -160,16 +160,8 @@ typedef void score_avx512_decode_fn(const float *const *qr, size_t d, const void
 SCORE_DECODE_FNS(F32)
 SCORE_DECODE_FNS(F16)
 SCORE_DECODE_FNS(BF16)
-#define SCORE_DECODE_ROW(T)                                                                        \
-    {                                                                                              \
-        score_avx512_decode_##T##_1, score_avx512_decode_##T##_2, score_avx512_decode_##T##_3,     \
-            score_avx512_decode_##T##_4, score_avx512_decode_##T##_5, score_avx512_decode_##T##_6, \
-            score_avx512_decode_##T##_7, score_avx512_decode_##T##_8                               \
-    }
-/* [F32, F16, BF16][rows - 1] */
-static score_avx512_decode_fn *const score_avx512_decode_fns[3][DECODE_MAX_ROWS] = {
-    SCORE_DECODE_ROW(F32), SCORE_DECODE_ROW(F16), SCORE_DECODE_ROW(BF16)};
-#undef SCORE_DECODE_ROW
+static score_avx512_decode_fn *const score_avx512_decode_fns[3][DECODE_MAX_ROWS] =
+    DECODE_TABLE8(score_avx512_decode);
 #undef SCORE_DECODE_FNS
 #undef SCORE_DECODE_FN
 
