@@ -5,12 +5,15 @@
 /*
  * Work of at most DECODE_MAX_ROWS rows is bound by reading K and V once, and the core overlaps
  * little of its arithmetic with the memory stream, so every operation per key counts. Per block
- * of keys: scores in tiles of RP rows x 16/RP keys (RP = R rounded up to 1, 2, 4 or 8), each K
- * chunk loaded and converted once, in a register, and used by every row, the 16 dot products of
- * a tile reduced by one shuffle tree; then one online-softmax step per row for the whole block;
- * then P·V with each V vector converted once in a register and used by every row, the
- * accumulators of R rows x NV column vectors in registers. K and V are requested ahead of their
- * use, in address order (decode_pf).
+ * of keys: scores in tiles of RP rows x 16/RP keys (RP = R rounded up to 1, 2, 4 or 8; the
+ * padding rows take no arithmetic), each K chunk loaded and converted once, in a register, and
+ * used by every row, the 16 dot products of a tile reduced by one shuffle tree
+ * (decode_scores.c); then one online-softmax step per row for the whole block; then P·V with
+ * each V vector converted once in a register and used by every row, the accumulators of R rows
+ * x NV column vectors in registers. K and V are requested ahead of their use, in address order
+ * (decode_pf.h); with at most DECODE_ILV_ROWS rows the P·V of a block and the scores of the next
+ * go in alternating turns of DECODE_PV_KB keys, so that both arrays stream together
+ * (decode_values_ilv).
  */
 
 static size_t decode_block(size_t block) { return sdpa_min(block ? block : 1, DECODE_BLOCK); }
