@@ -147,31 +147,18 @@ SDPA_INLINE void qd_request(const void *base, sdpa_dtype type, ptrdiff_t stride,
     __builtin_prefetch(r + bytes - 1, 0, 3);
 }
 
-/* q4_0's quants as 16 (n - 8) in int8 where AVX512VL's ternary logic makes them in the
-   operations that make n alone ((16 n) ^ 0x80 is 16 n - 128); the element is then that times
-   d / 16 (exact: a power of two times an f16), one exact product as ggml's d (n - 8), its sign
-   of zero too. */
-#ifdef __AVX512VL__
-#define QD_Q4_X16 1
-#else
-#define QD_Q4_X16 0
-#endif
-
-/* A block's scale d in every lane, and c: for q4_1 and q5_1 the minimum m, for q4_0 d / 16
-   with QD_Q4_X16, and otherwise, and for q5_0 and iq4_nl, -0 (qd_x8 takes fma(q, d, c): d q +
-   -0 is d q, its sign of zero too); unused for q8_0. */
+/* A block's scale d in every lane, and c: for q4_1 and q5_1 the minimum m, for q4_0, q5_0 and
+   iq4_nl -0 (qd_x8 takes fma(q, d, c): d q + -0 is d q, its sign of zero too); unused for
+   q8_0. */
 SDPA_INLINE void qd_scales8(sdpa_dtype type, const unsigned char *b, __m256 *d, __m256 *c)
 {
     *d = qd_f16x8(b);
-    if (QD_Q4_X16 && type == SDPA_Q4_0)
-        *c = _mm256_mul_ps(*d, _mm256_set1_ps(0.0625f));
-    else
-        *c = sdpa_dtype_has_min(type) ? qd_f16x8(b + 2) : _mm256_set1_ps(-0.0f);
+    *c = sdpa_dtype_has_min(type) ? qd_f16x8(b + 2) : _mm256_set1_ps(-0.0f);
 }
 
 /* A block's quants ready for qd_x8: q8_0, the block's address; the other formats, their int8
-   quants (qd_quants32's; q4_0's n - 8, or 16 (n - 8) with QD_Q4_X16, made here from 128-bit
-   halves), elements 0-15 and 16-31. */
+   quants (qd_quants32's; q4_0's n - 8 made here from 128-bit halves), elements 0-15 and
+   16-31. */
 typedef struct qd_src {
     const unsigned char *b;
     __m128i lo, hi;
@@ -183,16 +170,9 @@ SDPA_INLINE qd_src qd_prepare(sdpa_dtype type, const unsigned char *b)
     s.b = b;
     if (type == SDPA_Q4_0) {
         const __m128i raw = _mm_loadu_si128((const __m128i *)(const void *)(b + 2));
-#if QD_Q4_X16
-        /* (x & 0xF0) ^ 0x80: the nibble in the high half of each byte, less 8 */
-        const __m128i hm = _mm_set1_epi8((char)0xF0), sb = _mm_set1_epi8((char)0x80);
-        s.lo = _mm_ternarylogic_epi32(_mm_slli_epi16(raw, 4), hm, sb, 0x6A);
-        s.hi = _mm_ternarylogic_epi32(raw, hm, sb, 0x6A);
-#else
         const __m128i m = _mm_set1_epi8(15), e = _mm_set1_epi8(8);
         s.lo = _mm_sub_epi8(_mm_and_si128(raw, m), e);
         s.hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(raw, 4), m), e);
-#endif
     } else if (type == SDPA_Q8_0) {
         s.lo = s.hi = _mm_setzero_si128();
     } else {
@@ -214,8 +194,6 @@ SDPA_INLINE __m256 qd_x8(sdpa_dtype type, const qd_src *s, int t, __m256 d, __m2
                              d);
     const __m128i n = t < 2 ? s->lo : s->hi;
     const __m128i h = t & 1 ? _mm_srli_si128(n, 8) : n;
-    if (QD_Q4_X16 && type == SDPA_Q4_0)
-        return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h)), c);
     return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(h)), d, c);
 }
 
@@ -261,10 +239,7 @@ SDPA_INLINE __m512 qd_f16x16(const unsigned char *p)
 SDPA_INLINE void qd_scales16(sdpa_dtype type, const unsigned char *b, __m512 *d, __m512 *c)
 {
     *d = qd_f16x16(b);
-    if (QD_Q4_X16 && type == SDPA_Q4_0)
-        *c = _mm512_mul_ps(*d, _mm512_set1_ps(0.0625f));
-    else
-        *c = sdpa_dtype_has_min(type) ? qd_f16x16(b + 2) : _mm512_set1_ps(-0.0f);
+    *c = sdpa_dtype_has_min(type) ? qd_f16x16(b + 2) : _mm512_set1_ps(-0.0f);
 }
 
 /* Elements [16 h, 16 h + 16) of the block as f32 (qd_x8's arithmetic). */
@@ -274,9 +249,7 @@ SDPA_INLINE __m512 qd_x16(sdpa_dtype type, const qd_src *s, int h, __m512 d, __m
         return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
                                  (const __m128i *)(const void *)(s->b + 2 + 16 * h)))),
                              d);
-    const __m512 q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(h ? s->hi : s->lo));
-    if (QD_Q4_X16 && type == SDPA_Q4_0) return _mm512_mul_ps(q, c);
-    return _mm512_fmadd_ps(q, d, c);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(h ? s->hi : s->lo)), d, c);
 }
 
 /* A block's 32 elements by table for the 16-value formats (q4_0, q4_1, iq4_nl) and the 32-value
