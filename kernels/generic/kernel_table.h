@@ -134,6 +134,11 @@ typedef struct sdpa_rows {
        end, cannot reach. */
     const void *ahead_row;
     size_t ahead_n;
+    /* NULL: the unit is not a page's piece. Else it is a piece of the paged unit piece_of
+       (rows_loop.h), its key j being piece_of's key piece_base + j: a hook may read that
+       unit's later pages through it. */
+    const struct sdpa_rows *piece_of;
+    size_t piece_base;
     /* NULL: exact scores. Else fast scores (sdpa_params.q8_scores, K in a block format only, a
        unit of at most sdpa_kernels.quant_rows rows): row r's query quantized per 32-block,
        quants at qq + r * d and block scales at qd + r * d / 32, and the score of key j is

@@ -184,7 +184,19 @@ static inline size_t sdpa_page_piece(const sdpa_rows *w, size_t j, size_t *n, sd
     u->v = pg->v[p - pg->first];
     u->kv_begin = w->kv_begin > base ? w->kv_begin - base : 0;
     u->kv_end = w->kv_end - base < pg->size ? w->kv_end - base : pg->size;
+    u->piece_of = w;
+    u->piece_base = base;
     return lj;
+}
+
+/* The keys of the block at key j of the paged unit w, blocks of at most B keys on the page
+   grid (rows_loop.h): within a page when pages hold B keys or more, else whole pages, the
+   first block up to the first page boundary; none past w's end. */
+static inline size_t sdpa_page_block(const sdpa_rows *w, size_t j, size_t B)
+{
+    const size_t ps = w->pages->size, pe = (j / ps + 1) * ps;
+    const size_t nb = ps >= B ? sdpa_min(B, pe - j) : j % ps ? pe - j : B / ps * ps;
+    return j < w->kv_end ? sdpa_min(nb, w->kv_end - j) : 0;
 }
 
 /* The K (v = 0) or V (v = 1) rows of keys [j0, j1) of a paged unit w that lie in the page of

@@ -117,14 +117,11 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
     for (size_t bi = 0, jn = w->kv_begin;; bi++) {
         size_t j0, nb;
         if (w->pages) {
-            /* blocks on the page grid, so that every piece but a block's first starts a page
-               (S offset by a multiple of 16): within a page when pages hold B keys or more,
-               else whole pages, the first block up to the first page boundary */
+            /* blocks on the page grid (sdpa_page_block), so that every piece but a block's
+               first starts a page (S offset by a multiple of 16) */
             if (jn >= w->kv_end) break;
-            const size_t ps = w->pages->size, pe = (jn / ps + 1) * ps;
             j0 = jn;
-            nb = ps >= B ? sdpa_min(B, pe - j0) : jn % ps ? pe - j0 : B / ps * ps;
-            nb = sdpa_min(nb, w->kv_end - j0);
+            nb = sdpa_page_block(w, j0, B);
             jn = j0 + nb;
         } else {
             if (bi == nblk) break;

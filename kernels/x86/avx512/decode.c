@@ -214,6 +214,27 @@ static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha
 
 /* --- the hooks of the generic loop (rows_loop.h) -------------------------------------------- */
 
+/* Where the interleaved order finds keys (decode_values_ilv): a view's own rows (pg NULL, key j
+   at row j of k and v), or a paged unit's pages (key j at row j % size of page j / size). kend:
+   keys at or past it are never requested. */
+typedef struct ilv_keys {
+    const sdpa_pages *pg;
+    const void *k, *v;
+    size_t kend;
+} ilv_keys;
+
+/* The K (v = 0) or V array holding key j of x in *base, and j's row there. */
+static inline size_t ilv_page(const ilv_keys *x, int v, size_t j, const void **base)
+{
+    if (!x->pg) {
+        *base = v ? x->v : x->k;
+        return j;
+    }
+    const size_t p = j / x->pg->size;
+    *base = (v ? x->pg->v : x->pg->k)[p - x->pg->first];
+    return j - p * x->pg->size;
+}
+
 typedef struct decode_ctx {
     const float *qr[DECODE_MAX_ROWS]; /* query rows, the last repeated up to DECODE_MAX_ROWS */
     float *qpk;                       /* q packed by lines for score_avx512_decode_fast */
@@ -224,7 +245,8 @@ typedef struct decode_ctx {
     int other;    /* the other array's stream, and short blocks (decode_pf) */
     int ilv;      /* the next block's scores among the P·V (decode_values_ilv) */
     decode_pf pf; /* the block's streams, from the scores to the values */
-    /* keys [pre_j0, pre_j0 + pre_n) of the K view pre_k, already scored into S[r][0..pre_n) */
+    /* the block of keys from pre_j0 of pre_k (a K view, or the paged unit whose pieces the
+       hooks get: its keys), already scored into S[r][0..pre_n) */
     const void *pre_k;
     size_t pre_j0, pre_n;
 } decode_ctx;
@@ -275,6 +297,30 @@ static inline void decode_ahead(decode_ctx *c, const void *row, size_t row_bytes
             sdpa_pf_rows_begin(row, c->pf.s[0].skip + (ptrdiff_t)(64 * c->pf.s[0].L), row_bytes, n);
 }
 
+/* The rows of keys [j, j + n) of x as a prefetch stream (K: v = 0), cut at x's kend and at the
+   end of j's page. */
+static inline sdpa_pf_rows ilv_rows(const decode_ctx *c, const sdpa_rows *w, const ilv_keys *x,
+                                    int v, size_t j, size_t n)
+{
+    const void *base;
+    const size_t lj = ilv_page(x, v, j, &base);
+    size_t left = x->kend > j ? x->kend - j : 0; /* keys of x from j on that may be requested */
+    if (x->pg) left = sdpa_min(left, x->pg->size - lj);
+    return v ? decode_rows(base, w->v_stride, c->ev, w->dv * c->ev, lj, n, lj + left)
+             : decode_rows(base, w->k_stride, c->ek, w->d * c->ek, lj, n, lj + left);
+}
+
+/* What a view's keys are part of (the paged unit of a piece, else its own K), and key j's index
+   there: a block scored ahead is known by them. */
+static inline const void *ilv_id(const sdpa_rows *w)
+{
+    return w->piece_of ? (const void *)w->piece_of : w->k;
+}
+static inline size_t ilv_key(const sdpa_rows *w, size_t j)
+{
+    return w->piece_of ? w->piece_base + j : j;
+}
+
 /* All rows are computed (r0 is ignored): the score tiles are shaped by the row count. */
 static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
                                float *S, size_t lds)
@@ -282,10 +328,10 @@ static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     (void)r0;
     const size_t d = w->d;
     c->kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]); /* w may be a page's piece */
-    if (c->pre_n) { /* the keys the last P·V scored: this very block, or nothing */
-        const int hit = j0 == c->pre_j0 && nb == c->pre_n && w->k == c->pre_k && S == c->S;
+    if (c->pre_n) { /* the keys the last P·V scored: this block (or a piece of it), or nothing */
+        const size_t o = (size_t)(S - c->S), a = ilv_key(w, j0);
+        if (ilv_id(w) == c->pre_k && a >= o && a - o == c->pre_j0 && o + nb <= c->pre_n) return;
         c->pre_n = 0;
-        if (hit) return;
     }
     /* the score loop requests K DECODE_PF_KEYS keys ahead (and, with few rows, this block's V
        rows); never a key at or past kend (see decode_pf) */
@@ -306,34 +352,66 @@ static inline float loop_softmax(decode_ctx *c, size_t r, float *s, size_t nv, s
     return softmax_avx512(1, s, nv, m, l);
 }
 
-/* The P·V of the block [j0, j0 + nb) in turns of DECODE_PV_KB keys, each followed by the scores
-   of the same keys of the next block [jn, jn + nbn) into the part of S the turn has used up
-   (left for loop_scores in pre_k, pre_j0, pre_n). Every turn of either kind requests half a
-   turn of rows of both arrays, one turn ahead of their use (V from j0 + DECODE_PV_KB, K from
-   jn + DECODE_PV_KB: what the last phases requested), so that K and V stream together. The
-   softmax blocks, the score tiles (the turns fall on the tile grid) and the P·V sub-blocks are
-   unchanged: the results are bitwise those of the block order. */
-static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, size_t j0, size_t nb, size_t jn,
-                              size_t nbn, const float *alpha, const size_t *valid)
+/* The P·V of the keys [j0, j0 + nb) of the view w (at S, alpha: the block's first such part
+   or not) in turns of DECODE_PV_KB keys, each followed by the scores of the same keys of the
+   next block, [jn, jn + nbn) of x, into the part of S the turn has used up (recorded for
+   loop_scores by loop_values). a0 is key j0's index in x. Every turn of either kind requests
+   half a turn of rows of both arrays, one turn ahead of their use (V from a0 + DECODE_PV_KB, K
+   from jn + DECODE_PV_KB: what the last phases requested), so that K and V stream together.
+   The softmax blocks, the score tiles (the turns fall on the tile grid) and the P·V sub-blocks
+   are unchanged: the results are bitwise those of the block order. */
+static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, const ilv_keys *x, size_t j0,
+                              size_t a0, size_t nb, size_t jn, size_t nbn, float *S,
+                              const float *alpha, const size_t *valid)
 {
     const size_t R = w->rows, T = DECODE_PV_KB, h = T / 2;
-    size_t vk = j0 + T, kk = jn + T; /* the first rows of each array not yet requested */
+    size_t vk = a0 + T, kk = jn + T; /* the first rows of each array not yet requested */
     for (size_t ja = 0; ja < nb; ja += T) {
         const int both = ja < nbn; /* a score turn follows */
-        c->pf.s[0] =
-            decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, vk, both ? h : T, c->kend);
-        c->pf.s[1] = decode_rows(w->k, w->k_stride, c->ek, w->d * c->ek, kk, both ? h : 0, c->kend);
+        c->pf.s[0] = ilv_rows(c, w, x, 1, vk, both ? h : T);
+        c->pf.s[1] = ilv_rows(c, w, x, 0, kk, both ? h : 0);
         vk += both ? h : T, kk += both ? h : 0;
-        pv_avx512_decode(R, w->acc, w->dv, alpha, c->S, w->v, w->v_type, w->v_stride, j0, valid,
+        pv_avx512_decode(R, w->acc, w->dv, alpha, S, w->v, w->v_type, w->v_stride, j0, valid,
                          &c->pf, ja, ja + T, both);
         if (!both) continue;
-        c->pf.s[0] = decode_rows(w->k, w->k_stride, c->ek, w->d * c->ek, kk, h, c->kend);
-        c->pf.s[1] = decode_rows(w->v, w->v_stride, c->ev, w->dv * c->ev, vk, h, c->kend);
+        c->pf.s[0] = ilv_rows(c, w, x, 0, kk, h);
+        c->pf.s[1] = ilv_rows(c, w, x, 1, vk, h);
         vk += h, kk += h;
-        sdpa_score_decode_avx512(c->qr, R, w->d, w->k, w->k_type, w->k_stride, jn + ja,
-                                 sdpa_min(T, nbn - ja), c->S + ja, DECODE_LDS, &c->pf, c->qpk, 1);
+        const void *kp = x->k;
+        const size_t kj = ilv_page(x, 0, jn + ja, &kp);
+        sdpa_score_decode_avx512(c->qr, R, w->d, kp, w->k_type, w->k_stride, kj,
+                                 sdpa_min(T, nbn - ja), S + ja, DECODE_LDS, &c->pf, c->qpk, 1);
     }
-    c->pre_k = w->k, c->pre_j0 = jn, c->pre_n = nbn;
+}
+
+/* Whether the P·V of the part [j0, j0 + nb) of a block at S (valid: its keys each row sees)
+   can score the next block's keys at the same place (decode_values_ilv), and where they are:
+   x, and in it the part's first key (*a0) and that next part ([*jn, *jn + *nbn)). The next
+   block must lie whole before the rows' end (so the loop will score it, and exactly it, next),
+   and every row must see all of this part; the parts of a paged unit's block (its pages, or
+   the block within a page) are matched by their offset in the block, each extending the keys
+   already scored (pre_n) from its own offset on. */
+static int ilv_plan(decode_ctx *c, const sdpa_rows *w, size_t j0, size_t nb, const float *S,
+                    const size_t *valid, ilv_keys *x, size_t *a0, size_t *jn, size_t *nbn)
+{
+    const size_t T = DECODE_PV_KB, o = (size_t)(S - c->S);
+    if (!c->ilv || valid[0] != nb) return 0;
+    const sdpa_rows *P = w->piece_of;
+    if (!P) { /* a view of its own: a block per call */
+        *x = (ilv_keys){NULL, w->k, w->v, c->kend};
+        *a0 = j0, *jn = j0 + nb;
+        *nbn = w->kv_end > *jn ? sdpa_min(c->NB, w->kv_end - *jn) : 0;
+        return o == 0 && nb == c->NB && *nbn && *jn + *nbn <= c->kend;
+    }
+    const size_t ps = P->pages->size, full = ps >= c->NB ? c->NB : c->NB / ps * ps;
+    *x = (ilv_keys){P->pages, NULL, NULL, sdpa_min(P->kv_end, P->kv_limit[P->rows - 1])};
+    *a0 = w->piece_base + j0;
+    if (ps % T || *a0 < o || sdpa_page_block(P, *a0 - o, c->NB) != full) return 0;
+    const size_t b1 = *a0 - o + full, n1 = sdpa_page_block(P, b1, c->NB);
+    if (!n1 || n1 > full || b1 + n1 > x->kend || o >= n1) return 0;
+    if (o && !(c->pre_k == (const void *)P && c->pre_j0 == b1 && c->pre_n == o)) return 0;
+    *jn = b1 + o, *nbn = sdpa_min(nb, n1 - o);
+    return 1;
 }
 
 static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
@@ -344,12 +422,13 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     size_t valid[DECODE_MAX_ROWS];
     for (size_t r = 0; r < R; r++) valid[r] = sdpa_visible(w, r, j0, nb);
     c->kend = sdpa_min(w->kv_end, w->kv_limit[R - 1]);
-    /* the next block, when every row sees all of this one and it lies whole before kend (so
-       the loop will score it, and exactly it, next) */
-    const size_t jn = j0 + nb, nbn = w->kv_end > jn ? sdpa_min(c->NB, w->kv_end - jn) : 0;
-    if (c->ilv && nb == c->NB && nbn && jn + nbn <= c->kend && valid[0] == nb && S == c->S &&
-        !w->ahead_n) {
-        decode_values_ilv(c, w, j0, nb, jn, nbn, alpha, valid);
+    if (S == c->S) c->pre_n = 0; /* a block's first part: its scores are all used */
+    ilv_keys x;
+    size_t a0, jn, nbn;
+    if (ilv_plan(c, w, j0, nb, S, valid, &x, &a0, &jn, &nbn)) {
+        const size_t o = (size_t)(S - c->S);
+        decode_values_ilv(c, w, &x, j0, a0, nb, jn, nbn, c->S + o, alpha, valid);
+        c->pre_k = ilv_id(w), c->pre_j0 = jn - o, c->pre_n = o + nbn;
         return;
     }
     /* the P·V loop requests V DECODE_PF_KEYS keys ahead (and, with few rows, the next block's K
