@@ -153,7 +153,7 @@ SDPA_INLINE void pv_avx512_decode_h(int R, int NV, int half, sdpa_dtype vt, floa
     decode_pf_rate(pf, 1, half ? 2 * passes : passes);
     for (size_t ja = ja0; ja < sdpa_min(ja1, nk[R - 1]); ja += DECODE_PV_KB) {
         const float *al = ja == 0 ? alpha : NULL;
-        const size_t jb = sdpa_min(ja + DECODE_PV_KB, nk[R - 1]);
+        const size_t jb = sdpa_min(sdpa_min(ja + DECODE_PV_KB, ja1), nk[R - 1]);
         for (size_t c0 = 0; c0 < dv; c0 += cw) {
             if (c0 + cw <= dv)
                 pv_avx512_decode_tile(R, NV, 1, half, acc, dv, c0, al, S, v, vt, vs, j0, ja, jb, nk,
@@ -165,8 +165,9 @@ SDPA_INLINE void pv_avx512_decode_h(int R, int NV, int half, sdpa_dtype vt, floa
     }
 }
 
-/* Keys [ja0, ja1) of the block (ja0 a multiple of DECODE_PV_KB); half: the streams hold half a
-   phase of rows each (decode_values_ilv), requested at half the rate. */
+/* Keys [ja0, ja1) of the block (ja0 a multiple of DECODE_PV_KB or of a turn: a sub-block cut in
+   parts sums its keys in the same order); half: the streams hold half a phase of rows each
+   (decode_values_ilv), requested at half the rate. */
 SDPA_INLINE void pv_avx512_decode_r(int R, int NV, sdpa_dtype vt, float *acc, size_t dv,
                                     const float *alpha, const float *S, const void *v, ptrdiff_t vs,
                                     size_t j0, const size_t *nk, decode_pf *pf, size_t ja0,
@@ -221,6 +222,7 @@ typedef struct ilv_keys {
     const sdpa_pages *pg;
     const void *k, *v;
     size_t kend;
+    size_t turn; /* keys per turn: DECODE_PV_KB, or a page's keys when pages hold fewer */
 } ilv_keys;
 
 /* The K (v = 0) or V array holding key j of x in *base, and j's row there. */
@@ -353,18 +355,18 @@ static inline float loop_softmax(decode_ctx *c, size_t r, float *s, size_t nv, s
 }
 
 /* The P·V of the keys [j0, j0 + nb) of the view w (at S, alpha: the block's first such part
-   or not) in turns of DECODE_PV_KB keys, each followed by the scores of the same keys of the
-   next block, [jn, jn + nbn) of x, into the part of S the turn has used up (recorded for
+   or not) in turns of x->turn keys, each followed by the scores of the same keys of the next
+   block, [jn, jn + nbn) of x, into the part of S the turn has used up (recorded for
    loop_scores by loop_values). a0 is key j0's index in x. Every turn of either kind requests
-   half a turn of rows of both arrays, one turn ahead of their use (V from a0 + DECODE_PV_KB, K
-   from jn + DECODE_PV_KB: what the last phases requested), so that K and V stream together.
+   half a turn of rows of both arrays, one turn ahead of their use (V from a0 + turn, K from
+   jn + turn: what the last phases requested), so that K and V stream together.
    The softmax blocks, the score tiles (the turns fall on the tile grid) and the P·V sub-blocks
    are unchanged: the results are bitwise those of the block order. */
 static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, const ilv_keys *x, size_t j0,
                               size_t a0, size_t nb, size_t jn, size_t nbn, float *S,
                               const float *alpha, const size_t *valid)
 {
-    const size_t R = w->rows, T = DECODE_PV_KB, h = T / 2;
+    const size_t R = w->rows, T = x->turn, h = T / 2;
     size_t vk = a0 + T, kk = jn + T; /* the first rows of each array not yet requested */
     for (size_t ja = 0; ja < nb; ja += T) {
         const int both = ja < nbn; /* a score turn follows */
@@ -394,17 +396,18 @@ static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, const ilv_keys 
 static int ilv_plan(decode_ctx *c, const sdpa_rows *w, size_t j0, size_t nb, const float *S,
                     const size_t *valid, ilv_keys *x, size_t *a0, size_t *jn, size_t *nbn)
 {
-    const size_t T = DECODE_PV_KB, o = (size_t)(S - c->S);
+    const size_t o = (size_t)(S - c->S);
     if (!c->ilv || valid[0] != nb) return 0;
     const sdpa_rows *P = w->piece_of;
     if (!P) { /* a view of its own: a block per call */
-        *x = (ilv_keys){NULL, w->k, w->v, c->kend};
+        *x = (ilv_keys){NULL, w->k, w->v, c->kend, DECODE_PV_KB};
         *a0 = j0, *jn = j0 + nb;
         *nbn = w->kv_end > *jn ? sdpa_min(c->NB, w->kv_end - *jn) : 0;
         return o == 0 && nb == c->NB && *nbn && *jn + *nbn <= c->kend;
     }
     const size_t ps = P->pages->size, full = ps >= c->NB ? c->NB : c->NB / ps * ps;
-    *x = (ilv_keys){P->pages, NULL, NULL, sdpa_min(P->kv_end, P->kv_limit[P->rows - 1])};
+    const size_t T = sdpa_min(ps, DECODE_PV_KB);
+    *x = (ilv_keys){P->pages, NULL, NULL, sdpa_min(P->kv_end, P->kv_limit[P->rows - 1]), T};
     *a0 = w->piece_base + j0;
     if (ps % T || *a0 < o || sdpa_page_block(P, *a0 - o, c->NB) != full) return 0;
     const size_t b1 = *a0 - o + full, n1 = sdpa_page_block(P, b1, c->NB);
