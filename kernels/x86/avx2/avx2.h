@@ -21,8 +21,11 @@
 #define QUANT_ROWS      DECODE_MAX_ROWS /* K or V in a block format in place: decode_q.h */
 #define DECODE_PF_KEYS                                                                             \
     32 /* prefetch distance: far enough to cover memory latency, near enough for L1 */
-#define DECODE_PV_KB 32  /* keys per P·V sub-block: their V rows stay in L1 across column passes */
-#define DECODE_BLOCK 512 /* keys per decode block (at most: the driver's hint rules) */
+#define DECODE_PV_KB 32 /* keys per P·V sub-block: their V rows stay in L1 across column passes */
+/* most rows per KV head whose decode scores the next block among a block's P·V
+   (decode_values_ilv): counts bound by memory, where K and V streaming together pays */
+#define DECODE_ILV_ROWS 4
+#define DECODE_BLOCK    512 /* keys per decode block (at most: the driver's hint rules) */
 #define DECODE_BLOCK_FEW                                                                           \
     32                    /* keys per block of one-row work streaming from memory (see decode.c) */
 #define PREFILL_BLOCK 512 /* keys per prefill block (at most: the driver's hint rules) */

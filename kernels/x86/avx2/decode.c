@@ -1,12 +1,15 @@
 /* decode.c -- the AVX2 decode path: few query rows, K and V read once, in place, from memory */
 #include "avx2.h"
 #include "prefetch.h"
+#include "variants.h"
 
 /*
  * Packing would be a second pass over data used only a few times, so K and V are read in
  * place, converted in registers, and every load is shared by all rows: scores as dot products
  * along d (rows x keys accumulators, reduced at the end), values as rows x columns accumulators
- * over the block's keys.
+ * over the block's keys. With at most DECODE_ILV_ROWS rows the P·V of a block and the scores of
+ * the next go in alternating turns of DECODE_PV_KB keys, so that both arrays stream together
+ * (decode_values_ilv).
  */
 
 /* Scratch: S [R][lds] | alpha [R]. */
@@ -19,16 +22,50 @@ size_t sdpa_decode_ws_avx2(size_t rows, size_t d, size_t dv, size_t block)
 
 /* --- direct path (few rows): micro-kernels reading K/V in place --------------------------- */
 
+/* The requests of one turn of decode_values_ilv: two runs of lines in address order (run 0 of
+   the turn's own array, run 1 of the other), each one turn ahead of its use. Each tile (a score
+   tile, or a P·V column pass) takes a share of b lines of each run (ilv_pf_share) and requests
+   at most per lines of each a step, so that the turn's requests spread over its arithmetic. */
+typedef struct ilv_pf {
+    const char *p0, *p1; /* the next line of each run */
+    size_t n0, n1;       /* lines of each run not yet shared out */
+    size_t m0, m1;       /* lines of the current share not yet requested */
+    size_t b0, b1, per;  /* lines of each run per share; most lines of a run per step */
+} ilv_pf;
+
+/* lines shared over `units` tiles of `steps` steps each */
+static inline void ilv_pf_rate(ilv_pf *s, size_t units, size_t steps)
+{
+    s->b0 = (s->n0 + units - 1) / units;
+    s->b1 = (s->n1 + units - 1) / units;
+    s->per = steps ? (sdpa_max(s->b0, s->b1) + steps - 1) / steps : 0;
+}
+
+static inline void ilv_pf_share(ilv_pf *s)
+{
+    s->m0 = sdpa_min(s->b0, s->n0), s->n0 -= s->m0;
+    s->m1 = sdpa_min(s->b1, s->n1), s->n1 -= s->m1;
+}
+
+SDPA_INLINE void ilv_pf_step(ilv_pf *s)
+{
+    for (size_t i = 0; i < s->per && s->m0; i++, s->m0--, s->p0 += 64)
+        __builtin_prefetch(s->p0, 0, SDPA_PF_STREAM_LOCALITY);
+    for (size_t i = 0; i < s->per && s->m1; i++, s->m1--, s->p1 += 64)
+        __builtin_prefetch(s->p1, 0, SDPA_PF_STREAM_LOCALITY);
+}
+
 /* Scores of mr rows against nk keys (mr * nk <= 12), S[r][i] for keys j..j+nk. */
 SDPA_INLINE void score_avx2_decode_tile(size_t mr, size_t nk, sdpa_dtype t, const float *q,
                                         size_t d, const void *k, ptrdiff_t ks, size_t j, float *S,
                                         size_t lds, ptrdiff_t pfo, const char *oth,
-                                        const char *oend, size_t oper)
+                                        const char *oend, size_t oper, ilv_pf *ip)
 {
     /* pfo != 0: the rows pfo elements past this tile's keys exist, and each step that starts
        a cache line of them requests it: the requests spread over the arithmetic. oth != NULL:
        the lines [oth, oend) (the tile's V rows, end to end) are requested the same way, oper
-       at each such step (callers without them pass a constant NULL, and the code goes) */
+       at each such step (callers without them pass a constant NULL, and the code goes).
+       ip != NULL: decode_values_ilv's runs, a step each */
     const ptrdiff_t es = t == SDPA_F32 ? 4 : 2;
     /* mr * nk <= 12 accumulators (12: four rows by three keys, whose 12 FMA chains leave the
        FMA units slack that 8 chains of 4-cycle latency would not) */
@@ -44,6 +81,7 @@ SDPA_INLINE void score_avx2_decode_tile(size_t mr, size_t nk, sdpa_dtype t, cons
         if (oth && (((ptrdiff_t)c * es) & 63) == 0)
             for (size_t i = 0; i < oper && oth < oend; i++, oth += 64)
                 __builtin_prefetch(oth, 0, SDPA_PF_STREAM_LOCALITY);
+        if (ip) ilv_pf_step(ip);
         __m256 kv[8];
         for (size_t i = 0; i < nk; i++)
             kv[i] = load8_any(k, t, (ptrdiff_t)(j + i) * ks + (ptrdiff_t)c);
@@ -87,9 +125,15 @@ SDPA_INLINE void score_avx2_decode_tile(size_t mr, size_t nk, sdpa_dtype t, cons
    (sdpa_rows.stream) it goes in blocks of DECODE_BLOCK_FEW keys, and each pass also requests the
    other array one pass ahead: the score pass the block's V rows (inside its tiles, in address
    order, when they lie end to end), the first value pass the next block's K rows. In cache the
-   scheme is slower, hence the flag; with two or more rows it does not pay. */
+   scheme is slower, hence the flag; with two or more rows it does not pay.
+
+   The interleaved turns (decode_values_ilv) replace both schemes where they apply: each turn
+   requests its share of two runs, half a turn of rows of each array, and nothing else. */
 /* Whether this work takes the one-row streaming scheme above. */
 static inline int stream_one_row(const sdpa_rows *w) { return w->rows == 1 && w->stream; }
+
+/* Keys per score tile for R rows: see score_avx2_decode_tile. */
+#define SCORE_TILE_KEYS(R) ((R) == 4 ? 3 : 8 / (R))
 
 /* Keys [j0, j0 + nb) for all R <= 8 rows, in tiles of nk keys (8 / R, or 3 for R = 4), so each
    loaded K vector feeds R FMAs. */
@@ -97,7 +141,7 @@ SDPA_INLINE void score_avx2_decode_block(sdpa_dtype t, size_t R, const float *q,
                                          const void *k, ptrdiff_t ks, size_t j0, size_t nb,
                                          float *S, size_t lds, const sdpa_rows *w, int other)
 {
-    const size_t nk = R == 4 ? 3 : 8 / R; /* keys per tile: see score_avx2_decode_tile */
+    const size_t nk = SCORE_TILE_KEYS(R);
     const size_t ke = t == SDPA_F32 ? 4 : 2, ve = w->v_type == SDPA_F32 ? 4 : 2;
     const int first = j0 == w->kv_begin; /* nothing requested this block's first V rows */
     /* other (a constant at each call, so that the loop without it is as lean as before): the
@@ -128,7 +172,8 @@ SDPA_INLINE void score_avx2_decode_block(sdpa_dtype t, size_t R, const float *q,
         }
         /* a tile of m rows x n_ keys from key j0 + jj, requesting no other array */
 #define SCORE_TILE(m, n_, jj)                                                                      \
-    score_avx2_decode_tile(m, n_, t, q, d, k, ks, j0 + (jj), S + (jj), lds, pfo, NULL, NULL, 0)
+    score_avx2_decode_tile(m, n_, t, q, d, k, ks, j0 + (jj), S + (jj), lds, pfo, NULL, NULL, 0,    \
+                           NULL)
 #define TILE_CASE(m, n_)                                                                           \
     case m:                                                                                        \
         SCORE_TILE(m, n_, j);                                                                      \
@@ -138,7 +183,7 @@ SDPA_INLINE void score_avx2_decode_block(sdpa_dtype t, size_t R, const float *q,
             case 1:
                 if (oth)
                     score_avx2_decode_tile(1, 8, t, q, d, k, ks, j0 + j, S + j, lds, pfo, oth,
-                                           oth + 8 * vrow, oper);
+                                           oth + 8 * vrow, oper, NULL);
                 else
                     SCORE_TILE(1, 8, j);
                 break;
@@ -197,6 +242,47 @@ static score_avx2_decode_fn *const score_avx2_decode_fns[3][DECODE_MAX_ROWS + 1]
     DECODE_TABLE(score_avx2_decode);
 #undef SCORE_DECODE_FN
 
+/* A score turn of decode_values_ilv (R <= DECODE_ILV_ROWS): keys [j0, j0 + nb) in the tiles of
+   score_avx2_decode_block from j0 on, the runs of ip its only requests, a share per tile. */
+SDPA_INLINE void score_avx2_ilv_block(sdpa_dtype t, size_t R, const float *q, size_t d,
+                                      const void *k, ptrdiff_t ks, size_t j0, size_t nb, float *S,
+                                      size_t lds, ilv_pf *ip)
+{
+    const size_t nk = SCORE_TILE_KEYS(R);
+    ilv_pf_rate(ip, (nb + nk - 1) / nk, d / 8); /* the tail's single keys take one share */
+    for (size_t j = 0; j < nb; j += nk) {
+        ilv_pf_share(ip);
+        if (nb - j >= nk)
+            score_avx2_decode_tile(R, nk, t, q, d, k, ks, j0 + j, S + j, lds, 0, NULL, NULL, 0, ip);
+        else
+            for (size_t i = j; i < nb; i++)
+                score_avx2_decode_tile(R, 1, t, q, d, k, ks, j0 + i, S + i, lds, 0, NULL, NULL, 0,
+                                       ip);
+    }
+}
+
+/* The turns of decode_values_ilv: a function F(T, R) per storage type and row count up to
+   DECODE_ILV_ROWS; ILV_TABLE(P) lists functions P_T_R as [F32, F16, BF16][R - 1]. */
+_Static_assert(DECODE_ILV_ROWS == 4, "ILV_SHAPES makes 1 to 4 rows");
+/* clang-format off */
+#define ILV_SHAPES(F, T) F(T, 1) F(T, 2) F(T, 3) F(T, 4)
+#define ILV_FNS(F)       ILV_SHAPES(F, F32) ILV_SHAPES(F, F16) ILV_SHAPES(F, BF16)
+#define ILV_ROW(P, T)    {P##_##T##_1, P##_##T##_2, P##_##T##_3, P##_##T##_4}
+#define ILV_TABLE(P)     {ILV_ROW(P, F32), ILV_ROW(P, F16), ILV_ROW(P, BF16)}
+/* clang-format on */
+typedef void score_avx2_ilv_fn(const sdpa_rows *w, size_t j0, size_t nb, float *S, size_t lds,
+                               const ilv_pf *ip);
+#define SCORE_ILV_FN(T, R)                                                                         \
+    SDPA_NOINLINE void score_avx2_ilv_##T##_##R(const sdpa_rows *w, size_t j0, size_t nb,          \
+                                                float *S, size_t lds, const ilv_pf *ip)            \
+    {                                                                                              \
+        ilv_pf s = *ip; /* a local copy, kept in registers */                                      \
+        score_avx2_ilv_block(SDPA_##T, R, w->q, w->d, w->k, w->k_stride, j0, nb, S, lds, &s);      \
+    }
+ILV_FNS(SCORE_ILV_FN)
+static score_avx2_ilv_fn *const score_avx2_ilv_fns[3][DECODE_ILV_ROWS] = ILV_TABLE(score_avx2_ilv);
+#undef SCORE_ILV_FN
+
 /* The row of a [type] table for a K or V storage type: F32, F16, BF16 (anything else as F32). */
 static inline size_t decode_type_ix(sdpa_dtype t)
 {
@@ -230,7 +316,7 @@ typedef struct pv_prefetch {
 SDPA_INLINE void pv_avx2_decode_tile(size_t mr, size_t nv, sdpa_dtype t, float *acc, size_t dv,
                                      const float *alpha, const float *P, size_t lds, const void *v,
                                      ptrdiff_t vs, size_t j0, size_t nb, size_t c0, size_t cnt,
-                                     pv_prefetch *pf, int other)
+                                     pv_prefetch *pf, int other, ilv_pf *ip)
 {
     __m256 a[12];
     const int full = cnt == 8 * nv;
@@ -272,6 +358,7 @@ SDPA_INLINE void pv_avx2_decode_tile(size_t mr, size_t nv, sdpa_dtype t, float *
                     __builtin_prefetch(kr + off, 0, SDPA_PF_STREAM_LOCALITY);
                 kr += pf->kstep;
             }
+            if (ip) ilv_pf_step(ip); /* decode_values_ilv's runs (its pf->end is 0) */
             __m256 b[8];
             for (size_t i = 0; i < nv; i++)
                 b[i] = full ? load8_any(vb, t, 8 * (ptrdiff_t)i) : loadn_any(vb, t, 0, cnt);
@@ -299,7 +386,8 @@ SDPA_INLINE void pv_avx2_decode_tile(size_t mr, size_t nv, sdpa_dtype t, float *
    then 8-column panels, then one element-safe tail panel. */
 /* the tile of mr rows x nv vectors at column c, cnt columns, of sub-block g */
 #define PV_TILE(mr, nv, cnt)                                                                       \
-    pv_avx2_decode_tile(mr, nv, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, cnt, &pf, other)
+    pv_avx2_decode_tile(mr, nv, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, cnt, &pf, other, \
+                        NULL)
 #define PV_DECODE_CASE(m, nv)                                                                      \
     case m:                                                                                        \
         for (size_t g = 0; g < nb; g += DECODE_PV_KB) {                                            \
@@ -345,6 +433,49 @@ typedef void pv_avx2_decode_fn(float *acc, size_t dv, const float *alpha, const 
 DECODE_FNS(PV_DECODE_FN)
 static pv_avx2_decode_fn *const pv_avx2_decode_fns[3][DECODE_MAX_ROWS + 1] =
     DECODE_TABLE(pv_avx2_decode);
+
+/* A P·V turn of decode_values_ilv (R <= DECODE_ILV_ROWS): one sub-block (nb <= DECODE_PV_KB
+   keys) in the column panels of pv_avx2_decode_block, the runs of ip its only requests (pf.end
+   0: none of the tiles' own), a share per column pass. */
+SDPA_INLINE void pv_avx2_ilv_block(sdpa_dtype t, size_t R, float *acc, size_t dv,
+                                   const float *alpha, const float *P, size_t lds, const void *v,
+                                   ptrdiff_t vs, size_t j0, size_t nb, ilv_pf *ip)
+{
+    pv_prefetch pf = {0, t == SDPA_F32 ? 4 : 2, NULL, 0, 0, 0};
+    const size_t nv = R == 1 ? 8 : R == 4 ? 3 : 4; /* pv_avx2_decode_block's NV(R) */
+    ilv_pf_rate(ip, dv / (8 * nv) + dv % (8 * nv) / 8 + (dv % 8 != 0), nb);
+    size_t c = 0;
+    for (; c + 8 * nv <= dv; c += 8 * nv) {
+        ilv_pf_share(ip);
+        pv_avx2_decode_tile(R, nv, t, acc, dv, alpha, P, lds, v, vs, j0, nb, c, 8 * nv, &pf, 0, ip);
+    }
+    for (; c + 8 <= dv; c += 8) {
+        ilv_pf_share(ip);
+        pv_avx2_decode_tile(R, 1, t, acc, dv, alpha, P, lds, v, vs, j0, nb, c, 8, &pf, 0, ip);
+    }
+    if (c < dv) {
+        ilv_pf_share(ip);
+        pv_avx2_decode_tile(R, 1, t, acc, dv, alpha, P, lds, v, vs, j0, nb, c, dv - c, &pf, 0, ip);
+    }
+}
+
+typedef void pv_avx2_ilv_fn(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,
+                            const void *v, ptrdiff_t vs, size_t j0, size_t nb, const ilv_pf *ip);
+#define PV_ILV_FN(T, R)                                                                            \
+    SDPA_NOINLINE void pv_avx2_ilv_##T##_##R(float *acc, size_t dv, const float *alpha,            \
+                                             const float *P, size_t lds, const void *v,            \
+                                             ptrdiff_t vs, size_t j0, size_t nb, const ilv_pf *ip) \
+    {                                                                                              \
+        ilv_pf s = *ip; /* a local copy, kept in registers */                                      \
+        pv_avx2_ilv_block(SDPA_##T, R, acc, dv, alpha, P, lds, v, vs, j0, nb, &s);                 \
+    }
+ILV_FNS(PV_ILV_FN)
+static pv_avx2_ilv_fn *const pv_avx2_ilv_fns[3][DECODE_ILV_ROWS] = ILV_TABLE(pv_avx2_ilv);
+#undef PV_ILV_FN
+#undef ILV_TABLE
+#undef ILV_ROW
+#undef ILV_FNS
+#undef ILV_SHAPES
 #undef DECODE_TABLE
 #undef DECODE_ROW
 #undef DECODE_FNS
@@ -377,26 +508,38 @@ static void pv_avx2_decode(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, 
 /* --- the hooks of the generic loop (rows_loop.h) -------------------------------------------- */
 
 typedef struct decode_ctx {
-    int unused;
+    float *S; /* the scores' scratch */
+    size_t B; /* keys per block */
+    int ilv;  /* the next block's scores among the P·V (decode_values_ilv) */
+    /* keys [pre_j0, pre_j0 + pre_n) of the K view pre_k, already scored into S[r][0..pre_n) */
+    const void *pre_k;
+    size_t pre_j0, pre_n;
 } decode_ctx;
 
 static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
                                 float **alpha)
 {
-    (void)c;
     const size_t B = stream_one_row(w) && block_keys(w->block, DECODE_BLOCK) > DECODE_BLOCK_FEW
                          ? DECODE_BLOCK_FEW
                          : block_keys(w->block, DECODE_BLOCK);
     *lds = sdpa_round16(B);
     *S = w->ws;
     *alpha = *S + w->rows * *lds;
+    c->S = *S, c->B = B, c->pre_n = 0;
+    /* plain units of few rows whose K and V rows each lie end to end (the turns' runs) */
+    c->ilv = w->rows <= DECODE_ILV_ROWS && !sdpa_is_variant(w) && w->k_stride == (ptrdiff_t)w->d &&
+             w->v_stride == (ptrdiff_t)w->dv;
     return B;
 }
 
 static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
                                float *S, size_t lds)
 {
-    (void)c;
+    if (c->pre_n) { /* the keys the last P·V scored: this very block, or nothing */
+        const int hit = j0 == c->pre_j0 && nb == c->pre_n && w->k == c->pre_k && S == c->S;
+        c->pre_n = 0;
+        if (hit) return;
+    }
     score_avx2_decode(w, r0, j0, nb, S, lds);
 }
 
@@ -407,10 +550,68 @@ static inline float loop_softmax(decode_ctx *c, size_t r, float *s, size_t nv, s
     return softmax_avx2(1, s, nv, nb, m, l, NULL);
 }
 
+/* The lines of rows [j, min(j + n, jend)) of a view whose rows lie end to end, rb bytes each: a
+   run from *p, *lines lines (none when j >= jend). */
+static inline void ilv_run(const void *base, size_t rb, size_t j, size_t n, size_t jend,
+                           const char **p, size_t *lines)
+{
+    n = j < jend ? sdpa_min(n, jend - j) : 0;
+    const uintptr_t a = (uintptr_t)base + j * rb;
+    *p = (const char *)(a & ~(uintptr_t)63);
+    *lines = n ? ((a & 63) + n * rb + 63) / 64 : 0;
+}
+
+/* The P·V of the block [j0, j0 + nb) in turns of DECODE_PV_KB keys (its sub-blocks), each
+   followed by the scores of the next block's keys [jn, jn + nbn) that lie in the part of S the
+   turn has used up, whole tiles of the block order (left for loop_scores in pre_k, pre_j0,
+   pre_n). Every turn of either kind requests half a turn of rows of both arrays, one turn ahead
+   of their use (V from j0 + DECODE_PV_KB, K from jn + DECODE_PV_KB: what the last phases
+   requested), never a key at or past kend, so that K and V stream together. A score is its
+   key's own dot product and reduction whatever tile holds it, the softmax blocks and the P·V
+   sub-blocks are unchanged: the results are bitwise those of the block order. */
+static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, size_t j0, size_t nb, size_t jn,
+                              size_t nbn, const float *alpha, size_t lds, size_t kend)
+{
+    static const float ones[DECODE_MAX_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1};
+    const size_t R = w->rows, T = DECODE_PV_KB, h = T / 2, nk = SCORE_TILE_KEYS(R);
+    const size_t kb = w->d * (w->k_type == SDPA_F32 ? 4 : 2);
+    const size_t vb = w->dv * (w->v_type == SDPA_F32 ? 4 : 2);
+    pv_avx2_ilv_fn *const pv = pv_avx2_ilv_fns[decode_type_ix(w->v_type)][R - 1];
+    score_avx2_ilv_fn *const sc = score_avx2_ilv_fns[decode_type_ix(w->k_type)][R - 1];
+    size_t vk = j0 + T, kk = jn + T; /* the first rows of each array not yet requested */
+    size_t s = 0;                    /* the next block's keys [0, s) are scored */
+    for (size_t ja = 0; ja < nb; ja += T) {
+        const int both = ja < nbn; /* a score turn follows */
+        ilv_pf ip = {0};
+        ilv_run(w->v, vb, vk, both ? h : T, kend, &ip.p0, &ip.n0);
+        ilv_run(w->k, kb, kk, both ? h : 0, kend, &ip.p1, &ip.n1);
+        vk += both ? h : T, kk += both ? h : 0;
+        pv(w->acc, w->dv, ja ? ones : alpha, c->S + ja, lds, w->v, w->v_stride, j0 + ja,
+           sdpa_min(T, nb - ja), &ip);
+        if (!both) continue;
+        /* the keys up to the turn's end, on the tile grid (the last turn: up to nbn) */
+        const size_t e = ja + T >= nbn ? nbn : (ja + T) / nk * nk;
+        ilv_run(w->k, kb, kk, h, kend, &ip.p0, &ip.n0);
+        ilv_run(w->v, vb, vk, h, kend, &ip.p1, &ip.n1);
+        vk += h, kk += h;
+        if (e > s) sc(w, jn + s, e - s, c->S + s, lds, &ip);
+        s = e;
+    }
+    c->pre_k = w->k, c->pre_j0 = jn, c->pre_n = nbn;
+}
+
 static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
                                const float *alpha, const float *S, size_t lds)
 {
-    (void)c;
+    /* the next block, when every row sees all of this one and it lies whole before the rows'
+       end (so the loop will score it, and exactly it, next) */
+    const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
+    const size_t jn = j0 + nb, nbn = w->kv_end > jn ? sdpa_min(c->B, w->kv_end - jn) : 0;
+    if (c->ilv && r0 == 0 && nb == c->B && nbn && jn + nbn <= kend &&
+        sdpa_visible(w, 0, j0, nb) == nb && S == c->S) {
+        decode_values_ilv(c, w, j0, nb, jn, nbn, alpha, lds, kend);
+        return;
+    }
     pv_avx2_decode(w, r0, j0, nb, alpha, S, lds);
 }
 
