@@ -1,5 +1,6 @@
 /* decode.c -- the AVX2 decode path: few query rows, K and V read once, in place, from memory */
 #include "avx2.h"
+#include "decode_ilv.h"
 #include "prefetch.h"
 #include "variants.h"
 
@@ -270,14 +271,15 @@ _Static_assert(DECODE_ILV_ROWS == 4, "ILV_SHAPES makes 1 to 4 rows");
 #define ILV_ROW(P, T)    {P##_##T##_1, P##_##T##_2, P##_##T##_3, P##_##T##_4}
 #define ILV_TABLE(P)     {ILV_ROW(P, F32), ILV_ROW(P, F16), ILV_ROW(P, BF16)}
 /* clang-format on */
-typedef void score_avx2_ilv_fn(const sdpa_rows *w, size_t j0, size_t nb, float *S, size_t lds,
-                               const ilv_pf *ip);
+/* k: the rows of w's K layout holding the keys (a page of the unit a piece belongs to) */
+typedef void score_avx2_ilv_fn(const sdpa_rows *w, const void *k, size_t j0, size_t nb, float *S,
+                               size_t lds, const ilv_pf *ip);
 #define SCORE_ILV_FN(T, R)                                                                         \
-    SDPA_NOINLINE void score_avx2_ilv_##T##_##R(const sdpa_rows *w, size_t j0, size_t nb,          \
-                                                float *S, size_t lds, const ilv_pf *ip)            \
+    SDPA_NOINLINE void score_avx2_ilv_##T##_##R(const sdpa_rows *w, const void *k, size_t j0,      \
+                                                size_t nb, float *S, size_t lds, const ilv_pf *ip) \
     {                                                                                              \
         ilv_pf s = *ip; /* a local copy, kept in registers */                                      \
-        score_avx2_ilv_block(SDPA_##T, R, w->q, w->d, w->k, w->k_stride, j0, nb, S, lds, &s);      \
+        score_avx2_ilv_block(SDPA_##T, R, w->q, w->d, k, w->k_stride, j0, nb, S, lds, &s);         \
     }
 ILV_FNS(SCORE_ILV_FN)
 static score_avx2_ilv_fn *const score_avx2_ilv_fns[3][DECODE_ILV_ROWS] = ILV_TABLE(score_avx2_ilv);
@@ -508,12 +510,10 @@ static void pv_avx2_decode(const sdpa_rows *w, size_t r0, size_t j0, size_t nb, 
 /* --- the hooks of the generic loop (rows_loop.h) -------------------------------------------- */
 
 typedef struct decode_ctx {
-    float *S; /* the scores' scratch */
-    size_t B; /* keys per block */
-    int ilv;  /* the next block's scores among the P·V (decode_values_ilv) */
-    /* keys [pre_j0, pre_j0 + pre_n) of the K view pre_k, already scored into S[r][0..pre_n) */
-    const void *pre_k;
-    size_t pre_j0, pre_n;
+    float *S;         /* the scores' scratch */
+    size_t B;         /* keys per block */
+    int ilv;          /* the next block's scores among the P·V (decode_values_ilv) */
+    sdpa_ilv_pre pre; /* the block the last P·V scored ahead */
 } decode_ctx;
 
 static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
@@ -525,7 +525,7 @@ static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, si
     *lds = sdpa_round16(B);
     *S = w->ws;
     *alpha = *S + w->rows * *lds;
-    c->S = *S, c->B = B, c->pre_n = 0;
+    c->S = *S, c->B = B, c->pre.n = 0;
     /* plain units of few rows whose K and V rows each lie end to end (the turns' runs) */
     c->ilv = w->rows <= DECODE_ILV_ROWS && !sdpa_is_variant(w) && w->k_stride == (ptrdiff_t)w->d &&
              w->v_stride == (ptrdiff_t)w->dv;
@@ -535,11 +535,7 @@ static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, si
 static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
                                float *S, size_t lds)
 {
-    if (c->pre_n) { /* the keys the last P·V scored: this very block, or nothing */
-        const int hit = j0 == c->pre_j0 && nb == c->pre_n && w->k == c->pre_k && S == c->S;
-        c->pre_n = 0;
-        if (hit) return;
-    }
+    if (sdpa_ilv_pre_hit(&c->pre, w, j0, nb, (size_t)(S - c->S))) return; /* scored ahead */
     score_avx2_decode(w, r0, j0, nb, S, lds);
 }
 
@@ -550,66 +546,73 @@ static inline float loop_softmax(decode_ctx *c, size_t r, float *s, size_t nv, s
     return softmax_avx2(1, s, nv, nb, m, l, NULL);
 }
 
-/* The lines of rows [j, min(j + n, jend)) of a view whose rows lie end to end, rb bytes each: a
-   run from *p, *lines lines (none when j >= jend). */
-static inline void ilv_run(const void *base, size_t rb, size_t j, size_t n, size_t jend,
+/* The lines of the rows of keys [j, j + n) of x (K: v = 0), rb bytes each and end to end, cut at
+   x's kend and at the end of j's page: a run from *p, *lines lines (none past the cut). */
+static inline void ilv_run(const sdpa_ilv_keys *x, int v, size_t rb, size_t j, size_t n,
                            const char **p, size_t *lines)
 {
+    const void *base;
+    size_t jend;
+    j = sdpa_ilv_span(x, v, j, &base, &jend);
     n = j < jend ? sdpa_min(n, jend - j) : 0;
     const uintptr_t a = (uintptr_t)base + j * rb;
     *p = (const char *)(a & ~(uintptr_t)63);
     *lines = n ? ((a & 63) + n * rb + 63) / 64 : 0;
 }
 
-/* The P·V of the block [j0, j0 + nb) in turns of DECODE_PV_KB keys (its sub-blocks), each
-   followed by the scores of the next block's keys [jn, jn + nbn) that lie in the part of S the
-   turn has used up, whole tiles of the block order (left for loop_scores in pre_k, pre_j0,
-   pre_n). Every turn of either kind requests half a turn of rows of both arrays, one turn ahead
-   of their use (V from j0 + DECODE_PV_KB, K from jn + DECODE_PV_KB: what the last phases
-   requested), never a key at or past kend, so that K and V stream together. A score is its
-   key's own dot product and reduction whatever tile holds it, the softmax blocks and the P·V
-   sub-blocks are unchanged: the results are bitwise those of the block order. */
-static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, size_t j0, size_t nb, size_t jn,
-                              size_t nbn, const float *alpha, size_t lds, size_t kend)
+/* The P·V of the keys [j0, j0 + nb) of the view w (at S, alpha: the block's first such part or
+   not) in turns of x->turn keys (its sub-blocks, or parts of them: the same sums in the same
+   order), each followed by the scores of the next block's keys [jn, jn + nbn) of x that lie in
+   the part of S the turn has used up, whole tiles of the block order (recorded for loop_scores
+   by loop_values). a0 is key j0's index in x. Every turn of either kind requests half a turn of
+   rows of both arrays, one turn ahead of their use (V from a0 + turn, K from jn + turn: what
+   the last phases requested), never a key at or past x's kend, so that K and V stream
+   together. A score is its key's own dot product and reduction whatever tile holds it, the
+   softmax blocks and the P·V sub-blocks are unchanged: the results are bitwise those of the
+   block order. */
+static void decode_values_ilv(const sdpa_rows *w, const sdpa_ilv_keys *x, size_t j0, size_t a0,
+                              size_t nb, size_t jn, size_t nbn, float *S, const float *alpha,
+                              size_t lds)
 {
     static const float ones[DECODE_MAX_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1};
-    const size_t R = w->rows, T = DECODE_PV_KB, h = T / 2, nk = SCORE_TILE_KEYS(R);
+    const size_t R = w->rows, T = x->turn, h = T / 2, nk = SCORE_TILE_KEYS(R);
     const size_t kb = w->d * (w->k_type == SDPA_F32 ? 4 : 2);
     const size_t vb = w->dv * (w->v_type == SDPA_F32 ? 4 : 2);
     pv_avx2_ilv_fn *const pv = pv_avx2_ilv_fns[decode_type_ix(w->v_type)][R - 1];
     score_avx2_ilv_fn *const sc = score_avx2_ilv_fns[decode_type_ix(w->k_type)][R - 1];
-    size_t vk = j0 + T, kk = jn + T; /* the first rows of each array not yet requested */
+    const void *kp; /* the next keys' rows: one view, or one page */
+    const size_t kj = sdpa_ilv_page(x, 0, jn, &kp);
+    size_t vk = a0 + T, kk = jn + T; /* the first rows of each array not yet requested */
     size_t s = 0;                    /* the next block's keys [0, s) are scored */
     for (size_t ja = 0; ja < nb; ja += T) {
         const int both = ja < nbn; /* a score turn follows */
         ilv_pf ip = {0};
-        ilv_run(w->v, vb, vk, both ? h : T, kend, &ip.p0, &ip.n0);
-        ilv_run(w->k, kb, kk, both ? h : 0, kend, &ip.p1, &ip.n1);
+        ilv_run(x, 1, vb, vk, both ? h : T, &ip.p0, &ip.n0);
+        ilv_run(x, 0, kb, kk, both ? h : 0, &ip.p1, &ip.n1);
         vk += both ? h : T, kk += both ? h : 0;
-        pv(w->acc, w->dv, ja ? ones : alpha, c->S + ja, lds, w->v, w->v_stride, j0 + ja,
+        pv(w->acc, w->dv, ja ? ones : alpha, S + ja, lds, w->v, w->v_stride, j0 + ja,
            sdpa_min(T, nb - ja), &ip);
         if (!both) continue;
         /* the keys up to the turn's end, on the tile grid (the last turn: up to nbn) */
         const size_t e = ja + T >= nbn ? nbn : (ja + T) / nk * nk;
-        ilv_run(w->k, kb, kk, h, kend, &ip.p0, &ip.n0);
-        ilv_run(w->v, vb, vk, h, kend, &ip.p1, &ip.n1);
+        ilv_run(x, 0, kb, kk, h, &ip.p0, &ip.n0);
+        ilv_run(x, 1, vb, vk, h, &ip.p1, &ip.n1);
         vk += h, kk += h;
-        if (e > s) sc(w, jn + s, e - s, c->S + s, lds, &ip);
+        if (e > s) sc(w, kp, kj + s, e - s, S + s, lds, &ip);
         s = e;
     }
-    c->pre_k = w->k, c->pre_j0 = jn, c->pre_n = nbn;
 }
 
 static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
                                const float *alpha, const float *S, size_t lds)
 {
-    /* the next block, when every row sees all of this one and it lies whole before the rows'
-       end (so the loop will score it, and exactly it, next) */
-    const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
-    const size_t jn = j0 + nb, nbn = w->kv_end > jn ? sdpa_min(c->B, w->kv_end - jn) : 0;
-    if (c->ilv && r0 == 0 && nb == c->B && nbn && jn + nbn <= kend &&
-        sdpa_visible(w, 0, j0, nb) == nb && S == c->S) {
-        decode_values_ilv(c, w, j0, nb, jn, nbn, alpha, lds, kend);
+    const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]), o = (size_t)(S - c->S);
+    sdpa_ilv_keys x;
+    size_t a0, jn, nbn;
+    if (sdpa_ilv_plan(w, j0, nb, o, c->B, kend, DECODE_PV_KB, &c->pre, &x, &a0, &jn, &nbn) &&
+        c->ilv && r0 == 0 && sdpa_visible(w, 0, j0, nb) == nb) {
+        decode_values_ilv(w, &x, j0, a0, nb, jn, nbn, c->S + o, alpha, lds);
+        sdpa_ilv_scored(&c->pre, w, o, jn, nbn);
         return;
     }
     pv_avx2_decode(w, r0, j0, nb, alpha, S, lds);

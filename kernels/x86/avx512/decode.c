@@ -1,4 +1,5 @@
 /* decode.c -- the AVX-512 decode path: few query rows, K and V read once, in place, from memory */
+#include "decode_ilv.h"
 #include "decode_pf.h"
 #include "variants.h"
 
@@ -215,28 +216,6 @@ static void pv_avx512_decode(size_t R, float *acc, size_t dv, const float *alpha
 
 /* --- the hooks of the generic loop (rows_loop.h) -------------------------------------------- */
 
-/* Where the interleaved order finds keys (decode_values_ilv): a view's own rows (pg NULL, key j
-   at row j of k and v), or a paged unit's pages (key j at row j % size of page j / size). kend:
-   keys at or past it are never requested. */
-typedef struct ilv_keys {
-    const sdpa_pages *pg;
-    const void *k, *v;
-    size_t kend;
-    size_t turn; /* keys per turn: DECODE_PV_KB, or a page's keys when pages hold fewer */
-} ilv_keys;
-
-/* The K (v = 0) or V array holding key j of x in *base, and j's row there. */
-static inline size_t ilv_page(const ilv_keys *x, int v, size_t j, const void **base)
-{
-    if (!x->pg) {
-        *base = v ? x->v : x->k;
-        return j;
-    }
-    const size_t p = j / x->pg->size;
-    *base = (v ? x->pg->v : x->pg->k)[p - x->pg->first];
-    return j - p * x->pg->size;
-}
-
 typedef struct decode_ctx {
     const float *qr[DECODE_MAX_ROWS]; /* query rows, the last repeated up to DECODE_MAX_ROWS */
     float *qpk;                       /* q packed by lines for score_avx512_decode_fast */
@@ -244,13 +223,10 @@ typedef struct decode_ctx {
     size_t ek, ev;                    /* bytes per K, V element */
     size_t kend;                      /* keys past it are never read (of the unit last given) */
     size_t NB;
-    int other;    /* the other array's stream, and short blocks (decode_pf) */
-    int ilv;      /* the next block's scores among the P·V (decode_values_ilv) */
-    decode_pf pf; /* the block's streams, from the scores to the values */
-    /* the block of keys from pre_j0 of pre_k (a K view, or the paged unit whose pieces the
-       hooks get: its keys), already scored into S[r][0..pre_n) */
-    const void *pre_k;
-    size_t pre_j0, pre_n;
+    int other;        /* the other array's stream, and short blocks (decode_pf) */
+    int ilv;          /* the next block's scores among the P·V (decode_values_ilv) */
+    decode_pf pf;     /* the block's streams, from the scores to the values */
+    sdpa_ilv_pre pre; /* the block the last P·V scored ahead */
 } decode_ctx;
 
 static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
@@ -265,7 +241,7 @@ static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, si
     c->qpk = *S + R * DECODE_LDS;  /* aligned */
     c->S = *S;
     c->ilv = R <= DECODE_ILV_ROWS && !sdpa_is_variant(w);
-    c->pre_n = 0;
+    c->pre.n = 0;
     for (size_t r = 0; r < DECODE_MAX_ROWS; r++) c->qr[r] = w->q + sdpa_min(r, R - 1) * d;
     const size_t RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8;
     pack_q_lines(c->qr, RP, d, w->k_type == SDPA_F32 ? 16 : 32, c->qpk);
@@ -301,26 +277,14 @@ static inline void decode_ahead(decode_ctx *c, const void *row, size_t row_bytes
 
 /* The rows of keys [j, j + n) of x as a prefetch stream (K: v = 0), cut at x's kend and at the
    end of j's page. */
-static inline sdpa_pf_rows ilv_rows(const decode_ctx *c, const sdpa_rows *w, const ilv_keys *x,
+static inline sdpa_pf_rows ilv_rows(const decode_ctx *c, const sdpa_rows *w, const sdpa_ilv_keys *x,
                                     int v, size_t j, size_t n)
 {
     const void *base;
-    const size_t lj = ilv_page(x, v, j, &base);
-    size_t left = x->kend > j ? x->kend - j : 0; /* keys of x from j on that may be requested */
-    if (x->pg) left = sdpa_min(left, x->pg->size - lj);
-    return v ? decode_rows(base, w->v_stride, c->ev, w->dv * c->ev, lj, n, lj + left)
-             : decode_rows(base, w->k_stride, c->ek, w->d * c->ek, lj, n, lj + left);
-}
-
-/* What a view's keys are part of (the paged unit of a piece, else its own K), and key j's index
-   there: a block scored ahead is known by them. */
-static inline const void *ilv_id(const sdpa_rows *w)
-{
-    return w->piece_of ? (const void *)w->piece_of : w->k;
-}
-static inline size_t ilv_key(const sdpa_rows *w, size_t j)
-{
-    return w->piece_of ? w->piece_base + j : j;
+    size_t jend;
+    const size_t lj = sdpa_ilv_span(x, v, j, &base, &jend);
+    return v ? decode_rows(base, w->v_stride, c->ev, w->dv * c->ev, lj, n, jend)
+             : decode_rows(base, w->k_stride, c->ek, w->d * c->ek, lj, n, jend);
 }
 
 /* All rows are computed (r0 is ignored): the score tiles are shaped by the row count. */
@@ -330,11 +294,7 @@ static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     (void)r0;
     const size_t d = w->d;
     c->kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]); /* w may be a page's piece */
-    if (c->pre_n) { /* the keys the last P·V scored: this block (or a piece of it), or nothing */
-        const size_t o = (size_t)(S - c->S), a = ilv_key(w, j0);
-        if (ilv_id(w) == c->pre_k && a >= o && a - o == c->pre_j0 && o + nb <= c->pre_n) return;
-        c->pre_n = 0;
-    }
+    if (sdpa_ilv_pre_hit(&c->pre, w, j0, nb, (size_t)(S - c->S))) return; /* scored ahead */
     /* the score loop requests K DECODE_PF_KEYS keys ahead (and, with few rows, this block's V
        rows); never a key at or past kend (see decode_pf) */
     const decode_pf pf = {
@@ -362,7 +322,7 @@ static inline float loop_softmax(decode_ctx *c, size_t r, float *s, size_t nv, s
    jn + turn: what the last phases requested), so that K and V stream together.
    The softmax blocks, the score tiles (the turns fall on the tile grid) and the P·V sub-blocks
    are unchanged: the results are bitwise those of the block order. */
-static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, const ilv_keys *x, size_t j0,
+static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, const sdpa_ilv_keys *x, size_t j0,
                               size_t a0, size_t nb, size_t jn, size_t nbn, float *S,
                               const float *alpha, const size_t *valid)
 {
@@ -380,58 +340,26 @@ static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, const ilv_keys 
         c->pf.s[1] = ilv_rows(c, w, x, 1, vk, h);
         vk += h, kk += h;
         const void *kp = x->k;
-        const size_t kj = ilv_page(x, 0, jn + ja, &kp);
+        const size_t kj = sdpa_ilv_page(x, 0, jn + ja, &kp);
         sdpa_score_decode_avx512(c->qr, R, w->d, kp, w->k_type, w->k_stride, kj,
                                  sdpa_min(T, nbn - ja), S + ja, DECODE_LDS, &c->pf, c->qpk, 1);
     }
-}
-
-/* Whether the P·V of the part [j0, j0 + nb) of a block at S (valid: its keys each row sees)
-   can score the next block's keys at the same place (decode_values_ilv), and where they are:
-   x, and in it the part's first key (*a0) and that next part ([*jn, *jn + *nbn)). The next
-   block must lie whole before the rows' end (so the loop will score it, and exactly it, next),
-   and every row must see all of this part; the parts of a paged unit's block (its pages, or
-   the block within a page) are matched by their offset in the block, each extending the keys
-   already scored (pre_n) from its own offset on. */
-static int ilv_plan(decode_ctx *c, const sdpa_rows *w, size_t j0, size_t nb, const float *S,
-                    const size_t *valid, ilv_keys *x, size_t *a0, size_t *jn, size_t *nbn)
-{
-    const size_t o = (size_t)(S - c->S);
-    if (!c->ilv || valid[0] != nb) return 0;
-    const sdpa_rows *P = w->piece_of;
-    if (!P) { /* a view of its own: a block per call */
-        *x = (ilv_keys){NULL, w->k, w->v, c->kend, DECODE_PV_KB};
-        *a0 = j0, *jn = j0 + nb;
-        *nbn = w->kv_end > *jn ? sdpa_min(c->NB, w->kv_end - *jn) : 0;
-        return o == 0 && nb == c->NB && *nbn && *jn + *nbn <= c->kend;
-    }
-    const size_t ps = P->pages->size, full = ps >= c->NB ? c->NB : c->NB / ps * ps;
-    const size_t T = sdpa_min(ps, DECODE_PV_KB);
-    *x = (ilv_keys){P->pages, NULL, NULL, sdpa_min(P->kv_end, P->kv_limit[P->rows - 1]), T};
-    *a0 = w->piece_base + j0;
-    if (ps % T || *a0 < o || sdpa_page_block(P, *a0 - o, c->NB) != full) return 0;
-    const size_t b1 = *a0 - o + full, n1 = sdpa_page_block(P, b1, c->NB);
-    if (!n1 || n1 > full || b1 + n1 > x->kend || o >= n1) return 0;
-    if (o && !(c->pre_k == (const void *)P && c->pre_j0 == b1 && c->pre_n == o)) return 0;
-    *jn = b1 + o, *nbn = sdpa_min(nb, n1 - o);
-    return 1;
 }
 
 static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
                                const float *alpha, const float *S, size_t lds)
 {
     (void)r0, (void)lds;
-    const size_t R = w->rows;
+    const size_t R = w->rows, o = (size_t)(S - c->S);
     size_t valid[DECODE_MAX_ROWS];
     for (size_t r = 0; r < R; r++) valid[r] = sdpa_visible(w, r, j0, nb);
     c->kend = sdpa_min(w->kv_end, w->kv_limit[R - 1]);
-    if (S == c->S) c->pre_n = 0; /* a block's first part: its scores are all used */
-    ilv_keys x;
+    sdpa_ilv_keys x;
     size_t a0, jn, nbn;
-    if (ilv_plan(c, w, j0, nb, S, valid, &x, &a0, &jn, &nbn)) {
-        const size_t o = (size_t)(S - c->S);
+    if (sdpa_ilv_plan(w, j0, nb, o, c->NB, c->kend, DECODE_PV_KB, &c->pre, &x, &a0, &jn, &nbn) &&
+        c->ilv && valid[0] == nb) {
         decode_values_ilv(c, w, &x, j0, a0, nb, jn, nbn, c->S + o, alpha, valid);
-        c->pre_k = ilv_id(w), c->pre_j0 = jn - o, c->pre_n = o + nbn;
+        sdpa_ilv_scored(&c->pre, w, o, jn, nbn);
         return;
     }
     /* the P·V loop requests V DECODE_PF_KEYS keys ahead (and, with few rows, the next block's K
