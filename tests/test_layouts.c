@@ -122,6 +122,21 @@ static void t_paged(const sdpa_impl *impl)
     qprob_case(impl, &c, 50);
 }
 
+/* Decodes of 1 to 4 query rows per KV head over several full key blocks, on 16- and 128-key
+   pages: the decode paths that read K and V in turns, page by page, scoring the next block's
+   page at the same offset ahead of its softmax. */
+static void t_paged_turns(const sdpa_impl *impl)
+{
+    for (size_t i = 0; i < 8; i++) {
+        const size_t per = 1 + i / 2, page = i % 2 ? 128 : 16;
+        qcase c = lcase("paged decodes, 1-4 rows per KV head", 2, 2 * per, 2, Q_PADDED, KV_PAGED,
+                        page, i % 4 < 2 ? F16 : BF16, false);
+        c.lq[0] = c.lq[1] = 1;
+        c.lk[0] = sz(1700, 1100), c.lk[1] = sz(2600, 1300);
+        qprob_case(impl, &c, 171 + i);
+    }
+}
+
 static void t_paged_variants(const sdpa_impl *impl)
 {
     qcase a = prefills(Q_PACKED, KV_PAGED, 16, F16);
@@ -398,6 +413,7 @@ int main(void)
     run_test("layouts: chunked prefill beside decodes", t_chunked_prefill);
     run_test("layouts: paged, page sizes 1 16 32 256", t_paged);
     run_test("layouts: paged with ragged and variants", t_paged_variants);
+    run_test("layouts: paged decodes of 1-4 rows per KV head, in turns", t_paged_turns);
     tl_for_each_impl("layouts: sdpa_merge against the unsplit call", t_merge);
     tl_for_each_impl("layouts: bad layouts refused", t_bad);
     t_merge_bad();
