@@ -202,6 +202,17 @@ static const shape shapes[] = {
      AB_PLAIN, 16},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16_paged128", 1, 32, 8, 1, 32768, 128, false, AB_F16,
      AB_PLAIN, 128},
+    /* pages on the other paths: 7 rows (no interleaved turns), one row (MHA), a block format */
+    {"decode", "B1_Hq28_Hkv4_kv32768_D128_f16_paged16", 1, 28, 4, 1, 32768, 128, false, AB_F16,
+     AB_PLAIN, 16},
+    {"decode", "B1_Hq28_Hkv4_kv32768_D128_f16_paged128", 1, 28, 4, 1, 32768, 128, false, AB_F16,
+     AB_PLAIN, 128},
+    {"decode", "B1_Hq32_Hkv32_kv16384_D128_f16_paged16", 1, 32, 32, 1, 16384, 128, false, AB_F16,
+     AB_PLAIN, 16},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q8_0_paged16", 1, 32, 8, 1, 32768, 128, false, AB_Q8_0,
+     AB_PLAIN, 16},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q8_0_paged128", 1, 32, 8, 1, 32768, 128, false, AB_Q8_0,
+     AB_PLAIN, 128},
 #define AB_VARIANT(name, v)                                                                        \
     {                                                                                              \
         "variant", "prefill_B1_H16_L2048_D128_causal_f16_" name, 1, 16, 16, 2048, 2048, 128, true, \
