@@ -67,6 +67,14 @@ static inline int sdpa_ilv_pre_hit(sdpa_ilv_pre *p, const sdpa_rows *w, size_t j
     return 0;
 }
 
+/* Whether turns of at most `turn` keys fit the pages of the paged unit P: a turn is a page, or
+   pages hold whole turns. Every part of a unit that fails it takes the block order. */
+static inline int sdpa_ilv_pages_ok(const sdpa_rows *P, size_t turn)
+{
+    const size_t ps = P->pages->size;
+    return ps % sdpa_min(ps, turn) == 0;
+}
+
 /* Whether the P·V of keys [j0, j0 + nb) of the view w (scores o columns into the scratch; every
    row sees them all) may score the next block's keys at the same place, B keys per block, and
    where: x, and in it the first key of the part (*a0) and the next block's keys to score
@@ -90,7 +98,7 @@ static inline int sdpa_ilv_plan(const sdpa_rows *w, size_t j0, size_t nb, size_t
     const size_t ps = P->pages->size, full = ps >= B ? B : B / ps * ps, T = sdpa_min(ps, turn);
     *x = (sdpa_ilv_keys){P->pages, NULL, NULL, sdpa_min(P->kv_end, P->kv_limit[P->rows - 1]), T};
     *a0 = w->piece_base + j0;
-    if (ps % T || *a0 < o || sdpa_page_block(P, *a0 - o, B) != full) return 0;
+    if (!sdpa_ilv_pages_ok(P, turn) || *a0 < o || sdpa_page_block(P, *a0 - o, B) != full) return 0;
     const size_t b1 = *a0 - o + full, n1 = sdpa_page_block(P, b1, B);
     if (!n1 || n1 > full || b1 + n1 > x->kend || o >= n1) return 0;
     if (o && !(pre->k == (const void *)P && pre->j0 == b1 && pre->n == o)) return 0;

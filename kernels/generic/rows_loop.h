@@ -36,10 +36,13 @@
  * (scanning backwards).
  *
  * and optionally SDPA_LOOP_REVERSE (1: honour sdpa_rows.reverse, scanning the blocks from the
- * last) and SDPA_LOOP_AHEAD_ROWS (1: on a paged unit, the rows of later pages that a piece's
+ * last), SDPA_LOOP_AHEAD_ROWS (1: on a paged unit, the rows of later pages that a piece's
  * hooks should request are handed to them in sdpa_rows.ahead_row, ahead_n, for their own
  * streams to request among their arithmetic; without it the loop requests them itself, at once,
- * before each hook call).
+ * before each hook call) and SDPA_LOOP_PAGES_SELF(c) (an expression of the context: nonzero
+ * when the path's hooks request a paged unit's later pages themselves, as the interleaved
+ * turns do; the loop then requests none, since its requests would only compete with theirs for
+ * the core's line-fill buffers).
  *
  * The loop owns what every path shares: blocking, the rows that see a block (limits are
  * non-decreasing in r, so they are the rows from r0 on), each row's visible keys, the rows'
@@ -69,6 +72,9 @@
     (sdpa_page_touch(w, v, e, b), sdpa_page_run(w, v, a, b, &u.ahead_row, &u.ahead_n))
 #else
 #define SDPA_LOOP_PAGE_AHEAD(w, v, a, b) sdpa_page_ahead(w, v, a, b)
+#endif
+#ifndef SDPA_LOOP_PAGES_SELF
+#define SDPA_LOOP_PAGES_SELF(c) 0
 #endif
 
 #define SDPA_LOOP_CAT2(a, b) a##b
@@ -140,9 +146,10 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
             for (size_t o = 0, n; o < nb; o += n) {
                 n = nb - o;
                 const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um);
-                const size_t e = j0 + o + n; /* the piece's end: the rows ahead past it */
-                SDPA_LOOP_PAGE_AHEAD(w, 0, sdpa_max(e, j0 + o + SDPA_LOOP_AHEAD),
-                                     e + SDPA_LOOP_AHEAD);
+                const size_t e = j0 + o + n;   /* the piece's end: the rows ahead past it */
+                if (!SDPA_LOOP_PAGES_SELF(&c)) /* u keeps w's ahead_n, 0 */
+                    SDPA_LOOP_PAGE_AHEAD(w, 0, sdpa_max(e, j0 + o + SDPA_LOOP_AHEAD),
+                                         e + SDPA_LOOP_AHEAD);
                 SDPA_LOOP_CAT(SDPA_LOOP_FN, _scores)(&c, &u, r0, lj, n, S + o, lds);
             }
         else
@@ -170,8 +177,9 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
                 n = nb - o;
                 const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um);
                 const size_t e = j0 + o + n;
-                SDPA_LOOP_PAGE_AHEAD(w, 1, sdpa_max(e, j0 + o + SDPA_LOOP_AHEAD),
-                                     e + SDPA_LOOP_AHEAD);
+                if (!SDPA_LOOP_PAGES_SELF(&c))
+                    SDPA_LOOP_PAGE_AHEAD(w, 1, sdpa_max(e, j0 + o + SDPA_LOOP_AHEAD),
+                                         e + SDPA_LOOP_AHEAD);
                 const float *a = o ? w->pages->ones : alpha;
                 if (finite)
                     SDPA_LOOP_CAT(SDPA_LOOP_FN, _values)(&c, &u, r0, lj, n, a, S + o, lds);
@@ -202,6 +210,7 @@ static void SDPA_LOOP_FN(const sdpa_rows *w)
 #undef SDPA_LOOP_FN
 #undef SDPA_LOOP_CTX
 #undef SDPA_LOOP_AHEAD_ROWS
+#undef SDPA_LOOP_PAGES_SELF
 #undef SDPA_LOOP_PAGE_AHEAD
 #undef SDPA_LOOP_REVERSE
 #undef SDPA_LOOP_CAT

@@ -513,6 +513,7 @@ typedef struct decode_ctx {
     float *S;         /* the scores' scratch */
     size_t B;         /* keys per block */
     int ilv;          /* the next block's scores among the P·V (decode_values_ilv) */
+    int ilv_pages;    /* ... and a paged unit's pages fit its turns (they request those pages) */
     sdpa_ilv_pre pre; /* the block the last P·V scored ahead */
 } decode_ctx;
 
@@ -529,6 +530,7 @@ static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, si
     /* plain units of few rows whose K and V rows each lie end to end (the turns' runs) */
     c->ilv = w->rows <= DECODE_ILV_ROWS && !sdpa_is_variant(w) && w->k_stride == (ptrdiff_t)w->d &&
              w->v_stride == (ptrdiff_t)w->dv;
+    c->ilv_pages = c->ilv && w->piece_of && sdpa_ilv_pages_ok(w->piece_of, DECODE_PV_KB);
     return B;
 }
 
@@ -620,6 +622,8 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
 
 #define SDPA_LOOP_FN  decode_loop_avx2
 #define SDPA_LOOP_CTX decode_ctx
+/* the turns request the next keys' pages (decode_values_ilv) */
+#define SDPA_LOOP_PAGES_SELF(c) ((c)->ilv_pages)
 #include "rows_loop.h"
 
 void sdpa_decode_avx2(const sdpa_rows *w)

@@ -225,6 +225,7 @@ typedef struct decode_ctx {
     size_t NB;
     int other;        /* the other array's stream, and short blocks (decode_pf) */
     int ilv;          /* the next block's scores among the P·V (decode_values_ilv) */
+    int ilv_pages;    /* ... and a paged unit's pages fit its turns (they request those pages) */
     decode_pf pf;     /* the block's streams, from the scores to the values */
     sdpa_ilv_pre pre; /* the block the last P·V scored ahead */
 } decode_ctx;
@@ -241,6 +242,7 @@ static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, si
     c->qpk = *S + R * DECODE_LDS;  /* aligned */
     c->S = *S;
     c->ilv = R <= DECODE_ILV_ROWS && !sdpa_is_variant(w);
+    c->ilv_pages = c->ilv && w->piece_of && sdpa_ilv_pages_ok(w->piece_of, DECODE_PV_KB);
     c->pre.n = 0;
     for (size_t r = 0; r < DECODE_MAX_ROWS; r++) c->qr[r] = w->q + sdpa_min(r, R - 1) * d;
     const size_t RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8;
@@ -376,6 +378,8 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
 #define SDPA_LOOP_FN         decode_loop_avx512
 #define SDPA_LOOP_CTX        decode_ctx
 #define SDPA_LOOP_AHEAD_ROWS 1 /* a paged piece's rows ahead join the streams (decode_pf) */
+/* the turns request the next keys' pages (decode_values_ilv) */
+#define SDPA_LOOP_PAGES_SELF(c) ((c)->ilv_pages)
 #include "rows_loop.h"
 
 void sdpa_decode_avx512(const sdpa_rows *w)
