@@ -39,10 +39,11 @@
  * last), SDPA_LOOP_AHEAD_ROWS (1: on a paged unit, the rows of later pages that a piece's
  * hooks should request are handed to them in sdpa_rows.ahead_row, ahead_n, for their own
  * streams to request among their arithmetic; without it the loop requests them itself, at once,
- * before each hook call) and SDPA_LOOP_PAGES_SELF(c) (an expression of the context: nonzero
- * when the path's hooks request a paged unit's later pages themselves, as the interleaved
- * turns do; the loop then requests none, since its requests would only compete with theirs for
- * the core's line-fill buffers).
+ * before each hook call, or with SDPA_LOOP_AHEAD_TOUCH only the first line of each later page,
+ * for a path whose own requests the core's prefetcher extends) and SDPA_LOOP_PAGES_SELF(c) (an
+ * expression of the context: nonzero when the path's hooks request a paged unit's later pages
+ * themselves, as the interleaved turns do; the loop then requests none, since its requests would
+ * only compete with theirs for the core's line-fill buffers).
  *
  * The loop owns what every path shares: blocking, the rows that see a block (limits are
  * non-decreasing in r, so they are the rows from r0 on), each row's visible keys, the rows'
@@ -66,10 +67,13 @@
 #define SDPA_LOOP_AHEAD 32
 /* The rows of keys [a, b) of the paged unit w, past the piece's page: handed to the hook in
    u.ahead_row, u.ahead_n (SDPA_LOOP_AHEAD_ROWS: its own streams request them a few lines at a
-   time among its arithmetic), else requested here at once. */
-#ifdef SDPA_LOOP_AHEAD_ROWS
+   time among its arithmetic), or only the first line of each page starting in [e, b)
+   (SDPA_LOOP_AHEAD_TOUCH: the core's prefetcher takes the rest), else requested here at once. */
+#if defined(SDPA_LOOP_AHEAD_ROWS)
 #define SDPA_LOOP_PAGE_AHEAD(w, v, a, b)                                                           \
     (sdpa_page_touch(w, v, e, b), sdpa_page_run(w, v, a, b, &u.ahead_row, &u.ahead_n))
+#elif defined(SDPA_LOOP_AHEAD_TOUCH)
+#define SDPA_LOOP_PAGE_AHEAD(w, v, a, b) ((void)(a), sdpa_page_touch(w, v, e, b))
 #else
 #define SDPA_LOOP_PAGE_AHEAD(w, v, a, b) sdpa_page_ahead(w, v, a, b)
 #endif
@@ -210,6 +214,7 @@ static void SDPA_LOOP_FN(const sdpa_rows *w)
 #undef SDPA_LOOP_FN
 #undef SDPA_LOOP_CTX
 #undef SDPA_LOOP_AHEAD_ROWS
+#undef SDPA_LOOP_AHEAD_TOUCH
 #undef SDPA_LOOP_PAGES_SELF
 #undef SDPA_LOOP_PAGE_AHEAD
 #undef SDPA_LOOP_REVERSE

@@ -622,8 +622,11 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
 
 #define SDPA_LOOP_FN  decode_loop_avx2
 #define SDPA_LOOP_CTX decode_ctx
-/* the turns request the next keys' pages (decode_values_ilv) */
+/* the turns request the next keys' pages (decode_values_ilv); other units get the first line
+   of each next page, a burst of all its lines stalling the arithmetic on the line-fill
+   buffers */
 #define SDPA_LOOP_PAGES_SELF(c) ((c)->ilv_pages)
+#define SDPA_LOOP_AHEAD_TOUCH   1
 #include "rows_loop.h"
 
 void sdpa_decode_avx2(const sdpa_rows *w)
