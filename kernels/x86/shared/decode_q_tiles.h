@@ -275,9 +275,10 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
     }
 }
 
-/* acc[r][c0, c0 + 32) = al[r] acc + sum_j P[r][j] v_j over keys [0, n) (rows rv[j], every row
-   sees them): one block of a quantized V, two vectors per row. */
-SDPA_INLINE void qd_pv_block_z(int R, sdpa_dtype vt, float *acc, size_t dv, const float *al,
+/* acc[r][c0, c0 + 32 NB) = al[r] acc + sum_j P[r][j] v_j over keys [0, n) (rows rv[j], every
+   row sees them): NB blocks of a quantized V (R NB <= 8), two vectors per row and block, each
+   key's weights broadcast once for its NB blocks. */
+SDPA_INLINE void qd_pv_block_z(int R, int NB, sdpa_dtype vt, float *acc, size_t dv, const float *al,
                                const float *P, size_t lds, const unsigned char *const *rv, size_t n,
                                size_t c0)
 {
@@ -285,23 +286,27 @@ SDPA_INLINE void qd_pv_block_z(int R, sdpa_dtype vt, float *acc, size_t dv, cons
     SDPA_UNROLL for (int r = 0; r < R; r++)
     {
         const __m512 s = _mm512_set1_ps(al[r]);
-        SDPA_UNROLL for (int h = 0; h < 2; h++) a[2 * r + h] =
+        SDPA_UNROLL for (int h = 0; h < 2 * NB; h++) a[2 * NB * r + h] =
             _mm512_mul_ps(s, _mm512_loadu_ps(acc + (size_t)r * dv + c0 + 16 * (size_t)h));
     }
-    const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)c0);
+    const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)c0), bb = sdpa_block_bytes(vt);
     for (size_t j = 0; j < n; j++) {
-        const unsigned char *b = rv[j] + bo;
-        const qd_blk16 vb = qd_block16(vt, b);
-        const __m512 x0 = qd_get16(vt, &vb, 0), x1 = qd_get16(vt, &vb, 1);
+        __m512 x[4];
+        SDPA_UNROLL for (int e = 0; e < NB; e++)
+        {
+            const qd_blk16 vb = qd_block16(vt, rv[j] + bo + (size_t)e * bb);
+            x[2 * e] = qd_get16(vt, &vb, 0);
+            x[2 * e + 1] = qd_get16(vt, &vb, 1);
+        }
         SDPA_UNROLL for (int r = 0; r < R; r++)
         {
             const __m512 p = _mm512_set1_ps(P[(size_t)r * lds + j]);
-            a[2 * r] = _mm512_fmadd_ps(p, x0, a[2 * r]);
-            a[2 * r + 1] = _mm512_fmadd_ps(p, x1, a[2 * r + 1]);
+            SDPA_UNROLL for (int h = 0; h < 2 * NB; h++) a[2 * NB * r + h] =
+                _mm512_fmadd_ps(p, x[h], a[2 * NB * r + h]);
         }
     }
-    SDPA_UNROLL for (int r = 0; r < R; r++) SDPA_UNROLL for (int h = 0; h < 2; h++)
-        _mm512_storeu_ps(acc + (size_t)r * dv + c0 + 16 * (size_t)h, a[2 * r + h]);
+    SDPA_UNROLL for (int r = 0; r < R; r++) SDPA_UNROLL for (int h = 0; h < 2 * NB; h++)
+        _mm512_storeu_ps(acc + (size_t)r * dv + c0 + 16 * (size_t)h, a[2 * NB * r + h]);
 }
 #endif
 
@@ -430,8 +435,12 @@ SDPA_INLINE void qd_values_r(int R, sdpa_dtype vt, const sdpa_rows *w, float *ac
         const float *al = g == 0 ? alpha : ones;
         if (sdpa_dtype_quantized(vt)) {
 #ifdef __AVX512F__
-            for (size_t c = 0; c < dv; c += 32)
-                qd_pv_block_z(R, vt, acc, dv, al, P + g, lds, rv, ng, c);
+            /* two blocks a pass with at most 4 rows (16 accumulators), else one */
+            size_t c = 0;
+            if (R <= 4)
+                for (; c + 64 <= dv; c += 64)
+                    qd_pv_block_z(R, 2, vt, acc, dv, al, P + g, lds, rv, ng, c);
+            for (; c < dv; c += 32) qd_pv_block_z(R, 1, vt, acc, dv, al, P + g, lds, rv, ng, c);
             continue;
 #endif
             if (R <= 2)
