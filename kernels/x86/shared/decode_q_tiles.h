@@ -384,10 +384,19 @@ SDPA_INLINE void qd_pv_panel(int R, int NC, sdpa_dtype vt, float *acc, size_t dv
     }
 }
 
-/* The same for a quantized V whose dv is a multiple of 32: whole vectors, no element type. */
-SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, sdpa_dtype vt, float *acc, size_t dv,
+/* A V block's scale, minimum and quants as the first panel over it made them (qd_scales8,
+   qd_prepare), for the block's later panels to reuse rather than redo. */
+typedef struct qd_stash {
+    __m256 d, c;
+    __m128i lo, hi;
+} qd_stash;
+
+/* The same for a quantized V whose dv is a multiple of 32: whole vectors, no element type. The
+   panels over one 32-column block share each key's decoded block through st[j]: ST 1 writes it
+   (the first panel), ST 2 reads it (the others), ST 0 neither (a panel over the whole block). */
+SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, int ST, sdpa_dtype vt, float *acc, size_t dv,
                                const float *al, const float *P, size_t lds,
-                               const unsigned char *const *rv, size_t n, size_t c0)
+                               const unsigned char *const *rv, size_t n, size_t c0, qd_stash *st)
 {
     __m256 a[16];
     SDPA_UNROLL for (int r = 0; r < R; r++)
@@ -400,8 +409,15 @@ SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, sdpa_dtype vt, float *acc,
     for (size_t j = 0; j < n; j++) {
         const unsigned char *b = rv[j] + bo;
         __m256 dv8, cv8;
-        qd_scales8(vt, b, &dv8, &cv8);
-        const qd_src src = qd_prepare(vt, b);
+        qd_src src;
+        if (ST == 2) {
+            dv8 = st[j].d, cv8 = st[j].c;
+            src.b = b, src.lo = st[j].lo, src.hi = st[j].hi;
+        } else {
+            qd_scales8(vt, b, &dv8, &cv8);
+            src = qd_prepare(vt, b);
+            if (ST == 1) st[j].d = dv8, st[j].c = cv8, st[j].lo = src.lo, st[j].hi = src.hi;
+        }
         __m256 x[4];
         SDPA_UNROLL for (int t = 0; t < NC; t++) x[t] = qd_x8(vt, &src, T0 + t, dv8, cv8);
         SDPA_UNROLL for (int r = 0; r < R; r++)
@@ -443,20 +459,21 @@ SDPA_INLINE void qd_values_r(int R, sdpa_dtype vt, const sdpa_rows *w, float *ac
             for (; c < dv; c += 32) qd_pv_block_z(R, 1, vt, acc, dv, al, P + g, lds, rv, ng, c);
             continue;
 #endif
+            qd_stash st[DECODE_Q_PV_KB];
             if (R <= 2)
                 for (size_t c = 0; c < dv; c += 32)
-                    qd_pv_panel_q(R, 4, 0, vt, acc, dv, al, P + g, lds, rv, ng, c);
+                    qd_pv_panel_q(R, 4, 0, 0, vt, acc, dv, al, P + g, lds, rv, ng, c, st);
             else if (R <= 4)
                 for (size_t c = 0; c < dv; c += 32) {
-                    qd_pv_panel_q(R, 2, 0, vt, acc, dv, al, P + g, lds, rv, ng, c);
-                    qd_pv_panel_q(R, 2, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 16);
+                    qd_pv_panel_q(R, 2, 0, 1, vt, acc, dv, al, P + g, lds, rv, ng, c, st);
+                    qd_pv_panel_q(R, 2, 2, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 16, st);
                 }
             else
                 for (size_t c = 0; c < dv; c += 32) {
-                    qd_pv_panel_q(R, 1, 0, vt, acc, dv, al, P + g, lds, rv, ng, c);
-                    qd_pv_panel_q(R, 1, 1, vt, acc, dv, al, P + g, lds, rv, ng, c + 8);
-                    qd_pv_panel_q(R, 1, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 16);
-                    qd_pv_panel_q(R, 1, 3, vt, acc, dv, al, P + g, lds, rv, ng, c + 24);
+                    qd_pv_panel_q(R, 1, 0, 1, vt, acc, dv, al, P + g, lds, rv, ng, c, st);
+                    qd_pv_panel_q(R, 1, 1, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 8, st);
+                    qd_pv_panel_q(R, 1, 2, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 16, st);
+                    qd_pv_panel_q(R, 1, 3, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 24, st);
                 }
             continue;
         }
