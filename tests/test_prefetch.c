@@ -1,5 +1,5 @@
 /* test_prefetch.c -- the K/V row-stream prefetch cursor (kernels/generic/prefetch.h): every line of
- * every row, in address order, none outside the rows */
+ * every row, in address order, none outside the rows; rows of whole lines end to end as one run */
 #include "testlib.h"
 
 #include "prefetch.h"
@@ -22,7 +22,8 @@ static const pcase pcases[] = {
     {256, -256, 40, 0}, /* negative stride */
     {200, -512, 20, 8}, /* negative stride, gaps, unaligned */
     {64, 128, 10, 32},  /* each row straddles two lines only through its alignment */
-    {128, 128, 10, 48}, /* rows end to end, each across three lines */
+    {128, 128, 10, 48}, /* rows end to end, each across three lines: one run of lines */
+    {256, 256, 40, 32}, /* the decode case 32 bytes off the line grid: one run of lines */
     {64, 64, 1, 0},     /* one line */
     {256, 256, 0, 0},   /* no rows: nothing requested */
 };
@@ -48,6 +49,18 @@ static void test_rows(void)
         /* row 0 sits at the top of the span for a negative stride */
         const uintptr_t base = b0 + c->off + (c->stride < 0 ? span : 0);
         sdpa_pf_rows s = sdpa_pf_rows_begin((const void *)base, c->stride, c->row_bytes, c->n);
+        if (c->n && c->row_bytes % 64 == 0 && c->stride == (ptrdiff_t)c->row_bytes && (base & 63)) {
+            /* rows of whole lines end to end, off the grid: every line of their bytes once, in
+               address order, and nothing else */
+            const size_t want = c->n * c->row_bytes / 64 + 1;
+            size_t count = 0, wrong = 0;
+            for (const char *p; (p = sdpa_pf_rows_pop(&s)) != NULL && count < want + 8; count++)
+                if ((uintptr_t)p != (base & ~(uintptr_t)63) + 64 * count) wrong++;
+            CHECK(count == want, "case %zu: %zu lines named, want %zu", ci, count, want);
+            CHECK(wrong == 0, "case %zu: %zu lines out of the run", ci, wrong);
+            free(buf);
+            continue;
+        }
         const size_t L = ((base & 63) + c->row_bytes + 63) / 64;
         size_t count = 0, outside = 0, disorder = 0;
         uintptr_t prev = 0;

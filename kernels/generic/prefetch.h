@@ -54,14 +54,19 @@ typedef struct sdpa_pf_rows {
     size_t n2;      /* requested once the first has run out */
 } sdpa_pf_rows;
 
-/* rows [0, nrows) starting at row0, stride bytes apart, row_bytes each */
+/* rows [0, nrows) starting at row0, stride bytes apart, row_bytes each. Rows of whole lines end
+   to end (stride == row_bytes) are one run of lines however they are aligned: row_bytes / 64
+   lines a row, and the line holding the last row's end; so a view whose rows are 32 bytes off
+   the line grid (a 32-byte aligned cache) keeps the plain cursor of an aligned one. */
 static inline sdpa_pf_rows sdpa_pf_rows_begin(const void *row0, ptrdiff_t stride, size_t row_bytes,
                                               size_t nrows)
 {
     const uintptr_t a = (uintptr_t)row0;
-    const size_t L = row_bytes ? ((a & 63) + row_bytes + 63) / 64 : 0;
+    size_t L = row_bytes ? ((a & 63) + row_bytes + 63) / 64 : 0, n = L * nrows;
+    if ((a & 63) && nrows && row_bytes % 64 == 0 && stride == (ptrdiff_t)row_bytes)
+        L = row_bytes / 64, n = L * nrows + 1;
     const sdpa_pf_rows c = {
-        (const char *)(a & ~(uintptr_t)63), stride - (ptrdiff_t)(64 * L), 0, L, L * nrows, NULL, 0};
+        (const char *)(a & ~(uintptr_t)63), stride - (ptrdiff_t)(64 * L), 0, L, n, NULL, 0};
     return c;
 }
 
