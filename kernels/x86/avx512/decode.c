@@ -35,9 +35,11 @@ static void pack_q_lines(const float *const *qr, size_t RP, size_t d, size_t E, 
     const size_t lines = (d + E - 1) / E;
     for (size_t g = 0; g < lines; g++)
         for (size_t r = 0; r < RP; r++)
-            for (size_t e = 0; e < E; e++) {
+            for (size_t e = 0; e < E; e += 16) {
                 const size_t c = g * E + e;
-                qp[(g * RP + r) * E + e] = c < d ? qr[r][c] : 0.0f;
+                const __mmask16 m = c < d ? lanes(d - c) : 0;
+                _mm512_storeu_ps(qp + (g * RP + r) * E + e,
+                                 _mm512_maskz_loadu_ps(m, qr[r] + (c < d ? c : 0)));
             }
 }
 
