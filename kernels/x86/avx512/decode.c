@@ -43,17 +43,54 @@ static void pack_q_lines(const float *const *qr, size_t RP, size_t d, size_t E, 
             }
 }
 
+/* Whether a P·V tile holds bf16 V in column pairs: with whole vectors (mk all full) vector 2u
+   holds the even columns of the 32 from c0 + 32u and vector 2u + 1 the odd ones, so that a
+   load of 32 elements converts with one shift and one mask (two operations, not four); the
+   tile permutes its accumulators to that order and back (pv_pairs_load, pv_pairs_store). Each
+   column's sum is the same sequence of operations in either order. */
+#define PV_BF16_PAIRS(vt, NV, full) ((vt) == SDPA_BF16 && (NV) % 2 == 0 && (full))
+
+/* The 32 accumulator columns at o, natural order, as the even (*e) and odd (*d) ones. */
+SDPA_INLINE void pv_pairs_load(const float *o, __m512 *e, __m512 *d)
+{
+    const __m512 n0 = _mm512_loadu_ps(o), n1 = _mm512_loadu_ps(o + 16);
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    *e = _mm512_permutex2var_ps(n0, ie, n1);
+    *d = _mm512_permutex2var_ps(n0, _mm512_add_epi32(ie, _mm512_set1_epi32(1)), n1);
+}
+
+/* pv_pairs_load's inverse: the even (e) and odd (d) columns back to o in natural order. */
+SDPA_INLINE void pv_pairs_store(float *o, __m512 e, __m512 d)
+{
+    const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+    _mm512_storeu_ps(o, _mm512_permutex2var_ps(e, lo, d));
+    _mm512_storeu_ps(o + 16,
+                     _mm512_permutex2var_ps(e, _mm512_add_epi32(lo, _mm512_set1_epi32(8)), d));
+}
+
 /* NV vectors of V row j0 + j from column c0 (masks mk), converted, after the pass's prefetch
-   step for key j: the plain cursor's step j - ja (plain != 0), else the general cursor's next. */
+   step for key j: the plain cursor's step j - ja (plain != 0), else the general cursor's next;
+   pairs: PV_BF16_PAIRS's order. */
 SDPA_INLINE void pv_avx512_decode_key(int NV, __m512 *x, const void *v, sdpa_dtype vt, ptrdiff_t vs,
                                       size_t c0, const __mmask16 *mk, size_t j0, size_t j,
-                                      size_t ja, decode_pf *pf, int plain, int PER)
+                                      size_t ja, decode_pf *pf, int plain, int PER, int pairs)
 {
     const ptrdiff_t off = sdpa_row_off(vs, j0 + j) + (ptrdiff_t)c0;
     if (plain)
         decode_pf_simple(pf, PER, (j - ja) * (size_t)PER, plain == 1);
     else
         decode_pf_step(pf);
+    if (pairs) {
+        /* 32 bf16 as 16 words: element 2i is word i's low half, 2i + 1 its high half */
+        const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
+        SDPA_UNROLL for (int t = 0; t < NV; t += 2)
+        {
+            const __m512i w = _mm512_loadu_si512((const uint16_t *)v + off + 16 * t);
+            x[t] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
+            x[t + 1] = _mm512_castsi512_ps(_mm512_and_si512(w, hi));
+        }
+        return;
+    }
     SDPA_UNROLL for (int t = 0; t < NV; t++) x[t] = load_kv(v, vt, off + 16 * t, mk[t]);
 }
 
@@ -75,10 +112,15 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, int
     SDPA_UNROLL for (int t = 0; t < NV; t++) mk[t] = full               ? (__mmask16)0xFFFF
                                                      : c0 + 16 * t < dv ? lanes(dv - c0 - 16 * t)
                                                                         : 0;
+    const int pairs = PV_BF16_PAIRS(vt, NV, full);
     SDPA_UNROLL for (int r = 0; r < R; r++)
     {
-        SDPA_UNROLL for (int t = 0; t < NV; t++) a[r][t] =
-            _mm512_maskz_loadu_ps(mk[t], acc + r * dv + c0 + 16 * t);
+        if (pairs)
+            SDPA_UNROLL for (int t = 0; t < NV; t += 2)
+                pv_pairs_load(acc + r * dv + c0 + 16 * t, &a[r][t], &a[r][t + 1]);
+        else
+            SDPA_UNROLL for (int t = 0; t < NV; t++) a[r][t] =
+                _mm512_maskz_loadu_ps(mk[t], acc + r * dv + c0 + 16 * t);
         if (alpha) {
             const __m512 al = _mm512_set1_ps(alpha[r]);
             SDPA_UNROLL for (int t = 0; t < NV; t++) a[r][t] = _mm512_mul_ps(a[r][t], al);
@@ -89,7 +131,7 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, int
     _Pragma("GCC unroll 2") for (; j < jall; j++)
     {
         __m512 x[8];
-        pv_avx512_decode_key(NV, x, v, vt, vs, c0, mk, j0, j, ja, pf, plain, PQ);
+        pv_avx512_decode_key(NV, x, v, vt, vs, c0, mk, j0, j, ja, pf, plain, PQ, pairs);
         SDPA_UNROLL for (int r = 0; r < R; r++)
         {
             const __m512 p = _mm512_set1_ps(S[r * lds + j]);
@@ -98,7 +140,7 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, int
     }
     for (; j < jmax; j++) {
         __m512 x[8];
-        pv_avx512_decode_key(NV, x, v, vt, vs, c0, mk, j0, j, ja, pf, plain, PQ);
+        pv_avx512_decode_key(NV, x, v, vt, vs, c0, mk, j0, j, ja, pf, plain, PQ, pairs);
         SDPA_UNROLL for (int r = 1; r < R; r++)
         {
             if (j < nk[r]) {
@@ -108,8 +150,15 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, int
             }
         }
     }
-    SDPA_UNROLL for (int r = 0; r < R; r++) SDPA_UNROLL for (int t = 0; t < NV; t++)
-        _mm512_mask_storeu_ps(acc + r * dv + c0 + 16 * t, mk[t], a[r][t]);
+    SDPA_UNROLL for (int r = 0; r < R; r++)
+    {
+        if (pairs)
+            SDPA_UNROLL for (int t = 0; t < NV; t += 2)
+                pv_pairs_store(acc + r * dv + c0 + 16 * t, a[r][t], a[r][t + 1]);
+        else
+            SDPA_UNROLL for (int t = 0; t < NV; t++)
+                _mm512_mask_storeu_ps(acc + r * dv + c0 + 16 * t, mk[t], a[r][t]);
+    }
     if (plain) decode_pf_skip(pf, (size_t)PQ * kmax, plain == 1);
     *pfp = pf[0];
 }
