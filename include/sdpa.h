@@ -337,10 +337,12 @@ typedef struct sdpa_params { /* zero-initialise; every later field's zero means 
      value fits in float is then lost to overflow only where a partial sum of the products
      exceeds FLT_MAX; an element of scale * q below 2^-275 times the row's largest (2^-126
      times, when upscaled) may lose precision or round to 0.
-   - Weights: a SIMD implementation may flush a weight exp(s - m) below e^-87 of the row's
-     largest (a subnormal) to 0, which moves an output by at most n * e^-87 * max|v| / l
-     (n keys, l >= 1 the row's sum of weights): 1.7e-38 * n * max|v| at most. The scalar
-     reference keeps them. Either way a flushed weight times an inf V element is NaN, still
+   - Weights: a SIMD implementation may flush a weight exp(s - m) below e^-54 of the row's
+     largest to 0, which moves an output by at most n * e^-54 * max|v| / l (n keys, l >= 1 the
+     row's sum of weights): 3.6e-24 * n * max|v| at most, below f32's resolution of the output
+     for any n under 10^16. That keeps the P·V's products and sums over f16 and block-format V
+     out of the subnormal range, where many cores compute slowly. The scalar reference keeps
+     every weight. Either way a flushed weight times an inf V element is NaN, still
      non-finite. */
 /* Combines n_parts partial attentions of the same rows over disjoint key sets (split KV, a
    shared prefix and each sequence's own suffix, several machines), each given as its output

@@ -225,7 +225,7 @@ typedef struct attn_ref {
     double *o;     /* [rows][Dv] the output */
     double *wabs;  /* sum_j w_j |v_jc| / l, the scale each output element's error is measured in */
     double *m1;    /* sum_j w_j ds_j |v_jc| / l, ds_j without the softcap's own error */
-    double *flush; /* n e^-87 max_j |v_jc| / l: the weights SIMD kernels may flush (sdpa.h) */
+    double *flush; /* n e^-54 max_j |v_jc| / l: the weights SIMD kernels may flush (sdpa.h) */
     double *lse;   /* [rows] */
     double *tol;   /* per row: E_row = attn_row_tol(n, d, A) */
     double *ds;    /* per row: max_j ds_j, with the softcap's error (2 tanh_ulp + 2) u c */
@@ -417,7 +417,7 @@ static inline void attn_oracle64(const attn_problem *P, attn_ref *r)
                     r->o[row * Dv + e] /= l;
                     r->wabs[row * Dv + e] /= l;
                     r->m1[row * Dv + e] /= l;
-                    r->flush[row * Dv + e] = (double)n * 0x1p-125 * vcol[e] / l;
+                    r->flush[row * Dv + e] = (double)n * SDPA_TEST_FLUSH * vcol[e] / l;
                     if (P->q8_model) r->om[row * Dv + e] /= lm;
                     if (vcol[e] > vmax) vmax = vcol[e];
                 }

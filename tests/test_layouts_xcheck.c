@@ -32,7 +32,7 @@
  * the implementation's exp bound (4 ulp_exp u), plus 2 ds (|v| + |o|) with ds the largest
  * error of a score's modifiers (3 u (|softcap(s)| + |bias| + |mask|), the softcap's own
  * (2 ulp_tanh + 2) u c, a sink weight's u |sink - M|), plus the SIMD flush bound of sdpa.h
- * (n e^-87 max|v| / l). A merge adds, per part, its lse error as a relative weight error:
+ * (n e^-54 max|v| / l). A merge adds, per part, its lse error as a relative weight error:
  * 3 delta with delta = E (1 + max_i |lse_i|).
  */
 
@@ -482,7 +482,7 @@ static void oracle(const lprob *pr, uint64_t seed, lref *r)
                     }
                     r->o[row * Dv + e] = num / l;
                     r->wabs[row * Dv + e] = (float)(wa / l);
-                    r->fl[row * Dv + e] = (float)((double)n * 0x1p-125 * vmax / l);
+                    r->fl[row * Dv + e] = (float)((double)n * SDPA_TEST_FLUSH * vmax / l);
                 }
                 r->lse[row] = M + log(l);
                 r->e0[row] = (float)attn_row_tol(n, D, A);

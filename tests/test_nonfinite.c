@@ -2,6 +2,10 @@
  * or pooled */
 #include "testlib.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
 #include "convert.h"
 #include "pool.h"
 
@@ -194,9 +198,9 @@ static void run_prob(const sdpa_impl *impl, prob *p)
                           what, row, c, orow[c]);
                     continue;
                 }
-                /* E relative to the weighted |v|, plus the weights SIMD kernels flush below e^-87
-                   of the row maximum (sdpa.h: at most n e^-87 max|v| / l) */
-                const double tol = E * wabs / l + (double)lim * 0x1p-125 * vmax / l;
+                /* E relative to the weighted |v|, plus the weights SIMD kernels flush below e^-54
+                   of the row maximum (sdpa.h: at most n e^-54 max|v| / l) */
+                const double tol = E * wabs / l + (double)lim * SDPA_TEST_FLUSH * vmax / l;
                 CHECK(isfinite(orow[c]) && fabs(orow[c] - ref) <= tol,
                       "%s: row %zu o[%zu] = %.9g, float64 %.9g (tol %.3g)", what, row, c, orow[c],
                       ref, tol);
@@ -337,19 +341,19 @@ static void t_scale_range(const sdpa_impl *impl)
     }
 }
 
-/* 6. Weights below e^-87 of the row maximum: kept by the reference, flushed by SIMD kernels
+/* 6. Weights below e^-54 of the row maximum: kept by the reference, flushed by SIMD kernels
    within the stated bound; weights just above the cut are kept by every implementation. */
 static void t_tiny_weights(const sdpa_impl *impl)
 {
     for (int above = 0; above < 2; above++) {
         prob p;
-        prob_init(&p, above ? "weight e^-86" : "weight e^-88", 1, 1, 1, 2, 1, 1.0f, false, SDPA_F32,
+        prob_init(&p, above ? "weight e^-53" : "weight e^-55", 1, 1, 1, 2, 1, 1.0f, false, SDPA_F32,
                   SDPA_F32, 61);
         *qe(&p, 0, 0, 0) = 1.0f;
-        *ke(&p, 0, 0, 0) = 0.0f, *ke(&p, 0, 1, 0) = above ? -86.0f : -88.0f;
+        *ke(&p, 0, 0, 0) = 0.0f, *ke(&p, 0, 1, 0) = above ? -53.0f : -55.0f;
         *ve(&p, 0, 0, 0) = 0.0f, *ve(&p, 0, 1, 0) = 1e38f;
         run_prob(impl, &p);
-        const double want = exp(above ? -86.0 : -88.0) * 1e38;
+        const double want = exp(above ? -53.0 : -55.0) * 1e38;
         float o, lse;
         sdpa_params pr = tl_params(1, 1, 1, 1, 2, 1);
         pr.scale = 1.0f, pr.lse = &lse;
@@ -362,6 +366,81 @@ static void t_tiny_weights(const sdpa_impl *impl)
         else /* the documented flush: exactly 0 */
             CHECK(o == 0.0f || fabs(o - want) <= 1e-5 * want, "%s: o = %.9g, neither 0 nor %.9g",
                   p.name, o, want);
+        prob_free(&p);
+    }
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+#define HAVE_DE_FLAG 1
+/* MXCSR's denormal-operand flag (DE), set by an SSE/AVX operation that reads a subnormal: what
+   takes the microcode assist. (Underflow, a tiny result, also comes of an exp that rounds to
+   0, as exp(-inf) for a row's first rescale, which costs nothing later.) */
+static void de_flag_clear(void) { _mm_setcsr(_mm_getcsr() & ~0x2u); }
+static bool de_flag(void) { return (_mm_getcsr() & 0x2u) != 0; }
+#else
+#define HAVE_DE_FLAG 0
+static void de_flag_clear(void) {}
+static bool de_flag(void) { return false; }
+#endif
+
+/* Whether impl flushes tiny weights at all (sdpa.h allows it below e^-54): a weight of e^-88,
+   1 key of score 0 and one of -88, V 0 and 1e38, serially. */
+static bool flushes_tiny_weights(const sdpa_impl *impl)
+{
+    float q = 1.0f, k[2] = {0.0f, -88.0f}, v[2] = {0.0f, 1e38f}, o = -1.0f;
+    sdpa_params pr = tl_params(1, 1, 1, 1, 2, 1);
+    pr.scale = 1.0f;
+    sdpa_tensor tq = {&q, SDPA_F32, 1, 1, 1}, tk = {k, SDPA_F32, 2, 2, 1},
+                tv = {v, SDPA_F32, 2, 2, 1}, to = {&o, SDPA_F32, 1, 1, 1};
+    return sdpa_impl_forward(impl, &pr, &tq, &tk, &tv, &to) == SDPA_OK && o == 0.0f;
+}
+
+static const char *keeps_tiny_weights(const sdpa_impl *impl)
+{
+    if (!HAVE_DE_FLAG) return "no denormal-operand flag on this architecture";
+    return flushes_tiny_weights(impl) ? NULL : "keeps tiny weights: its P·V may build subnormals";
+}
+
+/* 7. An implementation that flushes tiny weights reads no subnormal anywhere in a call over f16
+   K and V whose weights fill the band [e^-90, 1] (the scores of every block spread over
+   [-90, 0], as ALiBi's steep heads and distance masks make them): decode (4 and 1 rows per KV
+   head) and prefill (causal), serially, the thread's denormal-operand flag read around the
+   call; the result also against float64 (run_prob). With the cut at e^-87 the P·V's sums
+   cancelled into subnormals, and every FMA that read one took a microcode assist. */
+static void t_no_subnormals(const sdpa_impl *impl)
+{
+    static const struct {
+        size_t hq, hkv, ql, kvl;
+        bool causal;
+    } shapes[] = {{4, 1, 1, 700, false}, {2, 2, 1, 600, false}, {2, 1, 80, 300, true}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        prob p;
+        const size_t d = 64;
+        prob_init(&p, "scores spread over [-90, 0]", shapes[si].hq, shapes[si].hkv, shapes[si].ql,
+                  shapes[si].kvl, d, 1.0f, shapes[si].causal, SDPA_F16, SDPA_F16, 97 + si);
+        /* q = e_0 for every row, k_j = (c_j, 0, ...): score c_j, uniform in [-90, 0] */
+        tl_rng r = {131 + si};
+        for (size_t i = 0; i < p.hq * p.ql * d; i++) p.q[i] = i % d == 0 ? 1.0f : 0.0f;
+        for (size_t i = 0; i < p.hkv * p.kvl * d; i++)
+            p.k[i] = i % d == 0 ? tl_uniform(&r, -90.0f, 0.0f) : 0.0f;
+        run_prob(impl, &p);
+        uint16_t *kh = tl_xmalloc(p.hkv * p.kvl * d * 2), *vh = tl_xmalloc(p.hkv * p.kvl * d * 2);
+        for (size_t i = 0; i < p.hkv * p.kvl * d; i++)
+            kh[i] = sdpa_f32_to_f16(p.k[i]), vh[i] = sdpa_f32_to_f16(p.v[i]);
+        float *o = tl_xmalloc(p.hq * p.ql * d * sizeof(float));
+        sdpa_params pr = tl_params(1, p.hq, p.hkv, p.ql, p.kvl, d);
+        pr.scale = 1.0f, pr.causal = p.causal;
+        sdpa_tensor tq = {p.q, SDPA_F32, 0, (ptrdiff_t)(p.ql * d), (ptrdiff_t)d};
+        sdpa_tensor tk = {kh, SDPA_F16, 0, (ptrdiff_t)(p.kvl * d), (ptrdiff_t)d};
+        sdpa_tensor tv = {vh, SDPA_F16, 0, (ptrdiff_t)(p.kvl * d), (ptrdiff_t)d};
+        sdpa_tensor to = {o, SDPA_F32, 0, (ptrdiff_t)(p.ql * d), (ptrdiff_t)d};
+        de_flag_clear();
+        const sdpa_status st = sdpa_impl_forward(impl, &pr, &tq, &tk, &tv, &to);
+        const bool sub = de_flag();
+        CHECK(st == SDPA_OK, "status %s", sdpa_status_str(st));
+        CHECK(!sub, "hq %zu hkv %zu q_len %zu kv_len %zu: an operation read a subnormal", p.hq,
+              p.hkv, p.ql, p.kvl);
+        free(kh), free(vh), free(o);
         prob_free(&p);
     }
 }
@@ -408,6 +487,8 @@ int main(void)
     tl_for_each_impl("keys past a row's limit never reach it", t_masked_keys);
     tl_for_each_impl("scale*q out of float range", t_scale_range);
     tl_for_each_impl("weights near the flush cut", t_tiny_weights);
+    tl_for_each_impl_unless("no subnormals below the flush cut", t_no_subnormals,
+                            keeps_tiny_weights);
     tl_for_each_impl("rows that see nothing", t_empty_rows);
     bench_pool_destroy(g_pool);
     return tl_finish();

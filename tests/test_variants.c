@@ -30,8 +30,8 @@
  *     (u |x| sech^2 x <= 0.45 u) and of c * tanh (u), times c: (2 ulp_tanh + 2) u c. To first
  *     order, a score off by ds_j moves output c by (w_j / l) ds_j |v_jc - o_c|, so the bound
  *     is sum_j (w_j / l) ds_j (|v_jc| + |o_c|), doubled for the second-order terms;
- *   - the weights SIMD kernels may flush below e^-87 of the row's largest (sdpa.h): at most
- *     n e^-87 max|v| / l.
+ *   - the weights SIMD kernels may flush below e^-54 of the row's largest (sdpa.h): at most
+ *     n e^-54 max|v| / l.
  * With a sink, l includes e^(sink - M), and the sink weight's exponent rounds by u |sink - M|.
  * lse: E_row (1 + |lse|) as attn.h (E_row: attn_row_tol plus the exp term), plus
  * 2 sum_j (w_j / l) ds_j.

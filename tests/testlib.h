@@ -255,6 +255,8 @@ static inline void tl_fill_sentinel(float *x, size_t n)
 
 /* unit roundoff of binary32 */
 #define TL_U 0x1p-24
+/* a bound of the weight below which SIMD kernels may flush to 0 (sdpa.h: e^-54 = 2^-77.9) */
+#define SDPA_TEST_FLUSH 0x1p-77
 
 /* ------------------------------------------------------------------------------------------ */
 /* Memory                                                                                       */

@@ -1545,15 +1545,15 @@ static void build_table(problem *P, uint8_t f, size_t ps, uint64_t *st)
  *     |o_c - ref_c| <= (1 + 2^-10) sum_j e_j |v_jc - ref_c| / max(1, L e^(-2 Delta))
  *                      + C 2^-24 (n + 16) Wp_c + C (n + 16) 2^-149,
  *     e_j = min(1, w_j (e^(2 Delta) - 1)),      for a key that may be flushed (s_j - m - 2 Delta
- *           < -86: the SIMD exp gives 0 below e^-87) e_j = max(e_j, w_j) + 2^-147 (a subnormal
- *           weight's rounding),
+ *           < -53: the SIMD exp gives 0 below e^-54) e_j = max(e_j, w_j) + 2^-147 (a subnormal
+ *           weight's rounding, the reference's),
  *     Wp_c = sum_j min(1, w_j e^(2 Delta)) |v_jc| / max(1, L e^(-2 Delta)),  a bound of the
  *           computed sum_j w_j |v_jc| / L, in which the f32 accumulation (n products and sums,
  *           the rescaling by alpha, the division) rounds: the second term; the third is the
  *           absolute rounding of products with subnormal values.
  * For well-conditioned rows (Delta << 1) this is about 2 Delta sum_j w_j |v_jc - ref_c| / L: a
  * relative error of 1e-3 to 1e-4 of the weighted |v| fails. It is never looser than the
- * brief's Vmax (C 2^-24 (d + n + 16)(1 + S) + n 2^-125) form for such rows, and stays exact for
+ * brief's Vmax (C 2^-24 (d + n + 16)(1 + S) + n 2^-77) form for such rows, and stays exact for
  * badly conditioned ones (huge scores: e_j vanishes for keys far below the maximum).
  * lse: |lse - ref| <= 3 Delta + C 2^-24 (n + 16 + |ref|).
  *
@@ -1894,8 +1894,8 @@ static void oracle_run(const problem *P, oracle *O)
                     Lhi += exp(xs + dl[x]);
                     Llo += exp(xs - dl[x]);
                     e[x] = fmin(1.0, exp(xs + lg));
-                    /* the SIMD exp gives 0 below e^-87 of the keys' maximum */
-                    if (s[x] - m - Dx < -86.0) e[x] = fmax(e[x], w[x]) + 0x1p-147;
+                    /* the SIMD exp gives 0 below e^-54 of the keys' maximum */
+                    if (s[x] - m - Dx < -53.0) e[x] = fmax(e[x], w[x]) + 0x1p-147;
                     wp[x] = fmin(1.0, exp(xs + Dx));
                 }
                 double esink = 0.0;
