@@ -181,23 +181,34 @@ typedef struct shape {
 } shape;
 
 static const shape shapes[] = {
-    {"prefill", "B1_H16_L2048_D128_causal", 1, 16, 16, 2048, 2048, 128, true, AB_F32, AB_PLAIN},
-    {"prefill", "B1_H32_L512_D64_causal", 1, 32, 32, 512, 512, 64, true, AB_F32, AB_PLAIN},
-    {"prefill", "B1_H8_L1024_D128", 1, 8, 8, 1024, 1024, 128, false, AB_F32, AB_PLAIN},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16", 1, 32, 8, 1, 32768, 128, false, AB_F16, AB_PLAIN},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_bf16", 1, 32, 8, 1, 32768, 128, false, AB_BF16, AB_PLAIN},
-    {"decode", "B1_Hq32_Hkv32_kv16384_D128_f16", 1, 32, 32, 1, 16384, 128, false, AB_F16, AB_PLAIN},
-    {"decode", "B1_Hq16_Hkv8_kv32768_D128_f16", 1, 16, 8, 1, 32768, 128, false, AB_F16, AB_PLAIN},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q8_0", 1, 32, 8, 1, 32768, 128, false, AB_Q8_0, AB_PLAIN},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q4_0", 1, 32, 8, 1, 32768, 128, false, AB_Q4_0, AB_PLAIN},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q4_1", 1, 32, 8, 1, 32768, 128, false, AB_Q4_1, AB_PLAIN},
+    {"prefill", "B1_H16_L2048_D128_causal", 1, 16, 16, 2048, 2048, 128, true, AB_F32, AB_PLAIN, 0},
+    {"prefill", "B1_H32_L512_D64_causal", 1, 32, 32, 512, 512, 64, true, AB_F32, AB_PLAIN, 0},
+    {"prefill", "B1_H8_L1024_D128", 1, 8, 8, 1024, 1024, 128, false, AB_F32, AB_PLAIN, 0},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16", 1, 32, 8, 1, 32768, 128, false, AB_F16, AB_PLAIN,
+     0},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_bf16", 1, 32, 8, 1, 32768, 128, false, AB_BF16, AB_PLAIN,
+     0},
+    {"decode", "B1_Hq32_Hkv32_kv16384_D128_f16", 1, 32, 32, 1, 16384, 128, false, AB_F16, AB_PLAIN,
+     0},
+    {"decode", "B1_Hq16_Hkv8_kv32768_D128_f16", 1, 16, 8, 1, 32768, 128, false, AB_F16, AB_PLAIN,
+     0},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q8_0", 1, 32, 8, 1, 32768, 128, false, AB_Q8_0, AB_PLAIN,
+     0},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q4_0", 1, 32, 8, 1, 32768, 128, false, AB_Q4_0, AB_PLAIN,
+     0},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q4_1", 1, 32, 8, 1, 32768, 128, false, AB_Q4_1, AB_PLAIN,
+     0},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_iq4_nl", 1, 32, 8, 1, 32768, 128, false, AB_IQ4_NL,
-     AB_PLAIN},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q5_0", 1, 32, 8, 1, 32768, 128, false, AB_Q5_0, AB_PLAIN},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q5_1", 1, 32, 8, 1, 32768, 128, false, AB_Q5_1, AB_PLAIN},
+     AB_PLAIN, 0},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q5_0", 1, 32, 8, 1, 32768, 128, false, AB_Q5_0, AB_PLAIN,
+     0},
+    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q5_1", 1, 32, 8, 1, 32768, 128, false, AB_Q5_1, AB_PLAIN,
+     0},
     /* 7 rows per KV head (Qwen2's grouping): a score tile shaped for 8 rows */
-    {"decode", "B1_Hq28_Hkv4_kv32768_D128_bf16", 1, 28, 4, 1, 32768, 128, false, AB_BF16, AB_PLAIN},
-    {"decode", "B1_Hq28_Hkv4_kv32768_D128_q8_0", 1, 28, 4, 1, 32768, 128, false, AB_Q8_0, AB_PLAIN},
+    {"decode", "B1_Hq28_Hkv4_kv32768_D128_bf16", 1, 28, 4, 1, 32768, 128, false, AB_BF16, AB_PLAIN,
+     0},
+    {"decode", "B1_Hq28_Hkv4_kv32768_D128_q8_0", 1, 28, 4, 1, 32768, 128, false, AB_Q8_0, AB_PLAIN,
+     0},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16_paged16", 1, 32, 8, 1, 32768, 128, false, AB_F16,
      AB_PLAIN, 16},
     {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16_paged128", 1, 32, 8, 1, 32768, 128, false, AB_F16,
@@ -216,7 +227,7 @@ static const shape shapes[] = {
 #define AB_VARIANT(name, v)                                                                        \
     {                                                                                              \
         "variant", "prefill_B1_H16_L2048_D128_causal_f16_" name, 1, 16, 16, 2048, 2048, 128, true, \
-            AB_F16, v                                                                              \
+            AB_F16, v, 0                                                                           \
     }
     AB_VARIANT("softcap30", AB_SOFTCAP),
     AB_VARIANT("alibi", AB_ALIBI),
