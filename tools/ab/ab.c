@@ -184,46 +184,32 @@ static const shape shapes[] = {
     {"prefill", "B1_H16_L2048_D128_causal", 1, 16, 16, 2048, 2048, 128, true, AB_F32, AB_PLAIN, 0},
     {"prefill", "B1_H32_L512_D64_causal", 1, 32, 32, 512, 512, 64, true, AB_F32, AB_PLAIN, 0},
     {"prefill", "B1_H8_L1024_D128", 1, 8, 8, 1024, 1024, 128, false, AB_F32, AB_PLAIN, 0},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16", 1, 32, 8, 1, 32768, 128, false, AB_F16, AB_PLAIN,
-     0},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_bf16", 1, 32, 8, 1, 32768, 128, false, AB_BF16, AB_PLAIN,
-     0},
-    {"decode", "B1_Hq32_Hkv32_kv16384_D128_f16", 1, 32, 32, 1, 16384, 128, false, AB_F16, AB_PLAIN,
-     0},
-    {"decode", "B1_Hq16_Hkv8_kv32768_D128_f16", 1, 16, 8, 1, 32768, 128, false, AB_F16, AB_PLAIN,
-     0},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q8_0", 1, 32, 8, 1, 32768, 128, false, AB_Q8_0, AB_PLAIN,
-     0},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q4_0", 1, 32, 8, 1, 32768, 128, false, AB_Q4_0, AB_PLAIN,
-     0},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q4_1", 1, 32, 8, 1, 32768, 128, false, AB_Q4_1, AB_PLAIN,
-     0},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_iq4_nl", 1, 32, 8, 1, 32768, 128, false, AB_IQ4_NL,
-     AB_PLAIN, 0},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q5_0", 1, 32, 8, 1, 32768, 128, false, AB_Q5_0, AB_PLAIN,
-     0},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q5_1", 1, 32, 8, 1, 32768, 128, false, AB_Q5_1, AB_PLAIN,
-     0},
+/* a decode row: one query, D 128, no modifier */
+#define AB_DECODE(name, hq, hkv, kv, type, page)                                                   \
+    {                                                                                              \
+        "decode", name, 1, hq, hkv, 1, kv, 128, false, type, AB_PLAIN, page                        \
+    }
+    AB_DECODE("B1_Hq32_Hkv8_kv32768_D128_f16", 32, 8, 32768, AB_F16, 0),
+    AB_DECODE("B1_Hq32_Hkv8_kv32768_D128_bf16", 32, 8, 32768, AB_BF16, 0),
+    AB_DECODE("B1_Hq32_Hkv32_kv16384_D128_f16", 32, 32, 16384, AB_F16, 0),
+    AB_DECODE("B1_Hq16_Hkv8_kv32768_D128_f16", 16, 8, 32768, AB_F16, 0),
+    AB_DECODE("B1_Hq32_Hkv8_kv32768_D128_q8_0", 32, 8, 32768, AB_Q8_0, 0),
+    AB_DECODE("B1_Hq32_Hkv8_kv32768_D128_q4_0", 32, 8, 32768, AB_Q4_0, 0),
+    AB_DECODE("B1_Hq32_Hkv8_kv32768_D128_q4_1", 32, 8, 32768, AB_Q4_1, 0),
+    AB_DECODE("B1_Hq32_Hkv8_kv32768_D128_iq4_nl", 32, 8, 32768, AB_IQ4_NL, 0),
+    AB_DECODE("B1_Hq32_Hkv8_kv32768_D128_q5_0", 32, 8, 32768, AB_Q5_0, 0),
+    AB_DECODE("B1_Hq32_Hkv8_kv32768_D128_q5_1", 32, 8, 32768, AB_Q5_1, 0),
     /* 7 rows per KV head (Qwen2's grouping): a score tile shaped for 8 rows */
-    {"decode", "B1_Hq28_Hkv4_kv32768_D128_bf16", 1, 28, 4, 1, 32768, 128, false, AB_BF16, AB_PLAIN,
-     0},
-    {"decode", "B1_Hq28_Hkv4_kv32768_D128_q8_0", 1, 28, 4, 1, 32768, 128, false, AB_Q8_0, AB_PLAIN,
-     0},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16_paged16", 1, 32, 8, 1, 32768, 128, false, AB_F16,
-     AB_PLAIN, 16},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_f16_paged128", 1, 32, 8, 1, 32768, 128, false, AB_F16,
-     AB_PLAIN, 128},
+    AB_DECODE("B1_Hq28_Hkv4_kv32768_D128_bf16", 28, 4, 32768, AB_BF16, 0),
+    AB_DECODE("B1_Hq28_Hkv4_kv32768_D128_q8_0", 28, 4, 32768, AB_Q8_0, 0),
+    AB_DECODE("B1_Hq32_Hkv8_kv32768_D128_f16_paged16", 32, 8, 32768, AB_F16, 16),
+    AB_DECODE("B1_Hq32_Hkv8_kv32768_D128_f16_paged128", 32, 8, 32768, AB_F16, 128),
     /* pages on the other paths: 7 rows (no interleaved turns), one row (MHA), a block format */
-    {"decode", "B1_Hq28_Hkv4_kv32768_D128_f16_paged16", 1, 28, 4, 1, 32768, 128, false, AB_F16,
-     AB_PLAIN, 16},
-    {"decode", "B1_Hq28_Hkv4_kv32768_D128_f16_paged128", 1, 28, 4, 1, 32768, 128, false, AB_F16,
-     AB_PLAIN, 128},
-    {"decode", "B1_Hq32_Hkv32_kv16384_D128_f16_paged16", 1, 32, 32, 1, 16384, 128, false, AB_F16,
-     AB_PLAIN, 16},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q8_0_paged16", 1, 32, 8, 1, 32768, 128, false, AB_Q8_0,
-     AB_PLAIN, 16},
-    {"decode", "B1_Hq32_Hkv8_kv32768_D128_q8_0_paged128", 1, 32, 8, 1, 32768, 128, false, AB_Q8_0,
-     AB_PLAIN, 128},
+    AB_DECODE("B1_Hq28_Hkv4_kv32768_D128_f16_paged16", 28, 4, 32768, AB_F16, 16),
+    AB_DECODE("B1_Hq28_Hkv4_kv32768_D128_f16_paged128", 28, 4, 32768, AB_F16, 128),
+    AB_DECODE("B1_Hq32_Hkv32_kv16384_D128_f16_paged16", 32, 32, 16384, AB_F16, 16),
+    AB_DECODE("B1_Hq32_Hkv8_kv32768_D128_q8_0_paged16", 32, 8, 32768, AB_Q8_0, 16),
+    AB_DECODE("B1_Hq32_Hkv8_kv32768_D128_q8_0_paged128", 32, 8, 32768, AB_Q8_0, 128),
 #define AB_VARIANT(name, v)                                                                        \
     {                                                                                              \
         "variant", "prefill_B1_H16_L2048_D128_causal_f16_" name, 1, 16, 16, 2048, 2048, 128, true, \
@@ -234,6 +220,7 @@ static const shape shapes[] = {
     AB_VARIANT("mask_f16_bcast", AB_MASK),
     AB_VARIANT("mask_f16_scales", AB_MASK_SCALES),
 #undef AB_VARIANT
+#undef AB_DECODE
 };
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
