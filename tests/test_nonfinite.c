@@ -403,10 +403,10 @@ static const char *keeps_tiny_weights(const sdpa_impl *impl)
 
 /* 7. An implementation that flushes tiny weights reads no subnormal anywhere in a call over f16
    K and V whose weights fill the band [e^-90, 1] (the scores of every block spread over
-   [-90, 0], as ALiBi's steep heads and distance masks make them): decode (4 and 1 rows per KV
-   head) and prefill (causal), serially, the thread's denormal-operand flag read around the
-   call; the result also against float64 (run_prob). With the cut at e^-87 the P·V's sums
-   cancelled into subnormals, and every FMA that read one took a microcode assist. */
+   [-90, 0], as ALiBi's steep heads and distance masks make them), and over q8_0 V: decode (4
+   and 1 rows per KV head) and prefill (causal), serially, the thread's denormal-operand flag
+   read around the call; the f16 result also against float64 (run_prob). With the cut at e^-87 the
+   P·V's sums cancelled into subnormals, and every FMA that read one took a microcode assist. */
 static void t_no_subnormals(const sdpa_impl *impl)
 {
     static const struct {
@@ -424,23 +424,29 @@ static void t_no_subnormals(const sdpa_impl *impl)
         for (size_t i = 0; i < p.hkv * p.kvl * d; i++)
             p.k[i] = i % d == 0 ? tl_uniform(&r, -90.0f, 0.0f) : 0.0f;
         run_prob(impl, &p);
-        uint16_t *kh = tl_xmalloc(p.hkv * p.kvl * d * 2), *vh = tl_xmalloc(p.hkv * p.kvl * d * 2);
-        for (size_t i = 0; i < p.hkv * p.kvl * d; i++)
+        const size_t nkv = p.hkv * p.kvl * d;
+        uint16_t *kh = tl_xmalloc(nkv * 2), *vh = tl_xmalloc(nkv * 2);
+        void *vq = tl_xmalloc(sdpa_dtype_bytes(SDPA_Q8_0, nkv));
+        for (size_t i = 0; i < nkv; i++)
             kh[i] = sdpa_f32_to_f16(p.k[i]), vh[i] = sdpa_f32_to_f16(p.v[i]);
+        CHECK(sdpa_quantize(SDPA_Q8_0, p.v, nkv, vq) == SDPA_OK, "quantize V");
         float *o = tl_xmalloc(p.hq * p.ql * d * sizeof(float));
         sdpa_params pr = tl_params(1, p.hq, p.hkv, p.ql, p.kvl, d);
         pr.scale = 1.0f, pr.causal = p.causal;
         sdpa_tensor tq = {p.q, SDPA_F32, 0, (ptrdiff_t)(p.ql * d), (ptrdiff_t)d};
         sdpa_tensor tk = {kh, SDPA_F16, 0, (ptrdiff_t)(p.kvl * d), (ptrdiff_t)d};
-        sdpa_tensor tv = {vh, SDPA_F16, 0, (ptrdiff_t)(p.kvl * d), (ptrdiff_t)d};
         sdpa_tensor to = {o, SDPA_F32, 0, (ptrdiff_t)(p.ql * d), (ptrdiff_t)d};
-        de_flag_clear();
-        const sdpa_status st = sdpa_impl_forward(impl, &pr, &tq, &tk, &tv, &to);
-        const bool sub = de_flag();
-        CHECK(st == SDPA_OK, "status %s", sdpa_status_str(st));
-        CHECK(!sub, "hq %zu hkv %zu q_len %zu kv_len %zu: an operation read a subnormal", p.hq,
-              p.hkv, p.ql, p.kvl);
-        free(kh), free(vh), free(o);
+        for (int q8 = 0; q8 < 2; q8++) { /* V in f16, then in q8_0 (the block-format path) */
+            sdpa_tensor tv = {q8 ? vq : (void *)vh, q8 ? SDPA_Q8_0 : SDPA_F16, 0,
+                              (ptrdiff_t)(p.kvl * d), (ptrdiff_t)d};
+            de_flag_clear();
+            const sdpa_status st = sdpa_impl_forward(impl, &pr, &tq, &tk, &tv, &to);
+            const bool sub = de_flag();
+            CHECK(st == SDPA_OK, "status %s", sdpa_status_str(st));
+            CHECK(!sub, "hq %zu hkv %zu q_len %zu kv_len %zu V %s: an operation read a subnormal",
+                  p.hq, p.hkv, p.ql, p.kvl, q8 ? "q8_0" : "f16");
+        }
+        free(kh), free(vh), free(vq), free(o);
         prob_free(&p);
     }
 }
