@@ -40,13 +40,12 @@
 
 /*
  * The fused kernels' exp (x = s - m <= 0, -inf or NaN) is the same sequence for x >= EXP_FTZ_CUT,
- * and so the same bits there, but gives exactly 0 below it: with x >= -54, nf >= -78, 2^nf is one
- * normal factor and every weight is at least e^-54 > 2^-78. Why: an operation with a subnormal
- * operand or result takes a microcode assist on many cores (7-22 ns an FMA on Intel's), and the
- * weights' P·V builds subnormals long before the weights are: a weight (a multiple of 2^-101)
- * times an f16 or block-format V element (a multiple of 2^-24) is a multiple of 2^-125, so with
- * this cut every P·V product and partial sum over such V is 0 or normal, where ALiBi's and a
- * distance mask's bands of weights near e^-87 cancelled into subnormals. What it drops is below
+ * and so the same bits there, but gives exactly 0 below it: every weight is then at least
+ * e^-54 > 2^-78 (nf >= -78, 2^nf one normal factor), so a multiple of 2^-101, and its product
+ * with an f16 or block-format V element (a multiple of 2^-24) a multiple of 2^-125: every P·V
+ * product and partial sum over such V is 0 or normal. Why: an operation that reads a subnormal
+ * takes a microcode assist on many cores, and with a cut near the subnormal range the P·V of a
+ * band of tiny weights (ALiBi, distance masks) cancels into subnormals. What it drops is below
  * e^-54 = 3.5e-24 of the row maximum's weight, 1, which is in the row's sum l.
  */
 #define EXP_FTZ_CUT -54.0f
