@@ -11,7 +11,7 @@
  * used by every row, the 16 dot products of a tile reduced by one shuffle tree
  * (decode_scores.c); then one online-softmax step per row for the whole block; then P·V with
  * each V vector converted once in a register and used by every row, the accumulators of R rows
- * x NV column vectors in registers (decode_pv.c). K and V are requested ahead of their use, in
+ * x NV column vectors in registers (decode_pv.h). K and V are requested ahead of their use, in
  * address order (decode_pf.h); with at most DECODE_ILV_ROWS rows the P·V of a block and the
  * scores of the next go in alternating turns of DECODE_PV_KB keys, so that both arrays stream
  * together (decode_values_ilv).

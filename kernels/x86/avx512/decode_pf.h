@@ -103,8 +103,8 @@ void sdpa_score_decode_avx512(const float *const *qr, size_t R, size_t d, const 
 /* acc[r] = alpha[r] * acc[r] (alpha applied by the sub-block at key 0) + sum_j S[r][j] V[j0 + j]
    for rows r < R over keys [ja0, ja1) of the block at j0, key j only for rows with j < nk[r],
    V (f32, f16 or bf16) converted in registers, in sub-blocks of DECODE_PV_KB keys; the streams
-   pf requested among the arithmetic (at half rate when half, decode_values_ilv). decode_pv.c,
-   a unit of its own for its compile time. */
+   pf requested among the arithmetic (at half rate when half, decode_values_ilv). decode_pv.c
+   (decode_pv.h's tiles; bf16 in decode_pv_bf16.c), units of their own for their compile time. */
 void sdpa_pv_decode_avx512(size_t R, float *acc, size_t dv, const float *alpha, const float *S,
                            const void *v, sdpa_dtype vt, ptrdiff_t vs, size_t j0, const size_t *nk,
                            decode_pf *pf, size_t ja0, size_t ja1, int half);
