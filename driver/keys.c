@@ -100,7 +100,6 @@ void sdpa_run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, size
         w->pages = &pages;
         w->k = w->v = NULL;
         w->kv_begin = c0, w->kv_end = c1;
-        w->reverse = 0;
         pl->k->rows(w);
         w->pages = NULL;
         return;

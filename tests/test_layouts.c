@@ -2,6 +2,8 @@
  * against a float64 oracle */
 #include "problem.h"
 
+#include "../dispatch/internal.h" /* sdpa_kernels.paged_rows */
+
 /*
  * The serving layouts of sdpa_params (issue #15), checked on every implementation of the
  * registry against the float64 oracle (attn.h), from the contract in sdpa.h. A problem
@@ -135,6 +137,114 @@ static void t_paged_turns(const sdpa_impl *impl)
         c.lk[0] = sz(1700, 1100), c.lk[1] = sz(2600, 1300);
         qprob_case(impl, &c, 171 + i);
     }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Pages of 16 keys: the contiguous call's bits                                                */
+/* ------------------------------------------------------------------------------------------ */
+/* A kernel that walks pages itself (sdpa_kernels.paged_rows) reads each key where the page
+   table puts it and computes on the same blocks as over contiguous K/V, since every block size
+   is a multiple of 16: a paged call gives, bit for bit, the same call's o and lse over the same
+   keys laid out contiguously. Pages are shuffled; the last page's rows past the keys hold NaN. */
+typedef struct pbcase {
+    size_t lq, hq, hkv, lk, d;
+    sdpa_dtype t;
+    bool causal;
+} pbcase;
+
+static void paged_bits_case(const sdpa_impl *impl, const pbcase *c, uint64_t seed)
+{
+    enum { PS = 16 };
+    const size_t lq = c->lq, hq = c->hq, hkv = c->hkv, lk = c->lk, d = c->d;
+    const size_t np = (lk + PS - 1) / PS, es = c->t == F32 ? 4 : 2, row = d * es;
+    const size_t no = hq * lq * d;
+    tl_rng r = {seed};
+    float *q = tl_xmalloc(no * sizeof(float)), *x = tl_xmalloc(d * sizeof(float));
+    tl_fill(&r, q, no, -1, 1);
+    unsigned char *k = tl_xmalloc(hkv * lk * row), *v = tl_xmalloc(hkv * lk * row);
+    unsigned char *kp = tl_xmalloc(np * hkv * PS * row), *vp = tl_xmalloc(np * hkv * PS * row);
+    for (size_t e = 0; e < np * hkv * PS * d; e++) { /* NaN in every row no key fills */
+        const float nan = NAN;
+        const uint16_t h = c->t == F16 ? 0x7e00 : 0x7fc0;
+        memcpy(kp + e * es, es == 4 ? (const void *)&nan : (const void *)&h, es);
+        memcpy(vp + e * es, es == 4 ? (const void *)&nan : (const void *)&h, es);
+    }
+    for (size_t a = 0; a < 2; a++) /* K, then V: rows of uniform values in [-2, 2] */
+        for (size_t j = 0; j < hkv * lk; j++) {
+            tl_fill(&r, x, d, -2, 2);
+            unsigned char *dst = (a ? v : k) + j * row;
+            for (size_t i = 0; i < d; i++) {
+                uint16_t h = c->t == F16 ? ref_f16(x[i]) : (uint16_t)(tl_bits(x[i]) >> 16);
+                memcpy(dst + i * es, es == 4 ? (const void *)&x[i] : (const void *)&h, es);
+            }
+        }
+    int32_t *table = tl_xmalloc(np * sizeof(int32_t));
+    for (size_t i = 0; i < np; i++) table[i] = (int32_t)i;
+    for (size_t i = np; i > 1; i--) { /* shuffled */
+        const size_t jx = tl_below(&r, i);
+        const int32_t t = table[i - 1];
+        table[i - 1] = table[jx], table[jx] = t;
+    }
+    for (size_t h = 0; h < hkv; h++)
+        for (size_t j = 0; j < lk; j++) {
+            const size_t at = (((size_t)table[j / PS] * hkv + h) * PS + j % PS) * row;
+            memcpy(kp + at, k + (h * lk + j) * row, row);
+            memcpy(vp + at, v + (h * lk + j) * row, row);
+        }
+    float *o[2], *lse[2];
+    sdpa_status st[2];
+    for (int paged = 0; paged < 2; paged++) {
+        sdpa_params p = tl_params(1, hq, hkv, lq, lk, d);
+        p.causal = c->causal;
+        o[paged] = tl_xmalloc(no * sizeof(float)), lse[paged] = tl_xmalloc(hq * lq * sizeof(float));
+        p.lse = lse[paged];
+        const ptrdiff_t kl = paged ? PS : (ptrdiff_t)lk; /* keys per [head] view */
+        sdpa_tensor tq = {q, F32, (ptrdiff_t)no, (ptrdiff_t)(lq * d), (ptrdiff_t)d},
+                    to = {o[paged], F32, (ptrdiff_t)no, (ptrdiff_t)(lq * d), (ptrdiff_t)d},
+                    tk = {paged ? kp : k, c->t, (ptrdiff_t)hkv * kl * (ptrdiff_t)d,
+                          kl * (ptrdiff_t)d, (ptrdiff_t)d},
+                    tv = {paged ? vp : v, c->t, (ptrdiff_t)hkv * kl * (ptrdiff_t)d,
+                          kl * (ptrdiff_t)d, (ptrdiff_t)d};
+        if (paged) p.block_table = table, p.page_size = PS, p.max_pages = np, p.n_pages = np;
+        st[paged] = sdpa_impl_forward(impl, &p, &tq, &tk, &tv, &to);
+    }
+    CHECK(st[0] == SDPA_OK && st[1] == SDPA_OK,
+          "%s %zu/%zu heads, %zu queries, %zu keys: status %s, %s", dtn(c->t), hq, hkv, lq, lk,
+          sdpa_status_str(st[0]), sdpa_status_str(st[1]));
+    size_t bad = 0, first = 0;
+    for (size_t e = 0; e < no; e++)
+        if (tl_bits(o[0][e]) != tl_bits(o[1][e]) && bad++ == 0) first = e;
+    for (size_t e = 0; e < hq * lq; e++)
+        if (tl_bits(lse[0][e]) != tl_bits(lse[1][e]) && bad++ == 0) first = no + e;
+    CHECK(bad == 0,
+          "%s %zu/%zu heads, %zu queries, %zu keys, D %zu%s: %zu outputs of the paged call differ "
+          "from the contiguous call's (first: %s %zu, %.9g against %.9g)",
+          dtn(c->t), hq, hkv, lq, lk, d, c->causal ? ", causal" : "", bad, first < no ? "o" : "lse",
+          first < no ? first : first - no, first < no ? o[1][first] : lse[1][first - no],
+          first < no ? o[0][first] : lse[0][first - no]);
+    free(q), free(x), free(k), free(v), free(kp), free(vp), free(table);
+    for (int i = 0; i < 2; i++) free(o[i]), free(lse[i]);
+}
+
+static void t_paged_bits(const sdpa_impl *impl)
+{
+    static const pbcase cases[] = {
+        {1, 2, 2, 1000, 128, F16, false},  /* one row per KV head (MHA) */
+        {1, 8, 2, 2100, 128, F16, false},  /* 4 rows: the interleaved turns */
+        {1, 14, 2, 5000, 64, BF16, false}, /* 7 rows, KV chunks */
+        {3, 8, 2, 777, 128, BF16, true},   /* 12 rows: a prefill unit */
+        {40, 8, 2, 600, 128, F16, true},   /* 160 rows, causal */
+        {20, 4, 1, 333, 64, F32, false},   /* f32, a partial last page */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        paged_bits_case(impl, &cases[i], 181 + i);
+}
+
+static const char *walks_no_pages(const sdpa_impl *impl)
+{
+    return impl->k->paged_rows == SIZE_MAX
+               ? NULL
+               : "does not walk pages for every unit (the driver gathers them for some)";
 }
 
 static void t_paged_variants(const sdpa_impl *impl)
@@ -414,6 +524,8 @@ int main(void)
     run_test("layouts: paged, page sizes 1 16 32 256", t_paged);
     run_test("layouts: paged with ragged and variants", t_paged_variants);
     run_test("layouts: paged decodes of 1-4 rows per KV head, in turns", t_paged_turns);
+    tl_for_each_impl_unless("layouts: pages of 16 keys give the contiguous call's bits",
+                            t_paged_bits, walks_no_pages);
     tl_for_each_impl("layouts: sdpa_merge against the unsplit call", t_merge);
     tl_for_each_impl("layouts: bad layouts refused", t_bad);
     t_merge_bad();

@@ -123,9 +123,11 @@ typedef struct sdpa_rows {
        memory whatever the caller did before: a kernel may then trade speed in cache for speed
        streaming from memory */
     int stream;
-    /* NULL: k and v address the keys as above. Else the keys live in pages (k and v unused,
-       reverse 0): a kernel with paged_rows >= rows accepts this; rows_loop.h cuts each key block
-       at page ends and hands every piece to the hooks as a unit of its own page. */
+    /* NULL: k and v address the keys as above. Else the keys live in pages (k and v unused): a
+       kernel with paged_rows >= rows accepts this. rows_loop.h cuts each key block at page ends
+       and hands every piece to the hooks as a unit of its own page, in increasing order
+       whatever reverse asks; the AVX-512 prefill gathers each block's rows page by page into
+       the f32 copy it computes on, in the order reverse asks, as for contiguous K/V. */
     const sdpa_pages *pages;
     /* 0: nothing. Else, on a piece of a paged unit given to a path that defines
        SDPA_LOOP_AHEAD_ROWS (rows_loop.h): ahead_n rows of a later page, from ahead_row, the

@@ -125,29 +125,36 @@ typedef union sdpa_pun {
 static inline uint32_t sdpa_f32_bits(float f) { return (sdpa_pun){.f = f}.u; }
 static inline float sdpa_bits_f32(uint32_t u) { return (sdpa_pun){.u = u}.f; }
 
-/* Whether every element of V rows [ja, jb) is finite: no exponent field all ones (f32 0x7f800000,
-   f16 0x7c00, bf16 0x7f80), tested on the bits so that the loop vectorises. */
+/* Whether every element of rows [ja, jb) of v (type vt, stride vs, dv elements each) is finite:
+   no exponent field all ones (f32 0x7f800000, f16 0x7c00, bf16 0x7f80), tested on the bits so
+   that the loop vectorises. */
 typedef uint32_t __attribute__((may_alias)) sdpa_bits32;
-static inline bool sdpa_v_finite(const sdpa_rows *w, size_t ja, size_t jb)
+static inline bool sdpa_rows_finite(const void *v, sdpa_dtype vt, ptrdiff_t vs, size_t dv,
+                                    size_t ja, size_t jb)
 {
-    const size_t dv = w->dv;
     unsigned bad = 0;
     for (size_t j = ja; j < jb; j++) {
-        if (sdpa_dtype_quantized(w->v_type)) { /* d q is finite iff the scale d is */
-            const unsigned char *x = (const unsigned char *)w->v +
-                                     sdpa_off_bytes(w->v_type, sdpa_row_off(w->v_stride, j));
-            const size_t bb = sdpa_block_bytes(w->v_type);
+        if (sdpa_dtype_quantized(vt)) { /* d q is finite iff the scale d is */
+            const unsigned char *x =
+                (const unsigned char *)v + sdpa_off_bytes(vt, sdpa_row_off(vs, j));
+            const size_t bb = sdpa_block_bytes(vt);
             for (size_t b = 0; b < dv / SDPA_QK; b++, x += bb) bad |= (x[1] & 0x7c) == 0x7c;
-        } else if (w->v_type == SDPA_F32) {
-            const sdpa_bits32 *x = (const sdpa_bits32 *)w->v + sdpa_row_off(w->v_stride, j);
+        } else if (vt == SDPA_F32) {
+            const sdpa_bits32 *x = (const sdpa_bits32 *)v + sdpa_row_off(vs, j);
             for (size_t c = 0; c < dv; c++) bad |= (x[c] & 0x7f800000u) == 0x7f800000u;
         } else {
-            const uint16_t e = w->v_type == SDPA_F16 ? 0x7c00 : 0x7f80;
-            const uint16_t *x = (const uint16_t *)w->v + sdpa_row_off(w->v_stride, j);
+            const uint16_t e = vt == SDPA_F16 ? 0x7c00 : 0x7f80;
+            const uint16_t *x = (const uint16_t *)v + sdpa_row_off(vs, j);
             for (size_t c = 0; c < dv; c++) bad |= (x[c] & e) == e;
         }
     }
     return !bad;
+}
+
+/* Whether every element of V rows [ja, jb) of w is finite. */
+static inline bool sdpa_v_finite(const sdpa_rows *w, size_t ja, size_t jb)
+{
+    return sdpa_rows_finite(w->v, w->v_type, w->v_stride, w->dv, ja, jb);
 }
 
 /* Runs BODY(ra, ka, kb) over rows [r0, r1) of a block [j0, j0 + nb) as P·V tiles must: one

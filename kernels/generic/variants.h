@@ -159,10 +159,11 @@ static inline bool sdpa_modify_scores(const sdpa_rows *w, size_t r, size_t j0, f
 }
 
 /* acc_r = alpha acc_r + sum of p[j * ps] v_{j0 + j} over the keys j < n of the block that row r
-   sees (sdpa_sees), V read from w in its own dtype: the exact path of a block where a hidden
-   key's V is not finite (0 * inf would be NaN), plain and rare. */
-static inline void sdpa_pv_row_exact(const sdpa_rows *w, size_t r, size_t j0, size_t n, float alpha,
-                                     const float *p, size_t ps)
+   sees (sdpa_sees), key j0 + j's V at row vj + j of v (type vt, stride vs): the exact path of a
+   block where a hidden key's V is not finite (0 * inf would be NaN), plain and rare. */
+static inline void sdpa_pv_row_exact_at(const sdpa_rows *w, size_t r, size_t j0, size_t n,
+                                        float alpha, const float *p, size_t ps, const void *v,
+                                        sdpa_dtype vt, ptrdiff_t vs, size_t vj)
 {
     const size_t dv = w->dv;
     float *acc = w->acc + r * dv;
@@ -170,26 +171,33 @@ static inline void sdpa_pv_row_exact(const sdpa_rows *w, size_t r, size_t j0, si
     for (size_t j = 0; j < n; j++) {
         if (!sdpa_sees(w, r, j0 + j)) continue;
         const float pj = p[j * ps];
-        const ptrdiff_t off = sdpa_row_off(w->v_stride, j0 + j);
-        if (sdpa_dtype_quantized((int)w->v_type)) {
-            const char *x = (const char *)w->v + sdpa_off_bytes((int)w->v_type, off);
-            const size_t bb = sdpa_block_bytes((int)w->v_type);
+        const ptrdiff_t off = sdpa_row_off(vs, vj + j);
+        if (sdpa_dtype_quantized((int)vt)) {
+            const char *x = (const char *)v + sdpa_off_bytes((int)vt, off);
+            const size_t bb = sdpa_block_bytes((int)vt);
             float y[SDPA_QK];
             for (size_t b = 0; b < dv / SDPA_QK; b++) {
-                sdpa_dequant_block((int)w->v_type, x + b * bb, y);
+                sdpa_dequant_block((int)vt, x + b * bb, y);
                 for (size_t c = 0; c < SDPA_QK; c++) acc[b * SDPA_QK + c] += pj * y[c];
             }
-        } else if (w->v_type == SDPA_F32) {
-            const float *x = (const float *)w->v + off;
+        } else if (vt == SDPA_F32) {
+            const float *x = (const float *)v + off;
             for (size_t c = 0; c < dv; c++) acc[c] += pj * x[c];
-        } else if (w->v_type == SDPA_F16) {
-            const uint16_t *x = (const uint16_t *)w->v + off;
+        } else if (vt == SDPA_F16) {
+            const uint16_t *x = (const uint16_t *)v + off;
             for (size_t c = 0; c < dv; c++) acc[c] += pj * sdpa_f16_to_f32(x[c]);
         } else {
-            const uint16_t *x = (const uint16_t *)w->v + off;
+            const uint16_t *x = (const uint16_t *)v + off;
             for (size_t c = 0; c < dv; c++) acc[c] += pj * sdpa_bf16_to_f32(x[c]);
         }
     }
+}
+
+/* The same with V read from w's own rows (key j0 + j at row j0 + j of w->v). */
+static inline void sdpa_pv_row_exact(const sdpa_rows *w, size_t r, size_t j0, size_t n, float alpha,
+                                     const float *p, size_t ps)
+{
+    sdpa_pv_row_exact_at(w, r, j0, n, alpha, p, ps, w->v, w->v_type, w->v_stride, j0);
 }
 
 #endif /* SDPA_VARIANTS_H */

@@ -184,6 +184,16 @@ static const shape shapes[] = {
     {"prefill", "B1_H16_L2048_D128_causal", 1, 16, 16, 2048, 2048, 128, true, AB_F32, AB_PLAIN, 0},
     {"prefill", "B1_H32_L512_D64_causal", 1, 32, 32, 512, 512, 64, true, AB_F32, AB_PLAIN, 0},
     {"prefill", "B1_H8_L1024_D128", 1, 8, 8, 1024, 1024, 128, false, AB_F32, AB_PLAIN, 0},
+/* a chunk of 512 queries over 2048 cached keys (GQA 16/4, f16), contiguous and paged */
+#define AB_CHUNK(name, page)                                                                       \
+    {                                                                                              \
+        "prefill", "B1_Hq16_Hkv4_q512_kv2048_D128_causal_f16" name, 1, 16, 4, 512, 2048, 128,      \
+            true, AB_F16, AB_PLAIN, page                                                           \
+    }
+    AB_CHUNK("", 0),
+    AB_CHUNK("_paged16", 16),
+    AB_CHUNK("_paged128", 128),
+#undef AB_CHUNK
 /* a decode row: one query, D 128, no modifier */
 #define AB_DECODE(name, hq, hkv, kv, type, page)                                                   \
     {                                                                                              \

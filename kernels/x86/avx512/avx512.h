@@ -16,8 +16,8 @@
 /* Tuning (reported through sdpa_kernels.tuning)                                               */
 /* ------------------------------------------------------------------------------------------ */
 
-#define DECODE_MAX_ROWS 8               /* more rows than this take the prefill path */
-#define PAGED_ROWS      DECODE_MAX_ROWS /* paged units: the decode path's (rows_loop.h) */
+#define DECODE_MAX_ROWS 8        /* more rows than this take the prefill path */
+#define PAGED_ROWS      SIZE_MAX /* paged units: all (decode rows_loop.h, prefill block_rows) */
 #define QUANT_ROWS      DECODE_MAX_ROWS /* K or V in a block format in place: decode_q.h */
 #define DECODE_PF_KEYS                                                                             \
     32 /* prefetch distance: far enough to cover memory latency, near enough for L1 */

@@ -9,8 +9,9 @@
  * per call in panels of PREFILL_PANEL rows), the online softmax then runs along the key axis
  * with 16 rows per vector (no horizontal reductions; causal masks are per-lane compares), and
  * O[r][:] += Pᵀ[j][r] * V[j][:] broadcasts P against V rows (f32 V used in place, f16/bf16 V
- * converted once per block). The transposed layout is why this path keeps its own block loop
- * rather than the generic one (kernels/generic/rows_loop.h), whose tiles are row-major.
+ * converted once per block; a paged unit's K and V rows gathered page by page into that copy,
+ * f32 too). The transposed layout is why this path keeps its own block loop rather than the
+ * generic one (kernels/generic/rows_loop.h), whose tiles are row-major.
  */
 
 /* vectors of 16 lanes: the score tile's query rows, the P·V tile's columns */
@@ -44,6 +45,45 @@ static void convert_rows(const void *src, sdpa_dtype t, ptrdiff_t stride, size_t
             _mm512_mask_storeu_ps(d + c, m, x);
         }
     }
+}
+
+/* Convert rows [j0, j0 + nb) of a paged unit's K (v = 0) or V (v = 1) rows (n elements each),
+   page by page, as convert_rows does. At each page's first row the next page's first line is
+   requested: that early miss starts the core's stream prefetcher on the next page. */
+static void convert_pages(const sdpa_rows *w, int v, size_t j0, size_t nb, size_t n, float *dst,
+                          size_t ld)
+{
+    const sdpa_pages *pg = w->pages;
+    const void *const *base = v ? pg->v : pg->k;
+    const sdpa_dtype t = v ? w->v_type : w->k_type;
+    const ptrdiff_t st = v ? w->v_stride : w->k_stride;
+    for (size_t j = j0, e = j0 + nb; j < e;) {
+        const size_t p = j / pg->size, lj = j - p * pg->size, m = sdpa_min(pg->size - lj, e - j);
+        if ((p + 1) * pg->size < w->kv_end) __builtin_prefetch(base[p + 1 - pg->first], 0, 3);
+        convert_rows(base[p - pg->first], t, st, lj, m, n, dst + (j - j0) * ld, ld);
+        j += m;
+    }
+}
+
+/* Rows [j0, j0 + nb) of K (v = 0) or V (v = 1) as f32 rows, *stride floats apart: f32 rows of a
+   view in place, else converted into buf (stride ld), a paged unit's page by page. */
+static const float *block_rows(const sdpa_rows *w, int v, size_t j0, size_t nb, float *buf,
+                               size_t ld, ptrdiff_t *stride)
+{
+    const sdpa_dtype t = v ? w->v_type : w->k_type;
+    const ptrdiff_t st = v ? w->v_stride : w->k_stride;
+    const void *x = v ? w->v : w->k;
+    const size_t n = v ? w->dv : w->d;
+    *stride = (ptrdiff_t)ld;
+    if (w->pages) {
+        convert_pages(w, v, j0, nb, n, buf, ld);
+    } else if (t == SDPA_F32) {
+        *stride = st;
+        return (const float *)x + sdpa_row_off(st, j0);
+    } else {
+        convert_rows(x, t, st, j0, nb, n, buf, ld);
+    }
+    return buf;
 }
 
 /* Sᵀ tile: st[i][0..16*NV) = sum_c k[i][c] * qt[c][0..16*NV) for 16 NV query rows (NV
@@ -586,26 +626,11 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
             const size_t L = w->kv_limit[r < R ? r : R - 1];
             lim[r] = (int32_t)(L <= j0 ? 0 : sdpa_min(nb, L - j0));
         }
-        const float *kr, *vr;
-        ptrdiff_t ks, vs;
         /* the last row sees the most keys: nothing past its limit is converted or read */
         const size_t nmax = (size_t)lim[R - 1];
-        if (w->k_type == SDPA_F32) {
-            kr = (const float *)w->k + sdpa_row_off(w->k_stride, j0);
-            ks = w->k_stride;
-        } else {
-            convert_rows(w->k, w->k_type, w->k_stride, j0, nmax, d, kc, dp);
-            kr = kc;
-            ks = (ptrdiff_t)dp;
-        }
-        if (w->v_type == SDPA_F32) {
-            vr = (const float *)w->v + sdpa_row_off(w->v_stride, j0);
-            vs = w->v_stride;
-        } else {
-            convert_rows(w->v, w->v_type, w->v_stride, j0, nmax, dv, vc, dvp);
-            vr = vc;
-            vs = (ptrdiff_t)dvp;
-        }
+        ptrdiff_t ks, vs;
+        const float *kr = block_rows(w, 0, j0, nmax, kc, dp, &ks);
+        const float *vr = block_rows(w, 1, j0, nmax, vc, dvp, &vs);
 
         for (size_t p0 = 0; p0 < Rp; p0 += PREFILL_PANEL) {
             const size_t pw = sdpa_min(PREFILL_PANEL, Rp - p0);
@@ -625,9 +650,10 @@ void sdpa_prefill_avx512(const sdpa_rows *w)
                p = 0, which adds exactly 0 when their V is finite, else the exact per-row path
                skips them */
             const size_t nrow = rl + 1 - p0;
-            if (hidden && !sdpa_v_finite(w, j0, j0 + np)) {
+            if (hidden && !sdpa_rows_finite(vr, SDPA_F32, vs, dv, 0, np)) {
                 for (size_t i = 0; i < nrow; i++)
-                    sdpa_pv_row_exact(w, p0 + i, j0, (size_t)lim[p0 + i], aw[p0 + i], st + i, pw);
+                    sdpa_pv_row_exact_at(w, p0 + i, j0, (size_t)lim[p0 + i], aw[p0 + i], st + i, pw,
+                                         vr, SDPA_F32, vs, 0);
                 continue;
             }
             for (size_t kb = 0; kb < np; kb += PV_KB) {
