@@ -151,10 +151,19 @@ static inline bool sdpa_rows_finite(const void *v, sdpa_dtype vt, ptrdiff_t vs, 
     return !bad;
 }
 
-/* Whether every element of V rows [ja, jb) of w is finite. */
+/* Whether every element of V rows [ja, jb) of w is finite (a paged unit's, page by page). */
 static inline bool sdpa_v_finite(const sdpa_rows *w, size_t ja, size_t jb)
 {
-    return sdpa_rows_finite(w->v, w->v_type, w->v_stride, w->dv, ja, jb);
+    const sdpa_pages *pg = w->pages;
+    if (!pg) return sdpa_rows_finite(w->v, w->v_type, w->v_stride, w->dv, ja, jb);
+    for (size_t j = ja; j < jb;) {
+        const size_t p = j / pg->size, base = p * pg->size, e = sdpa_min(base + pg->size, jb);
+        if (!sdpa_rows_finite(pg->v[p - pg->first], w->v_type, w->v_stride, w->dv, j - base,
+                              e - base))
+            return false;
+        j = e;
+    }
+    return true;
 }
 
 /* Runs BODY(ra, ka, kb) over rows [r0, r1) of a block [j0, j0 + nb) as P·V tiles must: one

@@ -48,21 +48,44 @@ typedef struct packed_ctx {
     float *qs;
 } packed_ctx;
 
-/* f32 values are used in place; rows of the other types are converted into vp (the dtype a
-   constant in each loop, so the converter specialises when it inlines). */
+/* Where V rows from key j on lie: the array holding key j (returned) and j's row in it (*row);
+ *n (the rows wanted) is cut at the end of j's page on a paged unit. */
+static inline const void *v_rows(const sdpa_rows *w, size_t j, size_t *n, size_t *row)
+{
+    const sdpa_pages *pg = w->pages;
+    if (!pg) {
+        *row = j;
+        return w->v;
+    }
+    const size_t p = j / pg->size;
+    *row = j - p * pg->size;
+    *n = sdpa_min(*n, pg->size - *row);
+    return pg->v[p - pg->first];
+}
+
+/* f32 values of a view are used in place; rows of the other types, and a paged unit's rows,
+   are converted into vp (the dtype a constant in each loop, so the converter specialises when
+   it inlines). */
 static const float *pack_v(const sdpa_rows *w, size_t j0, size_t nb, float *vp, ptrdiff_t *vs)
 {
     const ptrdiff_t stride = w->v_stride;
-    if (w->v_type == SDPA_F32) {
+    if (w->v_type == SDPA_F32 && !w->pages) {
         *vs = stride;
         return (const float *)w->v + (ptrdiff_t)j0 * stride;
     }
     const size_t dv = w->dv;
     *vs = (ptrdiff_t)dv;
 #define PACK_V_AS(T)                                                                               \
-    for (size_t j = 0; j < nb; j++)                                                                \
-    SDPA_ROW_TO_F32(w->v, (ptrdiff_t)(j0 + j) * stride, dv, T, vp + j * dv)
+    for (size_t j = 0, n, r; j < nb; j += n) {                                                     \
+        n = nb - j;                                                                                \
+        const void *src = v_rows(w, j0 + j, &n, &r);                                               \
+        for (size_t i = 0; i < n; i++)                                                             \
+            SDPA_ROW_TO_F32(src, (ptrdiff_t)(r + i) * stride, dv, T, vp + (j + i) * dv);           \
+    }
     switch (w->v_type) {
+    case SDPA_F32: /* a paged unit's */
+        PACK_V_AS(SDPA_F32);
+        break;
     case SDPA_F16:
         PACK_V_AS(SDPA_F16);
         break;
@@ -167,6 +190,7 @@ static inline void loop_values(packed_ctx *c, const sdpa_rows *w, size_t r0, siz
 #undef PACKED_RUN
 }
 
-#define SDPA_LOOP_FN  SDPA_ROWS_FN
-#define SDPA_LOOP_CTX packed_ctx
+#define SDPA_LOOP_FN           SDPA_ROWS_FN
+#define SDPA_LOOP_CTX          packed_ctx
+#define SDPA_LOOP_VALUES_PAGED 1 /* a paged block's V converted page by page (pack_v) */
 #include "rows_loop.h"

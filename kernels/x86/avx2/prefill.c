@@ -66,16 +66,16 @@ static void pack_k_avx2(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
     }
 }
 
-/* Columns [c0, dv) of values [j0, j0 + nb) into panels of PV_NR = 16 columns: column
-   c0 + 16p + i of key j at vp[16p nb + 16j + i]; columns past dv are zero. c0 is a multiple of
-   16. */
+/* Columns [c0, dv) of values [j0, j0 + nb) into panels of PV_NR = 16 columns of ld keys each,
+   from key o of the panels on: column c0 + 16p + i of key j at vp[16p ld + 16(o + j) + i];
+   columns past dv are zero. c0 is a multiple of 16. */
 SDPA_INLINE void pack_v_avx2_t(const void *v, sdpa_dtype t, ptrdiff_t vs, size_t j0, size_t nb,
-                               size_t c0, size_t dv, float *vp)
+                               size_t c0, size_t dv, float *vp, size_t ld, size_t o)
 {
     for (size_t j = 0; j < nb; j++) {
         const ptrdiff_t row = (ptrdiff_t)(j0 + j) * vs;
         /* where column c of key j goes */
-#define VP_AT(c) (vp + ((c)-c0) / PV_NR * PV_NR * nb + j * PV_NR + (c) % PV_NR)
+#define VP_AT(c) (vp + ((c)-c0) / PV_NR * PV_NR * ld + (o + j) * PV_NR + (c) % PV_NR)
         size_t c = c0;
         for (; c + 8 <= dv; c += 8) _mm256_store_ps(VP_AT(c), load8_any(v, t, row + (ptrdiff_t)c));
         if (c < dv) {
@@ -87,23 +87,40 @@ SDPA_INLINE void pack_v_avx2_t(const void *v, sdpa_dtype t, ptrdiff_t vs, size_t
     }
 }
 
+/* Rows [j0, j0 + nb) of v (stride vs), columns [c0, dv), into vp from key o of panels of ld keys
+   (pack_v_avx2_t, the type a constant in each call). */
+static void pack_v_avx2_any(const void *v, sdpa_dtype t, ptrdiff_t vs, size_t j0, size_t nb,
+                            size_t c0, size_t dv, float *vp, size_t ld, size_t o)
+{
+    if (t == SDPA_F16)
+        pack_v_avx2_t(v, SDPA_F16, vs, j0, nb, c0, dv, vp, ld, o);
+    else if (t == SDPA_BF16)
+        pack_v_avx2_t(v, SDPA_BF16, vs, j0, nb, c0, dv, vp, ld, o);
+    else
+        pack_v_avx2_t(v, SDPA_F32, vs, j0, nb, c0, dv, vp, ld, o);
+}
+
 /* f32 values need no conversion: only a partial last panel (dv not a multiple of 16) is
-   packed, so that the micro-kernel never reads past a row; returns the first packed column. */
+   packed, so that the micro-kernel never reads past a row; returns the first packed column. A
+   paged unit's rows are packed whole, page by page, each page's first line of the next
+   requested as it starts (the core's prefetcher then starts on that page). */
 static size_t pack_v_avx2(const sdpa_rows *w, size_t j0, size_t nb, float *vp)
 {
-    switch (w->v_type) {
-    case SDPA_F16:
-        pack_v_avx2_t(w->v, SDPA_F16, w->v_stride, j0, nb, 0, w->dv, vp);
+    const sdpa_pages *pg = w->pages;
+    if (pg) {
+        for (size_t j = j0, e = j0 + nb; j < e;) {
+            const size_t p = j / pg->size, lj = j - p * pg->size,
+                         n = sdpa_min(pg->size - lj, e - j);
+            if ((p + 1) * pg->size < w->kv_end) __builtin_prefetch(pg->v[p + 1 - pg->first], 0, 3);
+            pack_v_avx2_any(pg->v[p - pg->first], w->v_type, w->v_stride, lj, n, 0, w->dv, vp, nb,
+                            j - j0);
+            j += n;
+        }
         return 0;
-    case SDPA_BF16:
-        pack_v_avx2_t(w->v, SDPA_BF16, w->v_stride, j0, nb, 0, w->dv, vp);
-        return 0;
-    default: {
-        const size_t c0 = w->dv / PV_NR * PV_NR;
-        if (c0 < w->dv) pack_v_avx2_t(w->v, SDPA_F32, w->v_stride, j0, nb, c0, w->dv, vp);
-        return c0;
     }
-    }
+    const size_t c0 = w->v_type == SDPA_F32 ? w->dv / PV_NR * PV_NR : 0;
+    if (c0 < w->dv) pack_v_avx2_any(w->v, w->v_type, w->v_stride, j0, nb, c0, w->dv, vp, nb, 0);
+    return c0;
 }
 
 /* --- GEMM path: micro-kernels --------------------------------------------------------------- */
@@ -365,7 +382,8 @@ static inline void loop_values(prefill_ctx *c, const sdpa_rows *w, size_t r0, si
                                const float *alpha, const float *S, size_t lds)
 {
     const size_t c_pack = pack_v_avx2(w, j0, nb, c->vp);
-    const float *vd = (const float *)w->v + (ptrdiff_t)j0 * w->v_stride;
+    /* f32 V in place (columns before c_pack; none of a paged unit) */
+    const float *vd = w->pages ? c->vp : (const float *)w->v + (ptrdiff_t)j0 * w->v_stride;
     /* the keys some rows of the unit do not see (a causal diagonal), checked once a block */
     const size_t first = sdpa_visible(w, r0, j0, nb), last = sdpa_visible(w, w->rows - 1, j0, nb);
     const bool v_finite = first == last || sdpa_v_finite(w, j0 + first, j0 + last);
@@ -373,8 +391,9 @@ static inline void loop_values(prefill_ctx *c, const sdpa_rows *w, size_t r0, si
                  w->v_stride, c_pack, c->vp, nb, w->kv_limit + r0, j0, v_finite);
 }
 
-#define SDPA_LOOP_FN  prefill_loop_avx2
-#define SDPA_LOOP_CTX prefill_ctx
+#define SDPA_LOOP_FN           prefill_loop_avx2
+#define SDPA_LOOP_CTX          prefill_ctx
+#define SDPA_LOOP_VALUES_PAGED 1 /* a paged block's V packed page by page (pack_v_avx2) */
 #include "rows_loop.h"
 
 void sdpa_prefill_avx2(const sdpa_rows *w) { prefill_loop_avx2(w); }
