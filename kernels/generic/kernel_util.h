@@ -151,17 +151,29 @@ static inline bool sdpa_rows_finite(const void *v, sdpa_dtype vt, ptrdiff_t vs, 
     return !bad;
 }
 
+/* The K (v = 0) or V (v = 1) rows of keys [j, j + *n) of w as one run: the array holding key j
+   (its page on a paged unit, else w's own k or v), j's row in it in *row, and *n cut at the end
+   of j's page. */
+static inline const void *sdpa_key_rows(const sdpa_rows *w, int v, size_t j, size_t *n, size_t *row)
+{
+    const sdpa_pages *pg = w->pages;
+    if (!pg) {
+        *row = j;
+        return v ? w->v : w->k;
+    }
+    const size_t p = j / pg->size;
+    *row = j - p * pg->size;
+    *n = sdpa_min(*n, pg->size - *row);
+    return (v ? pg->v : pg->k)[p - pg->first];
+}
+
 /* Whether every element of V rows [ja, jb) of w is finite (a paged unit's, page by page). */
 static inline bool sdpa_v_finite(const sdpa_rows *w, size_t ja, size_t jb)
 {
-    const sdpa_pages *pg = w->pages;
-    if (!pg) return sdpa_rows_finite(w->v, w->v_type, w->v_stride, w->dv, ja, jb);
-    for (size_t j = ja; j < jb;) {
-        const size_t p = j / pg->size, base = p * pg->size, e = sdpa_min(base + pg->size, jb);
-        if (!sdpa_rows_finite(pg->v[p - pg->first], w->v_type, w->v_stride, w->dv, j - base,
-                              e - base))
-            return false;
-        j = e;
+    for (size_t j = ja, n, r; j < jb; j += n) {
+        n = jb - j;
+        const void *x = sdpa_key_rows(w, 1, j, &n, &r);
+        if (!sdpa_rows_finite(x, w->v_type, w->v_stride, w->dv, r, r + n)) return false;
     }
     return true;
 }

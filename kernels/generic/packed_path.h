@@ -48,21 +48,6 @@ typedef struct packed_ctx {
     float *qs;
 } packed_ctx;
 
-/* Where V rows from key j on lie: the array holding key j (returned) and j's row in it (*row);
- *n (the rows wanted) is cut at the end of j's page on a paged unit. */
-static inline const void *v_rows(const sdpa_rows *w, size_t j, size_t *n, size_t *row)
-{
-    const sdpa_pages *pg = w->pages;
-    if (!pg) {
-        *row = j;
-        return w->v;
-    }
-    const size_t p = j / pg->size;
-    *row = j - p * pg->size;
-    *n = sdpa_min(*n, pg->size - *row);
-    return pg->v[p - pg->first];
-}
-
 /* f32 values of a view are used in place; rows of the other types, and a paged unit's rows,
    are converted into vp (the dtype a constant in each loop, so the converter specialises when
    it inlines). */
@@ -78,7 +63,7 @@ static const float *pack_v(const sdpa_rows *w, size_t j0, size_t nb, float *vp, 
 #define PACK_V_AS(T)                                                                               \
     for (size_t j = 0, n, r; j < nb; j += n) {                                                     \
         n = nb - j;                                                                                \
-        const void *src = v_rows(w, j0 + j, &n, &r);                                               \
+        const void *src = sdpa_key_rows(w, 1, j0 + j, &n, &r);                                     \
         for (size_t i = 0; i < n; i++)                                                             \
             SDPA_ROW_TO_F32(src, (ptrdiff_t)(r + i) * stride, dv, T, vp + (j + i) * dv);           \
     }

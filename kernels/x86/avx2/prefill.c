@@ -106,20 +106,13 @@ static void pack_v_avx2_any(const void *v, sdpa_dtype t, ptrdiff_t vs, size_t j0
    requested as it starts (the core's prefetcher then starts on that page). */
 static size_t pack_v_avx2(const sdpa_rows *w, size_t j0, size_t nb, float *vp)
 {
-    const sdpa_pages *pg = w->pages;
-    if (pg) {
-        for (size_t j = j0, e = j0 + nb; j < e;) {
-            const size_t p = j / pg->size, lj = j - p * pg->size,
-                         n = sdpa_min(pg->size - lj, e - j);
-            if ((p + 1) * pg->size < w->kv_end) __builtin_prefetch(pg->v[p + 1 - pg->first], 0, 3);
-            pack_v_avx2_any(pg->v[p - pg->first], w->v_type, w->v_stride, lj, n, 0, w->dv, vp, nb,
-                            j - j0);
-            j += n;
-        }
-        return 0;
+    const size_t c0 = w->v_type == SDPA_F32 && !w->pages ? w->dv / PV_NR * PV_NR : 0;
+    for (size_t j = j0, e = j0 + nb, n, r; c0 < w->dv && j < e; j += n) {
+        n = e - j;
+        const void *x = sdpa_key_rows(w, 1, j, &n, &r);
+        if (w->pages) sdpa_page_touch(w, 1, j + 1, j + 1 + w->pages->size);
+        pack_v_avx2_any(x, w->v_type, w->v_stride, r, n, c0, w->dv, vp, nb, j - j0);
     }
-    const size_t c0 = w->v_type == SDPA_F32 ? w->dv / PV_NR * PV_NR : 0;
-    if (c0 < w->dv) pack_v_avx2_any(w->v, w->v_type, w->v_stride, j0, nb, c0, w->dv, vp, nb, 0);
     return c0;
 }
 

@@ -47,42 +47,26 @@ static void convert_rows(const void *src, sdpa_dtype t, ptrdiff_t stride, size_t
     }
 }
 
-/* Convert rows [j0, j0 + nb) of a paged unit's K (v = 0) or V (v = 1) rows (n elements each),
-   page by page, as convert_rows does. At each page's first row the next page's first line is
-   requested: that early miss starts the core's stream prefetcher on the next page. */
-static void convert_pages(const sdpa_rows *w, int v, size_t j0, size_t nb, size_t n, float *dst,
-                          size_t ld)
-{
-    const sdpa_pages *pg = w->pages;
-    const void *const *base = v ? pg->v : pg->k;
-    const sdpa_dtype t = v ? w->v_type : w->k_type;
-    const ptrdiff_t st = v ? w->v_stride : w->k_stride;
-    for (size_t j = j0, e = j0 + nb; j < e;) {
-        const size_t p = j / pg->size, lj = j - p * pg->size, m = sdpa_min(pg->size - lj, e - j);
-        if ((p + 1) * pg->size < w->kv_end) __builtin_prefetch(base[p + 1 - pg->first], 0, 3);
-        convert_rows(base[p - pg->first], t, st, lj, m, n, dst + (j - j0) * ld, ld);
-        j += m;
-    }
-}
-
 /* Rows [j0, j0 + nb) of K (v = 0) or V (v = 1) as f32 rows, *stride floats apart: f32 rows of a
-   view in place, else converted into buf (stride ld), a paged unit's page by page. */
+   view in place, else converted into buf (stride ld); a paged unit's page by page, each next
+   page's first line requested as a page starts (that early miss starts the core's stream
+   prefetcher on it). */
 static const float *block_rows(const sdpa_rows *w, int v, size_t j0, size_t nb, float *buf,
                                size_t ld, ptrdiff_t *stride)
 {
     const sdpa_dtype t = v ? w->v_type : w->k_type;
     const ptrdiff_t st = v ? w->v_stride : w->k_stride;
-    const void *x = v ? w->v : w->k;
-    const size_t n = v ? w->dv : w->d;
-    *stride = (ptrdiff_t)ld;
-    if (w->pages) {
-        convert_pages(w, v, j0, nb, n, buf, ld);
-    } else if (t == SDPA_F32) {
+    if (t == SDPA_F32 && !w->pages) {
         *stride = st;
-        return (const float *)x + sdpa_row_off(st, j0);
-    } else {
-        convert_rows(x, t, st, j0, nb, n, buf, ld);
+        return (const float *)(v ? w->v : w->k) + sdpa_row_off(st, j0);
     }
+    for (size_t j = j0, e = j0 + nb, m, r; j < e; j += m) {
+        m = e - j;
+        const void *x = sdpa_key_rows(w, v, j, &m, &r);
+        if (w->pages) sdpa_page_touch(w, v, j + 1, j + 1 + w->pages->size);
+        convert_rows(x, t, st, r, m, v ? w->dv : w->d, buf + (j - j0) * ld, ld);
+    }
+    *stride = (ptrdiff_t)ld;
     return buf;
 }
 
