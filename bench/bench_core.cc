@@ -259,6 +259,61 @@ void register_pattern(const Shape &s, int order, size_t pf)
         ->Unit(benchmark::kMillisecond);
 }
 
+// ---- the decode's arithmetic alone, from memory (x86 hosts) ---------------------------------
+// A decode shape's K and V read from memory with only the arithmetic every decode with the
+// library's numerics does per key, in a plain loop: each element converted once to f32 and
+// multiplied into each of the R = q_heads / kv_heads query rows, lines requested a fixed
+// distance ahead (bench_floor_<isa>), the KV heads shared among the threads. No reductions,
+// softmax or bookkeeping. Judged as the decode rows are (tools/bench_table.py puts it beside
+// them): how far that arithmetic and the read overlap on this core without the decode's own
+// scheduling of its requests. Names: floor/<isa>/<shape>/threads:<n>.
+struct FloorArg {
+    bench_floor_fn *fn;
+    const Shape *s;
+    const char *k, *v;
+    float sum[BENCH_MAX_THREADS + 1];
+};
+static void floor_task(void *arg, size_t task, size_t thread)
+{
+    FloorArg *a = (FloorArg *)arg;
+    const Shape &s = *a->s;
+    const size_t head = s.kv_len * s.head_dim * 2; // bytes of one KV head's K (or V)
+    const uint16_t *k = (const uint16_t *)(a->k + task * head),
+                   *v = (const uint16_t *)(a->v + task * head);
+    a->sum[thread] += a->fn(&k, &v, s.kv_len, s.kv_len, s.head_dim, s.kv_type == SDPA_BF16,
+                            (int)(s.q_heads / s.kv_heads));
+}
+
+void register_floor(const char *isa, bench_floor_fn *fn, const Shape &s, size_t threads)
+{
+    const std::string name =
+        std::string("floor/") + isa + "/" + s.name + "/threads:" + std::to_string(threads);
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [=](benchmark::State &st) {
+            Tensors *t = tensors_or_skip(st, s, false);
+            if (!t) return;
+            Probe probe{isa, threads, true};
+            BestCall call;
+            FloorArg fa{fn, &s, (const char *)t->k, (const char *)t->v, {0}};
+            for (auto _ : st) {
+                probe.sample_paused(st);
+                call.start();
+                bench_pool_parallel_for(g_pools[threads], s.batch * s.kv_heads, floor_task, &fa);
+                call.stop();
+            }
+            benchmark::DoNotOptimize(fa.sum[0] + fa.sum[1]);
+            probe.sample();
+            const double bytes = shape_kv_bytes(s);
+            st.counters["FLOP"] = per_second(shape_flops(s));
+            st.SetBytesProcessed((int64_t)(bytes * (double)st.iterations()));
+            bw_counters(st, bytes, call, probe.mean());
+            st.counters["best_call_ms"] = call.best * 1e3;
+        })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+}
+
 // ---- the conversion's ceiling (AVX-512 hosts) ----------------------------------------------
 // A decode score tile's inner loop at 4 query rows per KV head with nothing else: K in L1, one
 // conversion per 16 elements feeding 4 FMAs (bench_mix_avx512), judged against the FMA peak

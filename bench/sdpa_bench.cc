@@ -7,7 +7,10 @@
 //   2. per supported implementation (looping over the registry, calling the sdpa_impl_* entry
 //      points so that no global selection changes): the three primitives, prefill and decode
 //      shapes through sdpa_impl_forward at 1 and 2 threads on a persistent pthread pool;
-//   3. the unfused OpenBLAS baseline on the prefill shapes, 1 thread (when built with BLAS);
+//   3. the unfused OpenBLAS baseline on the prefill shapes, 1 thread (when built with BLAS); on
+//      x86, the decode's reads alone and its conversion's ceiling in cache; only when
+//      --benchmark_filter names them ('^floor/'), its arithmetic alone from memory
+//      (floor/<isa>/<decode shape>, see bench_core.cc);
 //   4. only when --benchmark_filter names them ('^variant/'): the attention variants (window,
 //      mask, softcap, ALiBi, sinks), each timed in turn with the plain call (see below);
 //   5. only when --benchmark_filter names them ('^layout/'): ragged, packed and paged decode
@@ -22,7 +25,7 @@
 // measured under the same conditions, interleaved.
 //
 // Benchmark names are <kind>/<impl>/<shape>[/threads:<n>] (kind: prim, prefill, decode, blas,
-// pattern, variant, layout, quant),
+// pattern, mix, floor, variant, layout, quant),
 // so a filter picks a subset, e.g. --benchmark_filter='^(prefill|decode|blas)/'.
 // Counters: FLOP (rate), pct_peak (prefill, blas: % of the FMA peak measured between the
 // iterations, in limit_flops; primitives: of the start-up peak), bytes_per_second and pct_bw
@@ -224,6 +227,17 @@ int main(int argc, char **argv)
                 register_pattern(decode_shapes()[0], order, pf);
     if (a512 && sdpa_impl_supported(a512))
         for (int fmt = 0; fmt < 4; fmt++) register_mix(fmt);
+    // the decode's arithmetic floor of each decode shape, on each x86 ISA this CPU runs, when
+    // the filter names it
+    const sdpa_impl *a2 = sdpa_impl_find(BENCH_HAVE_AVX2);
+    if (benchmark::GetBenchmarkFilter().find("floor") != std::string::npos)
+        for (const Shape &s : decode_shapes())
+            for (size_t t = 1; t <= BENCH_MAX_THREADS; t++) {
+                if (a512 && sdpa_impl_supported(a512))
+                    register_floor(BENCH_HAVE_AVX512, bench_floor_avx512, s, t);
+                if (a2 && sdpa_impl_supported(a2))
+                    register_floor(BENCH_HAVE_AVX2, bench_floor_avx2, s, t);
+            }
 #endif
 
     // the variant, quantized K/V and layout rows run only when the filter names them (they

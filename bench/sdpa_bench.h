@@ -129,6 +129,8 @@ void register_blas(const Shape &s);
 void register_pattern(const Shape &s, int order, size_t pf);
 // a decode score tile's conversion and FMAs alone, K in L1 (format: 0 f16 ... 3 q4_0)
 void register_mix(int fmt);
+// the decode's arithmetic floor of a 16-bit decode shape, on an ISA's kernel (x86 hosts)
+void register_floor(const char *isa, bench_floor_fn *fn, const Shape &s, size_t threads);
 #endif
 // bench_variants.cc, bench_quant.cc, bench_layouts.cc: every supported implementation's rows
 // of the family (the filter decides whether main calls them); the summaries print the rows

@@ -17,7 +17,10 @@ the unfused OpenBLAS baseline on the same shape at 1 thread (the baseline only r
 bandwidth measured with it, and the rate at which its implementation's FMA peak (the start-up
 figure for its ISA and thread count) can do the arithmetic of those bytes, 4 flops per K/V
 byte for f16 K/V with 4 query heads per KV head. Where the second is lower ("compute" in the
-"bound" column), no kernel of that ISA can reach the bandwidth on that shape.
+"bound" column), no kernel of that ISA can reach the bandwidth on that shape. The floor rows
+(sdpa-bench --benchmark_filter='^floor/': a decode shape's conversions and FMAs alone, from
+memory, on an ISA's kernel) are judged the same way, and the target table puts each beside the
+decode rows of its ISA's implementations.
 
 The quant rows (sdpa-bench --benchmark_filter='^quant/') get a table of their own: per row the
 quantized call's rates from its median call, its "% roofline" computed the same way from its
@@ -73,7 +76,7 @@ def roofline(row, b, ctx):
     # the peak of the implementation's class, as the registry names it (sve: neon)
     cls = ctx.get(f"sdpa_peak_class/{row['impl']}", row["impl"])
     peak = ctx.get(f"fma_peak_flops/{cls}/threads:{row['threads']}")
-    if row["kind"] != "decode" or not (flop and bps and limit and peak):
+    if row["kind"] not in ("decode", "floor") or not (flop and bps and limit and peak):
         return
     compute_bps = float(peak) / (flop / bps)  # bytes/s at which the FMA peak keeps up
     roof = min(limit, compute_bps)
@@ -255,19 +258,24 @@ def group_runs(doc, kind):
 
 
 def target_rows(doc, rows):
-    """The decode-roofline targets, each (row, impl, threads, value, target, unit): decode and
+    """The decode-roofline targets, each (row, impl, threads, value, target, unit[, floor]): decode and
     quantized decode as % of their roofline (fast scores: of their own, the score half of the
     FLOPs at the int8 dot rate), fast over exact, paged against the scattered read (16-key pages)
     and against the contiguous call (128-key pages), 2 threads over 1, the prefill variants over
-    the plain call. Rows the run did not measure are left out."""
+    the plain call. Rows the run did not measure are left out. floor: the % roofline of the
+    decode row's arithmetic alone (a floor row of its ISA, shape and threads), where it ran."""
     out = []
     def what(shape):
         return "f16 MHA" if "Hkv32" in shape else ("bf16 GQA" if shape.endswith("bf16") else
                                                     "f16 GQA")
+    ctx = doc.get("context", {})
+    floor = {(r["impl"], r["shape"], r["threads"]): r["pct_roof"] for r in rows
+             if r["kind"] == "floor" and r["pct_roof"] is not None}
     for r in rows:
         if r["kind"] == "decode" and r["pct_roof"] is not None and r["impl"] != "scalar":
+            cls = ctx.get(f"sdpa_peak_class/{r['impl']}", r["impl"])
             out.append((f"decode {what(r['shape'])}", r["impl"], r["threads"], r["pct_roof"], 85.0,
-                        "%"))
+                        "%", floor.get((cls, r["shape"], r["threads"]))))
     speed = {}  # (impl, shape) -> {threads: (bytes/s, % roofline)}
     for r in rows:
         if r["kind"] == "decode" and r["gbs"] and r["pct_roof"] is not None:
@@ -321,14 +329,17 @@ def print_targets(targets):
         return
     print("\nDecode at the roofline: each target of the run, one row per implementation and thread "
           "count (% roofline as in the main table; x: a ratio of two calls of the run).\n")
-    print("| row | impl | threads | value | target | |")
-    print("|---|---|---:|---:|---:|---|")
-    for what, impl, threads, v, t, unit in targets:
+    floors = any(len(t) > 6 and t[6] is not None for t in targets)
+    print("| row | impl | threads | value | target | |" + (" arithmetic alone |" if floors else ""))
+    print("|---|---|---:|---:|---:|---|" + ("---:|" if floors else ""))
+    for what, impl, threads, v, t, unit, *rest in targets:
         if v is None:
             continue
         val = f"{v:.1f} %" if unit == "%" else f"{v:.2f}"
         tgt = f">= {t:.0f} %" if unit == "%" else f">= {t:.2f}"
-        print(f"| {what} | {impl} | {threads} | {val} | {tgt} | {'met' if v >= t else '**missed**'} |")
+        fl = (f" {rest[0]:.1f} % |" if rest and rest[0] is not None else " |") if floors else ""
+        print(f"| {what} | {impl} | {threads} | {val} | {tgt} | {'met' if v >= t else '**missed**'} |"
+              + fl)
 
 
 # Bar colours, each a pair: lighter for 1 thread and darker for 2, so that the two bars of an
@@ -377,7 +388,7 @@ def target_panel(ax, targets, order):
     """One horizontal bar per target row: its value (% roofline, or a ratio as a percentage),
     a black tick at its target, red when missed."""
     labels, vals, tgts = [], [], []
-    for what, impl, threads, v, t, unit in targets:
+    for what, impl, threads, v, t, unit, *_ in targets:
         k = 1.0 if unit == "%" else 100.0
         labels.append(f"{what} | {impl} | {threads} thr" + ("" if unit == "%" else " (x100)"))
         vals.append(v * k)
