@@ -91,6 +91,8 @@ float bench_kv_walk_avx512(const uint16_t *k, const uint16_t *v, size_t rows, si
 /* A decode score tile's inner loop alone, K in L1 converted from fmt (0 f16, 1 bf16, 2 q8_0,
    3 q4_0) feeding 4 rows' FMAs: returns the FMA flops of iters passes (peak_avx512.c) */
 double bench_mix_avx512(int fmt, uint64_t iters, float *sink);
+/* The same in 256-bit vectors for fmt 0 (f16) and 1 (bf16) (peak_avx2.c) */
+double bench_mix_avx2(int fmt, uint64_t iters, float *sink);
 /* The decode's arithmetic floor over the 16-bit K/V rows of one KV head (f16, or bf16 when
    bf16), d = 128 elements a row: every element converted once and multiplied into each of
    `rows` (1, 2, 4 or 7) query rows, nothing else; kp[i], vp[i] the first row of page i of

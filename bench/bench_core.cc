@@ -314,26 +314,27 @@ void register_floor(const char *isa, bench_floor_fn *fn, const Shape &s, size_t 
         ->Unit(benchmark::kMillisecond);
 }
 
-// ---- the conversion's ceiling (AVX-512 hosts) ----------------------------------------------
+// ---- the conversion's ceiling (x86 hosts) --------------------------------------------------
 // A decode score tile's inner loop at 4 query rows per KV head with nothing else: K in L1, one
-// conversion per 16 elements feeding 4 FMAs (bench_mix_avx512), judged against the FMA peak
-// measured with it: the most a decode in that K/V format can reach of the roofline's compute
-// term on this core, whatever else the kernel does. Names: mix/avx512/<format>_rows4.
-void register_mix(int fmt)
+// conversion per vector of K feeding 4 FMAs (bench_mix_<isa>), judged against that ISA's FMA
+// peak measured with it: the most a decode in that K/V format can reach of the roofline's
+// compute term on this core, whatever else the kernel does. Names: mix/<isa>/<format>_rows4
+// (AVX-512: f16, bf16, q8_0, q4_0; AVX2: f16, bf16).
+void register_mix(const char *isa, double (*fn)(int, uint64_t, float *), int fmt)
 {
     static const char *const names[] = {"f16", "bf16", "q8_0", "q4_0"};
-    const std::string name = std::string("mix/avx512/") + names[fmt] + "_rows4" + "/threads:1";
+    const std::string name = std::string("mix/") + isa + "/" + names[fmt] + "_rows4" + "/threads:1";
     benchmark::RegisterBenchmark(
         name.c_str(),
         [=](benchmark::State &st) {
-            Probe probe{BENCH_HAVE_AVX512, 1, false};
+            Probe probe{isa, 1, false};
             BestCall call;
             double flops = 0;
             float sink = 0;
             for (auto _ : st) {
                 probe.sample_paused(st);
                 call.start();
-                flops = bench_mix_avx512(fmt, 12000, &sink);
+                flops = fn(fmt, 12000, &sink);
                 call.stop();
                 benchmark::DoNotOptimize(sink);
             }

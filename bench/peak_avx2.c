@@ -173,3 +173,46 @@ float bench_floor_avx2(const uint16_t *const *kp, const uint16_t *const *vp, siz
     FLOOR_ROWS(0)
 #undef FLOOR_ROWS
 }
+
+/* bench_mix_avx512's loop in 256-bit vectors, for the 16-bit formats (fmt 0 f16 `vcvtph2ps`, 1
+   bf16 widen and shift): per 8 elements of K, in L1, one conversion feeding 4 rows' FMAs; 8
+   accumulators, which with the 4 rows' q and two converted vectors fill the 16 registers.
+   Returns the FMA flops. */
+#define MIX2_Q 4096
+static uint16_t mix2_h[MIX2_Q] __attribute__((aligned(32)));
+
+static inline __m256 mix2_conv(int fmt, size_t i)
+{
+    const __m128i h = _mm_load_si128((const __m128i *)(mix2_h + i));
+    if (fmt == 0) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+#define MIX2_ROWS4(k, a0, a1, a2, a3)                                                              \
+    a0 = _mm256_fmadd_ps(q0, k, a0), a1 = _mm256_fmadd_ps(q1, k, a1),                              \
+    a2 = _mm256_fmadd_ps(q2, k, a2), a3 = _mm256_fmadd_ps(q3, k, a3)
+
+static inline __attribute__((always_inline)) double mix2_run(int fmt, uint64_t iters, float *sink)
+{
+    const __m256 q0 = _mm256_set1_ps(0.5f), q1 = _mm256_set1_ps(0.25f), q2 = _mm256_set1_ps(0.125f),
+                 q3 = _mm256_set1_ps(0.0625f);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+    for (uint64_t it = 0; it < iters; it++)
+        for (size_t i = 0; i < MIX2_Q; i += 16) {
+            const __m256 k0 = mix2_conv(fmt, i), k1 = mix2_conv(fmt, i + 8);
+            MIX2_ROWS4(k0, a0, a1, a2, a3);
+            MIX2_ROWS4(k1, a4, a5, a6, a7);
+        }
+    const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
+                                   _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
+    float t[8];
+    _mm256_storeu_ps(t, s);
+    *sink = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+    return (double)iters * (MIX2_Q / 8) * 4.0 * 8.0 * 2.0;
+}
+
+double bench_mix_avx2(int fmt, uint64_t iters, float *sink)
+{
+    for (size_t i = 0; i < MIX2_Q; i++) mix2_h[i] = (uint16_t)(0x3800u + (i & 255u));
+    return fmt == 0 ? mix2_run(0, iters, sink) : mix2_run(1, iters, sink);
+}

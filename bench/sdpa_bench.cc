@@ -226,10 +226,12 @@ int main(int argc, char **argv)
             for (size_t pf : {size_t(0), size_t(32)})
                 register_pattern(decode_shapes()[0], order, pf);
     if (a512 && sdpa_impl_supported(a512))
-        for (int fmt = 0; fmt < 4; fmt++) register_mix(fmt);
+        for (int fmt = 0; fmt < 4; fmt++) register_mix(BENCH_HAVE_AVX512, bench_mix_avx512, fmt);
+    const sdpa_impl *a2 = sdpa_impl_find(BENCH_HAVE_AVX2);
+    if (a2 && sdpa_impl_supported(a2))
+        for (int fmt = 0; fmt < 2; fmt++) register_mix(BENCH_HAVE_AVX2, bench_mix_avx2, fmt);
     // the decode's arithmetic floor of each decode shape, on each x86 ISA this CPU runs, when
     // the filter names it
-    const sdpa_impl *a2 = sdpa_impl_find(BENCH_HAVE_AVX2);
     if (benchmark::GetBenchmarkFilter().find("floor") != std::string::npos)
         for (const Shape &s : decode_shapes())
             for (size_t t = 1; t <= BENCH_MAX_THREADS; t++) {

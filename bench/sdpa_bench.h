@@ -127,8 +127,9 @@ void register_blas(const Shape &s);
 #endif
 #ifdef BENCH_HAVE_AVX512
 void register_pattern(const Shape &s, int order, size_t pf);
-// a decode score tile's conversion and FMAs alone, K in L1 (format: 0 f16 ... 3 q4_0)
-void register_mix(int fmt);
+// a decode score tile's conversion and FMAs alone, K in L1, on an ISA's kernel (format: 0 f16
+// ... 3 q4_0)
+void register_mix(const char *isa, double (*fn)(int, uint64_t, float *), int fmt);
 // the decode's arithmetic floor of a 16-bit decode shape, on an ISA's kernel (x86 hosts)
 void register_floor(const char *isa, bench_floor_fn *fn, const Shape &s, size_t threads);
 #endif
