@@ -93,86 +93,39 @@ uint64_t bench_xor_avx2(const void *p, size_t bytes)
     return t[0] ^ t[1] ^ t[2] ^ t[3];
 }
 
-/* bench_floor_avx512's work in 256-bit vectors (see there): per 8 elements of a K or V row one
-   conversion feeding R FMAs, 8 accumulators for the scores, R * NV for a P·V pass of 8 * NV
-   columns (NV 8, 4, 2, 1 for 1, 2, 4, 7 rows: 16 registers in all), the same requests. */
-#define FLOOR_PF 64
-static inline __m256 floor_cvt2(const uint16_t *p, int bf16)
+/* bench_floor_avx512's work in 256-bit vectors (floor_loop.h): per 8 elements one conversion, 8
+   score accumulators, P·V passes of NV 8, 4, 2, 1 vectors at 1, 2, 4, 7 rows (R * NV
+   accumulators beside the rows' q: the 16 registers). */
+static inline __m256 floor_cvt(const uint16_t *p, int bf16)
 {
     const __m128i h = _mm_load_si128((const __m128i *)p);
     if (bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     return _mm256_cvtph_ps(h);
 }
-
-static inline __attribute__((always_inline)) float
-floor_run2(const uint16_t *const *kp, const uint16_t *const *vp, size_t page, size_t n, size_t d,
-           const int bf16, const int R, const int NV)
+static inline float floor_sum(__m256 x)
 {
-    const size_t T = page < 32 ? page : 32;
-    __m256 q[8], sk = _mm256_setzero_ps();
-    float acc[8 * 128] __attribute__((aligned(32))) = {0};
-    for (int r = 0; r < 8; r++) q[r] = _mm256_set1_ps(0.125f * (float)(r + 1));
-    for (size_t j = 0; j < n; j += T) {
-        const size_t pg = j / page, o = j - pg * page, nt = n - j < T ? n - j : T;
-        const uint16_t *k = kp[pg] + o * d, *v = vp[pg] + o * d;
-        if (o == 0 && (pg + 1) * page < n) {
-            _mm_prefetch((const char *)kp[pg + 1], _MM_HINT_T0);
-            _mm_prefetch((const char *)vp[pg + 1], _MM_HINT_T0);
-        }
-        __m256 a[8];
-        for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
-        for (size_t i = 0; i < nt; i++)
-            for (size_t c = 0; c < d; c += 8) {
-                if ((c & 31) == 0 && o + i + FLOOR_PF < page && j + i + FLOOR_PF < n) {
-                    _mm_prefetch((const char *)(k + (i + FLOOR_PF) * d + c), _MM_HINT_T1);
-                    _mm_prefetch((const char *)(v + (i + FLOOR_PF) * d + c), _MM_HINT_T1);
-                }
-                const __m256 x = floor_cvt2(k + i * d + c, bf16);
-                for (int r = 0; r < R; r++) {
-                    const int ix = (int)((c / 8 * (size_t)R + (size_t)r) & 7);
-                    a[ix] = _mm256_fmadd_ps(q[r], x, a[ix]);
-                }
-            }
-        for (int i = 0; i < 8; i++) sk = _mm256_add_ps(sk, a[i]);
-        for (size_t c0 = 0; c0 < d; c0 += 8 * (size_t)NV) {
-            __m256 b[8][8];
-            for (int r = 0; r < R; r++)
-                for (int t = 0; t < NV; t++) b[r][t] = _mm256_load_ps(acc + r * 128 + c0 + 8 * t);
-            for (size_t i = 0; i < nt; i++)
-                for (int t = 0; t < NV; t++) {
-                    const __m256 x = floor_cvt2(v + i * d + c0 + 8 * (size_t)t, bf16);
-                    for (int r = 0; r < R; r++) b[r][t] = _mm256_fmadd_ps(q[r], x, b[r][t]);
-                }
-            for (int r = 0; r < R; r++)
-                for (int t = 0; t < NV; t++) _mm256_store_ps(acc + r * 128 + c0 + 8 * t, b[r][t]);
-        }
-    }
-    float t8[8], s = 0;
-    _mm256_storeu_ps(t8, sk);
-    for (int i = 0; i < 8; i++) s += t8[i];
-    for (size_t i = 0; i < (size_t)R * 128; i++) s += acc[i];
+    float t[8], s = 0;
+    _mm256_storeu_ps(t, x);
+    for (int i = 0; i < 8; i++) s += t[i];
     return s;
 }
-
-float bench_floor_avx2(const uint16_t *const *kp, const uint16_t *const *vp, size_t page, size_t n,
-                       size_t d, int bf16, int rows)
-{
-    if (d != 128 || page == 0) return 0; /* the bench's head size: whole passes for every NV */
-#define FLOOR_ROWS(B)                                                                              \
-    switch (rows) {                                                                                \
-    case 1:                                                                                        \
-        return floor_run2(kp, vp, page, n, d, B, 1, 8);                                            \
-    case 2:                                                                                        \
-        return floor_run2(kp, vp, page, n, d, B, 2, 4);                                            \
-    case 4:                                                                                        \
-        return floor_run2(kp, vp, page, n, d, B, 4, 2);                                            \
-    default:                                                                                       \
-        return floor_run2(kp, vp, page, n, d, B, 7, 1);                                            \
-    }
-    if (bf16) FLOOR_ROWS(1)
-    FLOOR_ROWS(0)
-#undef FLOOR_ROWS
-}
+#define FLOOR_FN           bench_floor_avx2
+#define FLOOR_VEC          __m256
+#define FLOOR_W            8
+#define FLOOR_ZERO()       _mm256_setzero_ps()
+#define FLOOR_SET1(x)      _mm256_set1_ps(x)
+#define FLOOR_LOAD(p)      _mm256_load_ps(p)
+#define FLOOR_STORE(p, x)  _mm256_store_ps(p, x)
+#define FLOOR_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define FLOOR_ADD(a, b)    _mm256_add_ps(a, b)
+#define FLOOR_SUM(x)       floor_sum(x)
+#define FLOOR_CVT(p, b)    floor_cvt(p, b)
+#define FLOOR_NA           8
+#define FLOOR_NV1          8
+#define FLOOR_NV2          4
+#define FLOOR_NV4          2
+#define FLOOR_NV7          1
+#include "floor_loop.h"
 
 /* bench_mix_avx512's loop in 256-bit vectors, for the 16-bit formats (fmt 0 f16 `vcvtph2ps`, 1
    bf16 widen and shift): per 8 elements of K, in L1, one conversion feeding 4 rows' FMAs; 8

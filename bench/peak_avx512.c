@@ -218,90 +218,29 @@ uint64_t bench_xor_avx512(const void *p, size_t bytes)
     return t[0] ^ t[1] ^ t[2] ^ t[3] ^ t[4] ^ t[5] ^ t[6] ^ t[7];
 }
 
-/* The decode's arithmetic alone over K/V from memory, at R query rows per KV head (1, 2, 4, 7): per
-   key, each 16 elements of its K row converted once (f16 `vcvtph2ps`, bf16 widen and shift)
-   feeding R FMAs, and each 16 of its V row likewise, with nothing else: no reductions, no
-   softmax, no bookkeeping. Keys go in turns of min(page, 32): a turn's K rows, then its V rows
-   in passes of 16 * NV columns (NV as the library's P·V tiles choose it: 8, 4 or 2 by R), each
-   pass loading and storing its R * NV accumulators, as a P·V tile does. kp[i], vp[i]: the first
-   K and V row of page i (`page` keys of d elements each, rows end to end); at each page's start
-   the first line of the next page's K and V rows is requested (the scattered read's trick), and
-   while a turn's K rows are converted, every line of the K and V rows FLOOR_PF keys ahead in the
-   same page (into L2: the fastest distance and hint tried). Every decode
-   with the library's numerics does at least this arithmetic per key. Returns a sum. */
-#define FLOOR_PF 64
+/* The decode's arithmetic alone over K/V from memory (bench_floor_avx512, floor_loop.h): per 16
+   elements one conversion (f16 `vcvtph2ps`, bf16 widen and shift); 16 score accumulators, P·V
+   passes of NV 8, 8, 4, 2 vectors at 1, 2, 4, 7 rows, as the library's P·V tiles choose. */
 static inline __m512 floor_cvt(const uint16_t *p, int bf16)
 {
     const __m256i h = _mm256_load_si256((const __m256i *)p);
     if (bf16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
     return _mm512_cvtph_ps(h);
 }
-
-static inline __attribute__((always_inline)) float floor_run(const uint16_t *const *kp,
-                                                             const uint16_t *const *vp, size_t page,
-                                                             size_t n, size_t d, const int bf16,
-                                                             const int R, const int NV)
-{
-    const size_t T = page < 32 ? page : 32;
-    __m512 q[8], sk = _mm512_setzero_ps();
-    float acc[8 * 128] __attribute__((aligned(64))) = {0};
-    for (int r = 0; r < 8; r++) q[r] = _mm512_set1_ps(0.125f * (float)(r + 1));
-    for (size_t j = 0; j < n; j += T) {
-        const size_t pg = j / page, o = j - pg * page, nt = n - j < T ? n - j : T;
-        const uint16_t *k = kp[pg] + o * d, *v = vp[pg] + o * d;
-        if (o == 0 && (pg + 1) * page < n) {
-            _mm_prefetch((const char *)kp[pg + 1], _MM_HINT_T0);
-            _mm_prefetch((const char *)vp[pg + 1], _MM_HINT_T0);
-        }
-        __m512 a[16];
-        for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
-        for (size_t i = 0; i < nt; i++)
-            for (size_t c = 0; c < d; c += 16) {
-                if ((c & 31) == 0 && o + i + FLOOR_PF < page && j + i + FLOOR_PF < n) {
-                    _mm_prefetch((const char *)(k + (i + FLOOR_PF) * d + c), _MM_HINT_T1);
-                    _mm_prefetch((const char *)(v + (i + FLOOR_PF) * d + c), _MM_HINT_T1);
-                }
-                const __m512 x = floor_cvt(k + i * d + c, bf16);
-                for (int r = 0; r < R; r++) {
-                    const int ix = (int)((c / 16 * (size_t)R + (size_t)r) & 15);
-                    a[ix] = _mm512_fmadd_ps(q[r], x, a[ix]);
-                }
-            }
-        for (int i = 0; i < 16; i++) sk = _mm512_add_ps(sk, a[i]);
-        for (size_t c0 = 0; c0 < d; c0 += 16 * (size_t)NV) {
-            __m512 b[8][8];
-            for (int r = 0; r < R; r++)
-                for (int t = 0; t < NV; t++) b[r][t] = _mm512_load_ps(acc + r * 128 + c0 + 16 * t);
-            for (size_t i = 0; i < nt; i++)
-                for (int t = 0; t < NV; t++) {
-                    const __m512 x = floor_cvt(v + i * d + c0 + 16 * (size_t)t, bf16);
-                    for (int r = 0; r < R; r++) b[r][t] = _mm512_fmadd_ps(q[r], x, b[r][t]);
-                }
-            for (int r = 0; r < R; r++)
-                for (int t = 0; t < NV; t++) _mm512_store_ps(acc + r * 128 + c0 + 16 * t, b[r][t]);
-        }
-    }
-    float s = _mm512_reduce_add_ps(sk);
-    for (size_t i = 0; i < (size_t)R * 128; i++) s += acc[i];
-    return s;
-}
-
-float bench_floor_avx512(const uint16_t *const *kp, const uint16_t *const *vp, size_t page,
-                         size_t n, size_t d, int bf16, int rows)
-{
-    if (d != 128 || page == 0) return 0; /* the bench's head size: whole passes for every NV */
-#define FLOOR_ROWS(B)                                                                              \
-    switch (rows) {                                                                                \
-    case 1:                                                                                        \
-        return floor_run(kp, vp, page, n, d, B, 1, 8);                                             \
-    case 2:                                                                                        \
-        return floor_run(kp, vp, page, n, d, B, 2, 8);                                             \
-    case 4:                                                                                        \
-        return floor_run(kp, vp, page, n, d, B, 4, 4);                                             \
-    default:                                                                                       \
-        return floor_run(kp, vp, page, n, d, B, 7, 2);                                             \
-    }
-    if (bf16) FLOOR_ROWS(1) /* one instance per type and row count: constant loops */
-    FLOOR_ROWS(0)
-#undef FLOOR_ROWS
-}
+#define FLOOR_FN           bench_floor_avx512
+#define FLOOR_VEC          __m512
+#define FLOOR_W            16
+#define FLOOR_ZERO()       _mm512_setzero_ps()
+#define FLOOR_SET1(x)      _mm512_set1_ps(x)
+#define FLOOR_LOAD(p)      _mm512_load_ps(p)
+#define FLOOR_STORE(p, x)  _mm512_store_ps(p, x)
+#define FLOOR_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define FLOOR_ADD(a, b)    _mm512_add_ps(a, b)
+#define FLOOR_SUM(x)       _mm512_reduce_add_ps(x)
+#define FLOOR_CVT(p, b)    floor_cvt(p, b)
+#define FLOOR_NA           16
+#define FLOOR_NV1          8
+#define FLOOR_NV2          8
+#define FLOOR_NV4          4
+#define FLOOR_NV7          2
+#include "floor_loop.h"
