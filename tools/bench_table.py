@@ -386,21 +386,28 @@ def stamp_text(ctx):
 
 def target_panel(ax, targets, order):
     """One horizontal bar per target row: its value (% roofline, or a ratio as a percentage),
-    a black tick at its target, red when missed."""
-    labels, vals, tgts = [], [], []
-    for what, impl, threads, v, t, unit, *_ in targets:
+    a black tick at its target, red when missed, and a grey diamond at the row's arithmetic
+    alone (the floor rows) where the run measured it."""
+    labels, vals, tgts, floors = [], [], [], []
+    for what, impl, threads, v, t, unit, *rest in targets:
         k = 1.0 if unit == "%" else 100.0
         labels.append(f"{what} | {impl} | {threads} thr" + ("" if unit == "%" else " (x100)"))
         vals.append(v * k)
         tgts.append(t * k)
+        floors.append(rest[0] if rest and rest[0] is not None else None)
     ys = list(range(len(labels)))[::-1]
+    fl = [(f, y) for f, y in zip(floors, ys) if f is not None]
+    if fl:
+        ax.scatter([f for f, _ in fl], [y for _, y in fl], marker="D", s=14, color="#636363",
+                   zorder=4, label="arithmetic alone")
     colours = [impl_colours(t[1], order)[min(t[2], 2) - 1] for t in targets]
     ax.barh(ys, vals, color=colours, edgecolor=["black" if v >= t else "red" for v, t in
                                                zip(vals, tgts)], linewidth=0.6)
     ax.scatter(tgts, ys, marker="|", s=120, color="black", zorder=3, label="target")
     ax.set_yticks(ys)
     ax.set_yticklabels(labels, fontsize=6)
-    ax.set_xlabel("% of the roofline, or ratio x 100 (tick: the target; red edge: missed)")
+    ax.set_xlabel("% of the roofline, or ratio x 100 (tick: the target; red edge: missed; "
+                  "diamond: the arithmetic alone)")
     ax.set_title("decode at the roofline: the targets", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
 
