@@ -277,7 +277,7 @@ static void floor_task(void *arg, size_t task, size_t thread)
 {
     FloorArg *a = (FloorArg *)arg;
     const Shape &s = *a->s;
-    const size_t head = s.kv_len * s.head_dim * 2; // bytes of one KV head's K (or V)
+    const size_t head = s.kv_len * s.head_dim * dtype_bytes(s.kv_type); // one KV head's K (or V)
     const uint16_t *k = (const uint16_t *)(a->k + task * head),
                    *v = (const uint16_t *)(a->v + task * head);
     a->sum[thread] += a->fn(&k, &v, s.kv_len, s.kv_len, s.head_dim, s.kv_type == SDPA_BF16,

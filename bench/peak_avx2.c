@@ -6,6 +6,14 @@
 
 #include "bench.h"
 
+/* The sum of x's 8 lanes, in lane order. */
+static inline float sum8(__m256 x)
+{
+    float t[8];
+    _mm256_storeu_ps(t, x);
+    return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
 /* 12 independent chains of _mm256_fmadd_ps: two FMA pipes times a 4-5 cycle latency need 8-10
    in flight, and 12 chains plus two constants still fit the 16 ymm registers. */
 double bench_fma_avx2(uint64_t iters, float *sink)
@@ -32,9 +40,7 @@ double bench_fma_avx2(uint64_t iters, float *sink)
     __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
                              _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
     s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11)));
-    float t[8];
-    _mm256_storeu_ps(t, s);
-    *sink = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+    *sink = sum8(s);
     return (double)iters * 12.0 * 8.0 * 2.0;
 }
 
@@ -51,9 +57,7 @@ float bench_read2_avx2(const float *p, size_t n)
             s[k] = _mm256_add_ps(s[k], _mm256_load_ps(q + i + 8 * k));
         }
     for (int k = 1; k < 8; k++) s[0] = _mm256_add_ps(s[0], s[k]);
-    float t[8];
-    _mm256_storeu_ps(t, s[0]);
-    float sum = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+    float sum = sum8(s[0]);
     for (size_t i = 2 * h; i < n; i++) sum += p[i];
     return sum;
 }
@@ -67,9 +71,7 @@ float bench_read_avx2(const float *p, size_t n)
     for (; i + 64 <= n; i += 64)
         for (int k = 0; k < 8; k++) s[k] = _mm256_add_ps(s[k], _mm256_load_ps(p + i + 8 * k));
     for (int k = 1; k < 8; k++) s[0] = _mm256_add_ps(s[0], s[k]);
-    float t[8];
-    _mm256_storeu_ps(t, s[0]);
-    float sum = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+    float sum = sum8(s[0]);
     for (; i < n; i++) sum += p[i];
     return sum;
 }
@@ -102,13 +104,6 @@ static inline __m256 floor_cvt(const uint16_t *p, int bf16)
     if (bf16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     return _mm256_cvtph_ps(h);
 }
-static inline float floor_sum(__m256 x)
-{
-    float t[8], s = 0;
-    _mm256_storeu_ps(t, x);
-    for (int i = 0; i < 8; i++) s += t[i];
-    return s;
-}
 #define FLOOR_FN           bench_floor_avx2
 #define FLOOR_VEC          __m256
 #define FLOOR_W            8
@@ -118,7 +113,7 @@ static inline float floor_sum(__m256 x)
 #define FLOOR_STORE(p, x)  _mm256_store_ps(p, x)
 #define FLOOR_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define FLOOR_ADD(a, b)    _mm256_add_ps(a, b)
-#define FLOOR_SUM(x)       floor_sum(x)
+#define FLOOR_SUM(x)       sum8(x)
 #define FLOOR_CVT(p, b)    floor_cvt(p, b)
 #define FLOOR_NA           8
 #define FLOOR_NV1          8
@@ -158,9 +153,7 @@ static inline __attribute__((always_inline)) double mix2_run(int fmt, uint64_t i
         }
     const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
                                    _mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)));
-    float t[8];
-    _mm256_storeu_ps(t, s);
-    *sink = t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+    *sink = sum8(s);
     return (double)iters * (MIX2_Q / 8) * 4.0 * 8.0 * 2.0;
 }
 
