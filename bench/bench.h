@@ -89,7 +89,8 @@ uint64_t bench_xor_avx512(const void *p, size_t bytes);
 float bench_kv_walk_avx512(const uint16_t *k, const uint16_t *v, size_t rows, size_t row_elems,
                            size_t block, int order, size_t pf);
 /* A decode score tile's inner loop alone, K in L1 converted from fmt (0 f16, 1 bf16, 2 q8_0,
-   3 q4_0) feeding 4 rows' FMAs: returns the FMA flops of iters passes (peak_avx512.c) */
+   3 q4_0) feeding 4 rows' FMAs; 4: f16 with each tile's reduction tree and score stores (every
+   128 elements a key): returns the FMA flops of iters passes (peak_avx512.c) */
 double bench_mix_avx512(int fmt, uint64_t iters, float *sink);
 /* The same in 256-bit vectors for fmt 0 (f16) and 1 (bf16) (peak_avx2.c) */
 double bench_mix_avx2(int fmt, uint64_t iters, float *sink);

@@ -322,7 +322,7 @@ void register_floor(const char *isa, bench_floor_fn *fn, const Shape &s, size_t 
 // (AVX-512: f16, bf16, q8_0, q4_0; AVX2: f16, bf16).
 void register_mix(const char *isa, double (*fn)(int, uint64_t, float *), int fmt)
 {
-    static const char *const names[] = {"f16", "bf16", "q8_0", "q4_0"};
+    static const char *const names[] = {"f16", "bf16", "q8_0", "q4_0", "f16_tree"};
     const std::string name = std::string("mix/") + isa + "/" + names[fmt] + "_rows4" + "/threads:1";
     benchmark::RegisterBenchmark(
         name.c_str(),
