@@ -45,15 +45,22 @@ static inline int decode_pf_mode(const decode_pf *p, size_t L, size_t lines)
     return p->s[1].skip == 0 && p->s[1].L == L && p->s[1].n >= lines ? 1 : 0;
 }
 
+/* `per` lines from line pp[0] of a plain run (and from pp[1] when `two`). */
+SDPA_INLINE void decode_pf_lines(const char *const *pp, int per, int two)
+{
+    SDPA_UNROLL for (int i = 0; i < per; i++)
+    {
+        __builtin_prefetch(pp[0] + 64 * i, 0, SDPA_PF_STREAM_LOCALITY);
+        if (two) __builtin_prefetch(pp[1] + 64 * i, 0, SDPA_PF_STREAM_LOCALITY);
+    }
+}
+
 /* `per` lines of the first stream (and of the second when `two`) from line offset `at` (in
    lines) of the plain run starting at the streams' current lines. */
 SDPA_INLINE void decode_pf_simple(const decode_pf *p, int per, size_t at, int two)
 {
-    SDPA_UNROLL for (int i = 0; i < per; i++)
-    {
-        __builtin_prefetch(p->s[0].p + 64 * (at + (size_t)i), 0, SDPA_PF_STREAM_LOCALITY);
-        if (two) __builtin_prefetch(p->s[1].p + 64 * (at + (size_t)i), 0, SDPA_PF_STREAM_LOCALITY);
-    }
+    const char *const pp[2] = {p->s[0].p + 64 * at, p->s[1].p + 64 * at};
+    decode_pf_lines(pp, per, two);
 }
 
 /* Advances the first stream of a plain run (and the second when `two`) by `lines` lines (the

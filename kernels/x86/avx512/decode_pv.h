@@ -32,16 +32,16 @@ SDPA_INLINE void pv_pairs_store(float *o, __m512 e, __m512 d)
                      _mm512_permutex2var_ps(e, _mm512_add_epi32(lo, _mm512_set1_epi32(8)), d));
 }
 
-/* NV vectors of V row j0 + j from column c0 (masks mk), converted, after the pass's prefetch
-   step for key j: the plain cursor's step j - ja (plain != 0), else the general cursor's next;
-   pairs: PV_BF16_PAIRS's order. */
-SDPA_INLINE void pv_avx512_decode_key(int NV, __m512 *x, const void *v, sdpa_dtype vt, ptrdiff_t vs,
-                                      size_t c0, const __mmask16 *mk, size_t j0, size_t j,
-                                      size_t ja, decode_pf *pf, int plain, int PER, int pairs)
+/* NV vectors of a V row from row (its column c0; masks mk), converted, after the pass's
+   prefetch step for the key: PER lines from each plain stream's line pp[i] (plain != 0: the
+   second stream too when plain == 1), else the general cursor's next; pairs: PV_BF16_PAIRS's
+   order. */
+SDPA_INLINE void pv_avx512_decode_key(int NV, __m512 *x, const void *row, sdpa_dtype vt,
+                                      const __mmask16 *mk, decode_pf *pf, const char *const *pp,
+                                      int plain, int PER, int pairs)
 {
-    const ptrdiff_t off = sdpa_row_off(vs, j0 + j) + (ptrdiff_t)c0;
     if (plain)
-        decode_pf_simple(pf, PER, (j - ja) * (size_t)PER, plain == 1);
+        decode_pf_lines(pp, PER, plain == 1);
     else
         decode_pf_step(pf);
     if (pairs) {
@@ -49,13 +49,20 @@ SDPA_INLINE void pv_avx512_decode_key(int NV, __m512 *x, const void *v, sdpa_dty
         const __m512i hi = _mm512_set1_epi32((int)0xFFFF0000u);
         SDPA_UNROLL for (int t = 0; t < NV; t += 2)
         {
-            const __m512i w = _mm512_loadu_si512((const uint16_t *)v + off + 16 * t);
+            const __m512i w = _mm512_loadu_si512((const uint16_t *)row + 16 * t);
             x[t] = _mm512_castsi512_ps(_mm512_slli_epi32(w, 16));
             x[t + 1] = _mm512_castsi512_ps(_mm512_and_si512(w, hi));
         }
         return;
     }
-    SDPA_UNROLL for (int t = 0; t < NV; t++) x[t] = load_kv(v, vt, off + 16 * t, mk[t]);
+    SDPA_UNROLL for (int t = 0; t < NV; t++) x[t] = load_kv(row, vt, 16 * t, mk[t]);
+}
+
+/* Column c0 of V row j. */
+SDPA_INLINE const char *pv_row(const void *v, sdpa_dtype vt, ptrdiff_t vs, size_t j, size_t c0)
+{
+    return (const char *)v +
+           (sdpa_row_off(vs, j) + (ptrdiff_t)c0) * (ptrdiff_t)(vt == SDPA_F32 ? 4 : 2);
 }
 
 /* acc[r][c0..) = alpha[r] * acc (alpha != NULL) + sum_{j in [ja, jb), j < nk[r]} S[r][j] *
@@ -92,19 +99,26 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, int
     }
     size_t j = ja;
     const size_t jall = sdpa_min(jb, nk[0]), jmax = sdpa_min(jb, nk[R - 1]);
-    _Pragma("GCC unroll 2") for (; j < jall; j++)
+    /* plain: V row j's column c0, and the streams' lines for key j, as pointers stepped per key
+       (no multiply or counter for the compiler to keep); else the row by its index */
+    const ptrdiff_t vstep = vs * (ptrdiff_t)(vt == SDPA_F32 ? 4 : 2);
+    const char *row = pv_row(v, vt, vs, j0 + ja, c0);
+    const char *pp[2] = {pf->s[0].p, pf->s[1].p};
+    _Pragma("GCC unroll 2") for (; j < jall; j++, row += vstep, pp[0] += 64 * PQ, pp[1] += 64 * PQ)
     {
         __m512 x[8];
-        pv_avx512_decode_key(NV, x, v, vt, vs, c0, mk, j0, j, ja, pf, plain, PQ, pairs);
+        pv_avx512_decode_key(NV, x, plain ? row : pv_row(v, vt, vs, j0 + j, c0), vt, mk, pf, pp,
+                             plain, PQ, pairs);
         SDPA_UNROLL for (int r = 0; r < R; r++)
         {
             const __m512 p = _mm512_set1_ps(S[r * lds + j]);
             SDPA_UNROLL for (int t = 0; t < NV; t++) a[r][t] = _mm512_fmadd_ps(p, x[t], a[r][t]);
         }
     }
-    for (; j < jmax; j++) {
+    for (; j < jmax; j++, row += vstep, pp[0] += 64 * PQ, pp[1] += 64 * PQ) {
         __m512 x[8];
-        pv_avx512_decode_key(NV, x, v, vt, vs, c0, mk, j0, j, ja, pf, plain, PQ, pairs);
+        pv_avx512_decode_key(NV, x, plain ? row : pv_row(v, vt, vs, j0 + j, c0), vt, mk, pf, pp,
+                             plain, PQ, pairs);
         SDPA_UNROLL for (int r = 1; r < R; r++)
         {
             if (j < nk[r]) {
