@@ -40,6 +40,7 @@
 #include <cstring>
 #include <set>
 
+#include "bench_commit.h"
 #include "sdpa_bench.h"
 
 namespace sdpa_bench
@@ -118,6 +119,7 @@ void add_machine_context()
     for (size_t t = 1; t <= BENCH_MAX_THREADS; t++)
         benchmark::AddCustomContext("read_bw_bytes_per_s/threads:" + std::to_string(t),
                                     fmt(m.read_bw[t]));
+    benchmark::AddCustomContext("libsdpa_commit", BENCH_COMMIT);
     benchmark::AddCustomContext("read_bw_loads", m.read_isa);
     benchmark::AddCustomContext("read_bw_streams", std::to_string(m.read_streams));
     benchmark::AddCustomContext("read_bw_buffer_bytes", std::to_string(m.read_bytes));

@@ -374,12 +374,17 @@ def stamp_text(ctx):
             cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "")
     except OSError:
         pass
-    try:
-        commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
-                                text=True, check=True,
-                                cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown commit"
+    # the commit the bench was built from (its JSON context); a run from an older bench has
+    # none, and then the checkout's commit stands in, said to be the table's
+    commit = ctx.get("libsdpa_commit", "")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "describe", "--always", "--dirty"],
+                                    capture_output=True, text=True, check=True,
+                                    cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+            commit += " (the table's checkout; the run did not record its build)"
+        except (OSError, subprocess.CalledProcessError):
+            commit = "unknown commit"
     host = f"{cpu or 'unknown CPU'}, {ctx.get('num_cpus', '?')} CPUs"
     return f"{host} | libsdpa {commit} | {ctx.get('date', '')}"
 
