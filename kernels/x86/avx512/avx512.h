@@ -208,6 +208,46 @@ SDPA_INLINE __m512 reduce16(const __m512 *a)
 }
 #define PERM16(i) ((((i)&3) << 2) | ((i) >> 2))
 
+/* 128-bit lane i (0..3) of v: the extract takes an immediate, which an unoptimised build only
+   sees as one in a case of its own */
+SDPA_INLINE __m128 lane128(__m512 v, int i)
+{
+    switch (i & 3) {
+    case 0:
+        return _mm512_castps512_ps128(v);
+    case 1:
+        return _mm512_extractf32x4_ps(v, 1);
+    case 2:
+        return _mm512_extractf32x4_ps(v, 2);
+    default:
+        return _mm512_extractf32x4_ps(v, 3);
+    }
+}
+
+/* A reduced tile's scores, lane r NK + i of v for row r and key i, to S[r][j + i] for the R real
+   rows and the nv real keys. A full tile of 4 or 2 keys stores each row's lanes as a piece of the
+   vector, which Zen 5 runs faster than masked stores there; the rest take one masked store per
+   row, whose pointer S + r lds + j - r NK stays inside S, as lds >= NK. */
+SDPA_INLINE void store_tile16(int R, int NK, __m512 v, size_t nv, float *S, size_t lds, size_t j)
+{
+    if (nv == (size_t)NK && NK <= 4) {
+        SDPA_UNROLL for (int r = 0; r < R; r++)
+        {
+            float *p = S + (size_t)r * lds + j;
+            if (NK == 4)
+                _mm_storeu_ps(p, lane128(v, r));
+            else if (r & 1)
+                _mm_storeh_pi((__m64 *)(void *)p, lane128(v, r / 2));
+            else
+                _mm_storel_pi((__m64 *)(void *)p, lane128(v, r / 2));
+        }
+        return;
+    }
+    const unsigned keys = (1u << nv) - 1u;
+    SDPA_UNROLL for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(
+        S + (size_t)r * lds + j - (size_t)r * NK, (__mmask16)(keys << (r * NK)), v);
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* The online-softmax step of a row                                                            */
 /* ------------------------------------------------------------------------------------------ */

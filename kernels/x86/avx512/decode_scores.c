@@ -104,10 +104,7 @@ SDPA_INLINE void score_avx512_decode_pk(int R, int PK, sdpa_dtype kt, const floa
                 pf.s[0] = pff.s[0];
                 pf.s[1] = pff.s[1];
             }
-            const __m512 sv = reduce16(a);
-            SDPA_UNROLL for (int r = 0; r < R; r++)
-                _mm512_mask_storeu_ps(S + (size_t)r * lds + j - (size_t)r * NK,
-                                      (__mmask16)(((1u << NK) - 1u) << (r * NK)), sv);
+            store_tile16(R, NK, reduce16(a), (size_t)NK, S, lds, j);
             continue;
         }
         ptrdiff_t ko[16];
@@ -119,11 +116,7 @@ SDPA_INLINE void score_avx512_decode_pk(int R, int PK, sdpa_dtype kt, const floa
         _Pragma("GCC unroll 2") for (; c + 16 <= d; c += 16)
             score_avx512_decode_step(R, NK, kt, a, qr, k, ko, c, 0xFFFF, &pf);
         if (c < d) score_avx512_decode_step(R, NK, kt, a, qr, k, ko, c, lanes(d - c), &pf);
-        const __m512 s = reduce16(a);
-        const unsigned keys = (1u << nv) - 1u;
-        /* row r's lanes [r * NK, r * NK + nv) go to S[r][j..); the pointer stays inside S */
-        SDPA_UNROLL for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(
-            S + (size_t)r * lds + j - (size_t)r * NK, (__mmask16)(keys << (r * NK)), s);
+        store_tile16(R, NK, reduce16(a), nv, S, lds, j);
     }
     pfs->s[0] = pf.s[0];
     pfs->s[1] = pf.s[1];

@@ -21,9 +21,9 @@
 #define QD_WS_FLOATS(R, d) (QD_WS_QM(R, d) + sdpa_round16((R) * ((d) / 4 + 16)))
 
 /* Scores of R rows (q packed, row r at q + r d) against NK keys (rows kr[i]), R * NK <= 8,
-   out[r * NK + i]. Exact: K converted per block, once for all rows, then f32 FMAs. */
-SDPA_INLINE void qd_score_tile(int R, int NK, sdpa_dtype kt, const float *q, size_t d,
-                               const unsigned char *const *kr, float *out)
+   lane r * NK + i. Exact: K converted per block, once for all rows, then f32 FMAs. */
+SDPA_INLINE __m256 qd_score_tile(int R, int NK, sdpa_dtype kt, const float *q, size_t d,
+                                 const unsigned char *const *kr)
 {
     __m256 a[8];
     SDPA_UNROLL for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
@@ -64,7 +64,7 @@ SDPA_INLINE void qd_score_tile(int R, int NK, sdpa_dtype kt, const float *q, siz
             }
         }
     }
-    _mm256_storeu_ps(out, qd_reduce8(a));
+    return qd_reduce8(a);
 }
 
 /* Fast scores of R rows against NK keys: per block, the exact int32 dot product of the row's
@@ -73,9 +73,9 @@ SDPA_INLINE void qd_score_tile(int R, int NK, sdpa_dtype kt, const float *q, siz
    128 sum(k) (the accumulator's start, once per key block); without, |k| against the row's
    quants carrying k's sign. q4_1 and q5_1 add m_k times qm (qd * sum(q), lane 0 of each
    block's 8, by loop_begin). */
-SDPA_INLINE void qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *qq, const uint8_t *qu,
-                                  const float *qdv, const float *qm, size_t d,
-                                  const unsigned char *const *kr, float *out)
+SDPA_INLINE __m256 qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *qq,
+                                    const uint8_t *qu, const float *qdv, const float *qm, size_t d,
+                                    const unsigned char *const *kr)
 {
     __m256 a[8];
     SDPA_UNROLL for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
@@ -114,7 +114,7 @@ SDPA_INLINE void qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *qq
             }
         }
     }
-    _mm256_storeu_ps(out, qd_reduce8(a));
+    return qd_reduce8(a);
 }
 
 /* The rows of a score tile's keys j0 + j + i, i < NK, of the nb from j0 (a tail tile of n < NK
@@ -133,13 +133,38 @@ SDPA_INLINE size_t qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_
     return n;
 }
 
-/* A tile's scores, out[r NK + i] for row r and key i, to S[r][j + i] for the R real rows and n
-   real keys. */
-SDPA_INLINE void qd_tile_store(int R, int NK, const float *out, size_t n, float *S, size_t lds,
-                               size_t j)
+/* A tile's scores, lane r NK + i of v for row r and key i (R NK <= 8), to S[r][j + i] for the R
+   real rows and n real keys: a full tile's rows as pieces of the vector (store_tile16's choice),
+   a tail tile's by one masked store per row with AVX-512 (the pointer S + r lds + j - r NK stays
+   inside S, as lds >= NK), lane by lane on AVX2. */
+SDPA_INLINE void qd_tile_store(int R, int NK, __m256 v, size_t n, float *S, size_t lds, size_t j)
 {
+    const __m128 h[2] = {_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)};
+    if (n == (size_t)NK && NK > 1) {
+        SDPA_UNROLL for (int r = 0; r < R; r++)
+        {
+            float *p = S + (size_t)r * lds + j;
+            if (NK == 8)
+                _mm256_storeu_ps(p, v);
+            else if (NK == 4)
+                _mm_storeu_ps(p, h[r]);
+            else if (r & 1)
+                _mm_storeh_pi((__m64 *)(void *)p, h[r / 2]);
+            else
+                _mm_storel_pi((__m64 *)(void *)p, h[r / 2]);
+        }
+        return;
+    }
+#if defined(__AVX512F__) && defined(__AVX512VL__)
+    const unsigned keys = (1u << n) - 1u;
+    SDPA_UNROLL for (int r = 0; r < R; r++) _mm256_mask_storeu_ps(
+        S + (size_t)r * lds + j - (size_t)r * NK, (__mmask8)(keys << (r * NK)), v);
+#else
+    float out[8];
+    _mm256_storeu_ps(out, v);
     for (int r = 0; r < R; r++)
         for (size_t i = 0; i < n; i++) S[(size_t)r * lds + j + i] = out[r * NK + (int)i];
+#endif
 }
 
 #ifdef __AVX512F__
@@ -176,9 +201,7 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
                 }
             }
         }
-        float out[16];
-        _mm512_storeu_ps(out, reduce16(a));
-        qd_tile_store(R, NK, out, n, S, lds, j);
+        store_tile16(R, NK, reduce16(a), n, S, lds, j);
     }
 }
 
@@ -269,9 +292,7 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
                         _mm512_add_ps(a[PERM16(r * NK + i)], _mm512_zextps256_ps512(t));
                 }
             }
-        float out[16];
-        _mm512_storeu_ps(out, reduce16(a));
-        qd_tile_store(R, NK, out, n, S, lds, j);
+        store_tile16(R, NK, reduce16(a), n, S, lds, j);
     }
 }
 
@@ -327,15 +348,13 @@ SDPA_INLINE void qd_scores_r(int R, sdpa_dtype kt, const sdpa_rows *w, const uin
 #else
     (void)qz;
 #endif
-    float out[8];
     for (size_t j = 0; j < nb; j += (size_t)NK) {
         const unsigned char *kr[8];
         const size_t n = qd_tile_keys(NK, kt, w, j0, j, nb, kr);
-        if (w->qq && sdpa_dtype_quantized(kt)) /* fast scores: K in a block format */
-            qd_score_tile_i8(R, NK, kt, w->qq, qu, w->qd, qm, w->d, kr, out);
-        else
-            qd_score_tile(R, NK, kt, w->q, w->d, kr, out);
-        qd_tile_store(R, NK, out, n, S, lds, j);
+        const __m256 v = w->qq && sdpa_dtype_quantized(kt) /* fast scores: K in a block format */
+                             ? qd_score_tile_i8(R, NK, kt, w->qq, qu, w->qd, qm, w->d, kr)
+                             : qd_score_tile(R, NK, kt, w->q, w->d, kr);
+        qd_tile_store(R, NK, v, n, S, lds, j);
     }
 }
 
