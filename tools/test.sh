@@ -2,7 +2,8 @@
 # test.sh -- the test suite: native, consumers, ASan+UBSan, TSan, aarch64 under qemu; prints each stage's wall time and "N passed, N failed, N skipped"
 # usage: tools/test.sh           the whole suite (CI): every class below
 #        tools/test.sh --quick   the inner loop: the native build and suite (exp/tanh sweeps
-#                                sampled) and ASan+UBSan over the scalar reference and the driver
+#                                sampled), ASan+UBSan over the scalar reference and the driver,
+#                                and the library compiled unoptimised
 #   SDPA_SKIP_AARCH64=1 leaves out the emulated aarch64 stage.
 #   GGML_SRC=<ggml source tree> builds ggml (core and CPU backend) in the native and aarch64
 #   builds and runs the ggml adapter's tests against it (suite 'ggml'); unset, they are
@@ -98,6 +99,15 @@ if [ $quick = 1 ]; then
     SDPA_TEST_SAMPLE=4 SDPA_EXP_STRIDE=37 run_tests asan-scalar build-asan-scalar --no-suite slow
   fi
   stage_end "asan (scalar)"
+
+  # --- the SIMD kernels compiled unoptimised, as the full suite's ASan and consumer builds
+  # compile them: an intrinsic's immediate given by a loop index is a constant only once the
+  # loop is unrolled, so only this build refuses it ----------------------------------------
+  stage_begin "compile -O0"
+  if configure debug build-debug -Dbuildtype=debug -Dtests=false -Dbench=disabled; then
+    build debug build-debug libsdpa.a
+  fi
+  stage_end "compile -O0"
 else
   # --- consumers ----------------------------------------------------------------------------
   stage_begin consumers
