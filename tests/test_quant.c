@@ -111,6 +111,17 @@ static void t_types(const sdpa_impl *impl)
         if (s % 2) c.kf = KV_REVERSED, c.dv = 64, c.lq[0] = 3, c.causal = true;
         qprob_case(impl, &c, 300 + s);
     }
+    /* 1, 2 and 3 query rows per KV head (the widest score tiles of the block-format decode:
+       8, 4 and 2 keys on AVX2, 16, 8 and 4 on AVX-512), over key counts no tile width divides,
+       so that the last tile of a block stores only some of its keys; K of a block format, then
+       f16 K beside block-format V */
+    for (size_t g = 1; g <= 3; g++) {
+        qcase e = mk("decode, 1-3 rows a KV head", 1, 2 * g, 2, 64, 64, 1, 61 + 16 * g, blk(2 * g),
+                     blk(2 * g + 1));
+        qprob_case(impl, &e, 320 + g);
+        e.kt = F16, e.lk[0] = 333;
+        qprob_case(impl, &e, 324 + g);
+    }
     /* larger values (scores of several units, weights far from uniform), and values far from
        0 (the minimum of q4_1 and q5_1 carries them) */
     for (size_t s = 0; s < N_FORMATS; s++) {
