@@ -225,12 +225,12 @@ SDPA_INLINE __m128 lane128(__m512 v, int i)
 }
 
 /* A reduced tile's scores, lane r NK + i of v for row r and key i, to S[r][j + i] for the R real
-   rows and the nv real keys. A full tile of 4 or 2 keys stores each row's lanes as a piece of the
-   vector, which Zen 5 runs faster than masked stores there; the rest take one masked store per
-   row, whose pointer S + r lds + j - r NK stays inside S, as lds >= NK. */
+   rows and the nv real keys (R NK <= 16). A full tile of 4 or 2 keys stores each row's lanes as a
+   piece of the vector, which Zen 5 runs faster than masked stores there; the rest take one
+   masked store per row, whose pointer S + r lds + j - r NK stays inside S, as lds >= NK. */
 SDPA_INLINE void store_tile16(int R, int NK, __m512 v, size_t nv, float *S, size_t lds, size_t j)
 {
-    if (nv == (size_t)NK && NK <= 4) {
+    if (nv == (size_t)NK && (NK == 4 || NK == 2)) {
         SDPA_UNROLL for (int r = 0; r < R; r++)
         {
             float *p = S + (size_t)r * lds + j;

@@ -134,11 +134,13 @@ SDPA_INLINE size_t qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_
 }
 
 /* A tile's scores, lane r NK + i of v for row r and key i (R NK <= 8), to S[r][j + i] for the R
-   real rows and n real keys: a full tile's rows as pieces of the vector (store_tile16's choice),
-   a tail tile's by one masked store per row with AVX-512 (the pointer S + r lds + j - r NK stays
-   inside S, as lds >= NK), lane by lane on AVX2. */
+   real rows and n real keys: with AVX-512 store_tile16's stores; on AVX2 a full tile's rows as
+   pieces of the vector, a tail tile's lane by lane. */
 SDPA_INLINE void qd_tile_store(int R, int NK, __m256 v, size_t n, float *S, size_t lds, size_t j)
 {
+#ifdef __AVX512F__
+    store_tile16(R, NK, _mm512_castps256_ps512(v), n, S, lds, j); /* lanes 8-15 never stored */
+#else
     const __m128 h[2] = {_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)};
     if (n == (size_t)NK && NK > 1) {
         SDPA_UNROLL for (int r = 0; r < R; r++)
@@ -155,11 +157,6 @@ SDPA_INLINE void qd_tile_store(int R, int NK, __m256 v, size_t n, float *S, size
         }
         return;
     }
-#if defined(__AVX512F__) && defined(__AVX512VL__)
-    const unsigned keys = (1u << n) - 1u;
-    SDPA_UNROLL for (int r = 0; r < R; r++) _mm256_mask_storeu_ps(
-        S + (size_t)r * lds + j - (size_t)r * NK, (__mmask8)(keys << (r * NK)), v);
-#else
     float out[8];
     _mm256_storeu_ps(out, v);
     for (int r = 0; r < R; r++)
