@@ -38,10 +38,16 @@ static inline size_t sdpa_ilv_page(const sdpa_ilv_keys *x, int v, size_t j, cons
 }
 
 /* Keys [j, j + n) of x cut at kend and at the end of j's page: their array in *base, the first
-   one's row there (returned) and the row past the last one that may be requested (*jend). */
+   one's row there (returned) and the row past the last one that may be requested (*jend). From
+   kend on none, at row 0 of the first array: x may list no page past kend's. */
 static inline size_t sdpa_ilv_span(const sdpa_ilv_keys *x, int v, size_t j, const void **base,
                                    size_t *jend)
 {
+    if (j >= x->kend) {
+        *base = !x->pg ? (v ? x->v : x->k) : (v ? x->pg->v : x->pg->k)[0];
+        *jend = 0;
+        return 0;
+    }
     const size_t lj = sdpa_ilv_page(x, v, j, base);
     size_t left = x->kend > j ? x->kend - j : 0;
     if (x->pg) left = sdpa_min(left, x->pg->size - lj);
@@ -49,10 +55,11 @@ static inline size_t sdpa_ilv_span(const sdpa_ilv_keys *x, int v, size_t j, cons
     return lj;
 }
 
-/* What the view w's keys are part of (the paged unit of a piece, else its own K). */
+/* What the view w's keys are part of (the paged unit of a piece, a paged unit itself, else its
+   own K). */
 static inline const void *sdpa_ilv_id(const sdpa_rows *w)
 {
-    return w->piece_of ? (const void *)w->piece_of : w->k;
+    return w->piece_of ? (const void *)w->piece_of : w->pages ? (const void *)w : w->k;
 }
 
 /* Whether keys [j0, j0 + nb) of the view w, whose scores go o columns into the scratch, were

@@ -175,7 +175,7 @@ static inline void loop_values(packed_ctx *c, const sdpa_rows *w, size_t r0, siz
 #undef PACKED_RUN
 }
 
-#define SDPA_LOOP_FN           SDPA_ROWS_FN
-#define SDPA_LOOP_CTX          packed_ctx
-#define SDPA_LOOP_VALUES_PAGED 1 /* a paged block's V converted page by page (pack_v) */
+#define SDPA_LOOP_FN              SDPA_ROWS_FN
+#define SDPA_LOOP_CTX             packed_ctx
+#define SDPA_LOOP_VALUES_PAGED(c) 1 /* a paged block's V converted page by page (pack_v) */
 #include "rows_loop.h"

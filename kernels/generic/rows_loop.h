@@ -40,10 +40,11 @@
  * hooks should request are handed to them in sdpa_rows.ahead_row, ahead_n, for their own
  * streams to request among their arithmetic; without it the loop requests them itself, at once,
  * before each hook call, or with SDPA_LOOP_AHEAD_TOUCH only the first line of each later page,
- * for a path whose own requests the core's prefetcher extends), SDPA_LOOP_VALUES_PAGED (1: on a
- * paged unit, loop_values takes the whole block of the unit itself, w->pages set, and reads V
- * through the pages, rather than a call per page piece; the exact path of a block whose hidden
- * keys have a non-finite V stays per piece) and SDPA_LOOP_PAGES_SELF(c) (an
+ * for a path whose own requests the core's prefetcher extends), SDPA_LOOP_VALUES_PAGED(c) (an
+ * expression of the context: nonzero when, on a paged unit, loop_values takes the whole block of
+ * the unit itself, w->pages set, and reads V through the pages, rather than a call per page
+ * piece; the exact path of a block whose hidden keys have a non-finite V stays per piece) and
+ * SDPA_LOOP_PAGES_SELF(c) (an
  * expression of the context: nonzero when the path's hooks request a paged unit's later pages
  * themselves, as the interleaved turns do; the loop then requests none, since its requests would
  * only compete with theirs for the core's line-fill buffers).
@@ -82,6 +83,9 @@
 #endif
 #ifndef SDPA_LOOP_PAGES_SELF
 #define SDPA_LOOP_PAGES_SELF(c) 0
+#endif
+#ifndef SDPA_LOOP_VALUES_PAGED
+#define SDPA_LOOP_VALUES_PAGED(c) 0
 #endif
 
 #define SDPA_LOOP_CAT2(a, b) a##b
@@ -180,12 +184,10 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
                 const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um);
                 finite = finite && sdpa_v_finite(&u, lj, lj + sdpa_visible(&u, R - 1, lj, n));
             }
-#ifdef SDPA_LOOP_VALUES_PAGED
-            if (finite) { /* the path's value hook reads the pages itself: once a block */
+            if (finite && SDPA_LOOP_VALUES_PAGED(&c)) { /* the hook reads the pages: once a block */
                 SDPA_LOOP_CAT(SDPA_LOOP_FN, _values)(&c, w, r0, j0, nb, alpha, S, lds);
                 continue;
             }
-#endif
             for (size_t o = 0, n; o < nb; o += n) {
                 n = nb - o;
                 const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um);

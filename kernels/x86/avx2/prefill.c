@@ -384,9 +384,9 @@ static inline void loop_values(prefill_ctx *c, const sdpa_rows *w, size_t r0, si
                  w->v_stride, c_pack, c->vp, nb, w->kv_limit + r0, j0, v_finite);
 }
 
-#define SDPA_LOOP_FN           prefill_loop_avx2
-#define SDPA_LOOP_CTX          prefill_ctx
-#define SDPA_LOOP_VALUES_PAGED 1 /* a paged block's V packed page by page (pack_v_avx2) */
+#define SDPA_LOOP_FN              prefill_loop_avx2
+#define SDPA_LOOP_CTX             prefill_ctx
+#define SDPA_LOOP_VALUES_PAGED(c) 1 /* a paged block's V packed page by page (pack_v_avx2) */
 #include "rows_loop.h"
 
 void sdpa_prefill_avx2(const sdpa_rows *w) { prefill_loop_avx2(w); }

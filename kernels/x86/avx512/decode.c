@@ -55,6 +55,7 @@ typedef struct decode_ctx {
     int other;        /* the other array's stream, and short blocks (decode_pf) */
     int ilv;          /* the next block's scores among the P·V (decode_values_ilv) */
     int ilv_pages;    /* ... and a paged unit's pages fit its turns (they request those pages) */
+    int pv_pages;     /* a paged unit's block comes whole to loop_values (decode_values_pages) */
     decode_pf pf;     /* the block's streams, from the scores to the values */
     sdpa_ilv_pre pre; /* the block the last P·V scored ahead */
 } decode_ctx;
@@ -72,6 +73,7 @@ static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, si
     c->S = *S;
     c->ilv = R <= DECODE_ILV_ROWS && !sdpa_is_variant(w);
     c->ilv_pages = c->ilv && w->piece_of && sdpa_ilv_pages_ok(w->piece_of, DECODE_PV_KB);
+    c->pv_pages = w->piece_of && 2 * w->piece_of->pages->size == DECODE_PV_KB;
     c->pre.n = 0;
     for (size_t r = 0; r < DECODE_MAX_ROWS; r++) c->qr[r] = w->q + sdpa_min(r, R - 1) * d;
     const size_t RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8;
@@ -114,8 +116,17 @@ static inline sdpa_pf_rows ilv_rows(const decode_ctx *c, const sdpa_rows *w, con
     const void *base;
     size_t jend;
     const size_t lj = sdpa_ilv_span(x, v, j, &base, &jend);
-    return v ? decode_rows(base, w->v_stride, c->ev, w->dv * c->ev, lj, n, jend)
-             : decode_rows(base, w->k_stride, c->ek, w->d * c->ek, lj, n, jend);
+    const ptrdiff_t st = v ? w->v_stride : w->k_stride;
+    const size_t es = v ? c->ev : c->ek, rb = (v ? w->dv : w->d) * es;
+    sdpa_pf_rows s = decode_rows(base, st, es, rb, lj, n, jend);
+    /* keys past j's page, before kend: the next page's first rows, chained */
+    const size_t j2 = j + (jend - lj);
+    if (x->pg && n > jend - lj && j2 < x->kend) {
+        const size_t lj2 = sdpa_ilv_span(x, v, j2, &base, &jend);
+        sdpa_pf_rows_chain(&s, (const char *)base + sdpa_row_off(st, lj2) * (ptrdiff_t)es, rb,
+                           sdpa_min(n - (j2 - j), jend - lj2));
+    }
+    return s;
 }
 
 /* All rows are computed (r0 is ignored): the score tiles are shaped by the row count. */
@@ -134,7 +145,7 @@ static inline void loop_scores(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
         {0, 0}};
     c->pf = pf;
     decode_ahead(c, w->ahead_row, d * c->ek, w->ahead_n);
-    sdpa_score_decode_avx512(c->qr, w->rows, d, w->k, w->k_type, w->k_stride, j0, nb, S, lds,
+    sdpa_score_decode_avx512(c->qr, w->rows, d, w->k, NULL, w->k_type, w->k_stride, j0, nb, S, lds,
                              &c->pf, c->qpk, 0);
 }
 
@@ -158,22 +169,49 @@ static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, const sdpa_ilv_
                               const float *alpha, const size_t *valid)
 {
     const size_t R = w->rows, T = x->turn, h = T / 2;
+    const sdpa_pages *pg = w->pages; /* w a paged unit: K and V through its pages */
     size_t vk = a0 + T, kk = jn + T; /* the first rows of each array not yet requested */
     for (size_t ja = 0; ja < nb; ja += T) {
         const int both = ja < nbn; /* a score turn follows */
         c->pf.s[0] = ilv_rows(c, w, x, 1, vk, both ? h : T);
         c->pf.s[1] = ilv_rows(c, w, x, 0, kk, both ? h : 0);
         vk += both ? h : T, kk += both ? h : 0;
-        sdpa_pv_decode_avx512(R, w->acc, w->dv, alpha, S, w->v, w->v_type, w->v_stride, j0, valid,
-                              &c->pf, ja, ja + T, both);
+        sdpa_pv_decode_avx512(R, w->acc, w->dv, alpha, S, w->v, pg, w->v_type, w->v_stride, j0,
+                              valid, &c->pf, ja, ja + T, both);
         if (!both) continue;
         c->pf.s[0] = ilv_rows(c, w, x, 0, kk, h);
         c->pf.s[1] = ilv_rows(c, w, x, 1, vk, h);
         vk += h, kk += h;
         const void *kp = x->k;
-        const size_t kj = sdpa_ilv_page(x, 0, jn + ja, &kp);
-        sdpa_score_decode_avx512(c->qr, R, w->d, kp, w->k_type, w->k_stride, kj,
+        const size_t kj = pg ? jn + ja : sdpa_ilv_page(x, 0, jn + ja, &kp);
+        sdpa_score_decode_avx512(c->qr, R, w->d, kp, pg, w->k_type, w->k_stride, kj,
                                  sdpa_min(T, nbn - ja), S + ja, DECODE_LDS, &c->pf, c->qpk, 1);
+    }
+}
+
+/* The P·V of a paged unit's block, keys [j0, j0 + nb) of w (pages of DECODE_PV_KB / 2 keys), in
+   one pass through the pages rather than a call per page: as decode_values_ilv's turns of
+   DECODE_PV_KB keys, each scoring the next block's keys at the same place, when the next block
+   lies whole before the rows' end and every row sees this one; else in sub-blocks of
+   DECODE_PV_KB keys, each requesting the V rows of the next. The results are bitwise those of
+   the call per page. */
+static void decode_values_pages(decode_ctx *c, const sdpa_rows *w, size_t j0, size_t nb,
+                                const float *alpha, size_t *valid)
+{
+    const size_t R = w->rows, T = DECODE_PV_KB;
+    const sdpa_ilv_keys x = {w->pages, NULL, NULL, c->kend, T};
+    const size_t jn = j0 + nb, nbn = jn < c->kend ? sdpa_page_block(w, jn, c->NB) : 0;
+    c->pre.n = 0;
+    if (c->ilv && valid[0] == nb && nbn && jn + nbn <= c->kend) {
+        decode_values_ilv(c, w, &x, j0, j0, nb, jn, nbn, c->S, alpha, valid);
+        sdpa_ilv_scored(&c->pre, w, 0, jn, nbn);
+        return;
+    }
+    for (size_t ja = 0; ja < nb; ja += T) {
+        c->pf.s[0] = ilv_rows(c, w, &x, 1, j0 + ja + T, T);
+        c->pf.s[1] = ilv_rows(c, w, &x, 1, c->kend, 0); /* none */
+        sdpa_pv_decode_avx512(R, w->acc, w->dv, alpha, c->S, w->v, w->pages, w->v_type, w->v_stride,
+                              j0, valid, &c->pf, ja, sdpa_min(ja + T, nb), 0);
     }
 }
 
@@ -185,6 +223,10 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     size_t valid[DECODE_MAX_ROWS];
     for (size_t r = 0; r < R; r++) valid[r] = sdpa_visible(w, r, j0, nb);
     c->kend = sdpa_min(w->kv_end, w->kv_limit[R - 1]);
+    if (w->pages) { /* the whole block of a paged unit (c->pv_pages) */
+        decode_values_pages(c, w, j0, nb, alpha, valid);
+        return;
+    }
     sdpa_ilv_keys x;
     size_t a0, jn, nbn;
     if (sdpa_ilv_plan(w, j0, nb, o, c->NB, c->kend, DECODE_PV_KB, &c->pre, &x, &a0, &jn, &nbn) &&
@@ -200,7 +242,7 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     c->pf.s[1] = decode_rows(w->k, w->k_stride, c->ek, w->d * c->ek, j0 + c->NB,
                              c->other ? c->NB : 0, c->kend);
     decode_ahead(c, w->ahead_row, w->dv * c->ev, w->ahead_n);
-    sdpa_pv_decode_avx512(R, w->acc, w->dv, alpha, S, w->v, w->v_type, w->v_stride, j0, valid,
+    sdpa_pv_decode_avx512(R, w->acc, w->dv, alpha, S, w->v, NULL, w->v_type, w->v_stride, j0, valid,
                           &c->pf, 0, nb, 0);
 }
 
@@ -208,7 +250,8 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
 #define SDPA_LOOP_CTX        decode_ctx
 #define SDPA_LOOP_AHEAD_ROWS 1 /* a paged piece's rows ahead join the streams (decode_pf) */
 /* the turns request the next keys' pages (decode_values_ilv) */
-#define SDPA_LOOP_PAGES_SELF(c) ((c)->ilv_pages)
+#define SDPA_LOOP_PAGES_SELF(c)   ((c)->ilv_pages)
+#define SDPA_LOOP_VALUES_PAGED(c) ((c)->pv_pages)
 #include "rows_loop.h"
 
 void sdpa_decode_avx512(const sdpa_rows *w)

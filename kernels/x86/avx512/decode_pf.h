@@ -102,18 +102,23 @@ static inline size_t decode_type_ix(sdpa_dtype t)
 
 /* Scores of rows [0, R) against keys [j0, j0 + nk) of K (f32, f16 or bf16) into S[r][0..nk),
    the streams pf requested among the arithmetic (at half rate when half); qp: the rows packed
-   by lines (decode.c's pack_q_lines). decode_scores.c, a unit of its own for its compile time. */
+   by lines (decode.c's pack_q_lines). K is k's rows, or with kp (not NULL) the K pages of a
+   paged unit, j0 on the page grid, pages of a multiple of 16 keys. decode_scores.c, a unit of
+   its own for its compile time. */
 void sdpa_score_decode_avx512(const float *const *qr, size_t R, size_t d, const void *k,
-                              sdpa_dtype kt, ptrdiff_t ks, size_t j0, size_t nk, float *S,
-                              size_t lds, decode_pf *pf, const float *qp, int half);
+                              const sdpa_pages *kp, sdpa_dtype kt, ptrdiff_t ks, size_t j0,
+                              size_t nk, float *S, size_t lds, decode_pf *pf, const float *qp,
+                              int half);
 
 /* acc[r] = alpha[r] * acc[r] (alpha applied by the sub-block at key 0) + sum_j S[r][j] V[j0 + j]
    for rows r < R over keys [ja0, ja1) of the block at j0, key j only for rows with j < nk[r],
    V (f32, f16 or bf16) converted in registers, in sub-blocks of DECODE_PV_KB keys; the streams
-   pf requested among the arithmetic (at half rate when half, decode_values_ilv). decode_pv.c
+   pf requested among the arithmetic (at half rate when half, decode_values_ilv). V is v's rows,
+   or with vp (not NULL) the V pages of a paged unit whose keys j0 + j are. decode_pv.c
    (decode_pv.h's tiles; bf16 in decode_pv_bf16.c), units of their own for their compile time. */
 void sdpa_pv_decode_avx512(size_t R, float *acc, size_t dv, const float *alpha, const float *S,
-                           const void *v, sdpa_dtype vt, ptrdiff_t vs, size_t j0, const size_t *nk,
-                           decode_pf *pf, size_t ja0, size_t ja1, int half);
+                           const void *v, const sdpa_pages *vp, sdpa_dtype vt, ptrdiff_t vs,
+                           size_t j0, const size_t *nk, decode_pf *pf, size_t ja0, size_t ja1,
+                           int half);
 
 #endif /* SDPA_AVX512_DECODE_PF_H */

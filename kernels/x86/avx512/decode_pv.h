@@ -58,9 +58,16 @@ SDPA_INLINE void pv_avx512_decode_key(int NV, __m512 *x, const void *row, sdpa_d
     SDPA_UNROLL for (int t = 0; t < NV; t++) x[t] = load_kv(row, vt, 16 * t, mk[t]);
 }
 
-/* Column c0 of V row j. */
-SDPA_INLINE const char *pv_row(const void *v, sdpa_dtype vt, ptrdiff_t vs, size_t j, size_t c0)
+/* Column c0 of V row j: of v, or with pages vp (not NULL) of the page holding the paged unit's
+   key j. */
+SDPA_INLINE const char *pv_row(const void *v, const sdpa_pages *vp, sdpa_dtype vt, ptrdiff_t vs,
+                               size_t j, size_t c0)
 {
+    if (vp) {
+        const size_t p = j / vp->size;
+        v = vp->v[p - vp->first];
+        j -= p * vp->size;
+    }
     return (const char *)v +
            (sdpa_row_off(vs, j) + (ptrdiff_t)c0) * (ptrdiff_t)(vt == SDPA_F32 ? 4 : 2);
 }
@@ -68,11 +75,13 @@ SDPA_INLINE const char *pv_row(const void *v, sdpa_dtype vt, ptrdiff_t vs, size_
 /* acc[r][c0..) = alpha[r] * acc (alpha != NULL) + sum_{j in [ja, jb), j < nk[r]} S[r][j] *
    V[j][c0..) for r < R (nk non-decreasing in r), NV column vectors (masked past dv), V converted
    in registers, each converted vector feeding all R rows. Keys a row does not see are skipped
-   rather than weighted by 0 (an inf or NaN there stays out of that row). */
+   rather than weighted by 0 (an inf or NaN there stays out of that row). With pages vp, V row j
+   is the paged unit's key j0 + j (pv_row): the keys go in runs within a page. */
 SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, int PQ, float *acc,
                                          size_t dv, size_t c0, const float *alpha, const float *S,
-                                         const void *v, sdpa_dtype vt, ptrdiff_t vs, size_t j0,
-                                         size_t ja, size_t jb, const size_t *nk, decode_pf *pfp)
+                                         const void *v, const sdpa_pages *vp, sdpa_dtype vt,
+                                         ptrdiff_t vs, size_t j0, size_t ja, size_t jb,
+                                         const size_t *nk, decode_pf *pfp)
 {
     const size_t lds = DECODE_LDS;
     decode_pf pf[1] = {*pfp}; /* a local copy, kept in registers */
@@ -102,23 +111,33 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, int
     /* plain: V row j's column c0, and the streams' lines for key j, as pointers stepped per key
        (no multiply or counter for the compiler to keep); else the row by its index */
     const ptrdiff_t vstep = vs * (ptrdiff_t)(vt == SDPA_F32 ? 4 : 2);
-    const char *row = pv_row(v, vt, vs, j0 + ja, c0);
+    const char *row = pv_row(v, vp, vt, vs, j0 + ja, c0);
     const char *pp[2] = {pf->s[0].p, pf->s[1].p};
-    _Pragma("GCC unroll 2") for (; j < jall; j++, row += vstep, pp[0] += 64 * PQ, pp[1] += 64 * PQ)
-    {
-        __m512 x[8];
-        pv_avx512_decode_key(NV, x, plain ? row : pv_row(v, vt, vs, j0 + j, c0), vt, mk, pf, pp,
-                             plain, PQ, pairs);
-        SDPA_UNROLL for (int r = 0; r < R; r++)
+    /* with pages, the keys in runs within a page: pg the page of key j0 + j, run its keys left */
+    size_t pg = vp ? (j0 + ja) / vp->size : 0, run = vp ? (pg + 1) * vp->size - (j0 + ja) : 0;
+    for (;;) {
+        const size_t je = vp ? sdpa_min(jall, j + run) : jall;
+        _Pragma("GCC unroll 2") for (; j < je;
+                                     j++, row += vstep, pp[0] += 64 * PQ, pp[1] += 64 * PQ)
         {
-            const __m512 p = _mm512_set1_ps(S[r * lds + j]);
-            SDPA_UNROLL for (int t = 0; t < NV; t++) a[r][t] = _mm512_fmadd_ps(p, x[t], a[r][t]);
+            __m512 x[8];
+            pv_avx512_decode_key(NV, x, plain ? row : pv_row(v, vp, vt, vs, j0 + j, c0), vt, mk, pf,
+                                 pp, plain, PQ, pairs);
+            SDPA_UNROLL for (int r = 0; r < R; r++)
+            {
+                const __m512 p = _mm512_set1_ps(S[r * lds + j]);
+                SDPA_UNROLL for (int t = 0; t < NV; t++) a[r][t] =
+                    _mm512_fmadd_ps(p, x[t], a[r][t]);
+            }
         }
+        if (!vp || j >= jall) break;
+        pg++, run = vp->size;
+        row = (const char *)vp->v[pg - vp->first] + c0 * (vt == SDPA_F32 ? 4 : 2);
     }
     for (; j < jmax; j++, row += vstep, pp[0] += 64 * PQ, pp[1] += 64 * PQ) {
         __m512 x[8];
-        pv_avx512_decode_key(NV, x, plain ? row : pv_row(v, vt, vs, j0 + j, c0), vt, mk, pf, pp,
-                             plain, PQ, pairs);
+        pv_avx512_decode_key(NV, x, vp || !plain ? pv_row(v, vp, vt, vs, j0 + j, c0) : row, vt, mk,
+                             pf, pp, plain, PQ, pairs);
         SDPA_UNROLL for (int r = 1; r < R; r++)
         {
             if (j < nk[r]) {
@@ -148,8 +167,8 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, int
    so that the plain ones keep their few pointers in registers. */
 SDPA_INLINE void pv_avx512_decode_tile(int R, int NV, int full, int half, float *acc, size_t dv,
                                        size_t c0, const float *alpha, const float *S, const void *v,
-                                       sdpa_dtype vt, ptrdiff_t vs, size_t j0, size_t ja, size_t jb,
-                                       const size_t *nk, decode_pf *pf)
+                                       const sdpa_pages *vp, sdpa_dtype vt, ptrdiff_t vs, size_t j0,
+                                       size_t ja, size_t jb, const size_t *nk, decode_pf *pf)
 {
     const size_t ev = vt == SDPA_F32 ? 4 : 2;
     const int PER = NV * (int)ev / 4, PQ = half && PER >= 2 ? PER / 2 : PER;
@@ -157,15 +176,20 @@ SDPA_INLINE void pv_avx512_decode_tile(int R, int NV, int full, int half, float 
     const int pm = full && dv % (16 * (size_t)NV) == 0 && (dv * ev) % 64 == 0
                        ? decode_pf_mode(pf, L, (size_t)PQ * kmax)
                        : 0;
-#define PV_TILE_P(p)                                                                               \
-    pv_avx512_decode_tile_p(R, NV, full, p, PQ, acc, dv, c0, alpha, S, v, vt, vs, j0, ja, jb, nk,  \
-                            pf)
-    if (pm == 1)
-        PV_TILE_P(1);
+#define PV_TILE_P(p, pages)                                                                        \
+    pv_avx512_decode_tile_p(R, NV, full, p, PQ, acc, dv, c0, alpha, S, v, pages, vt, vs, j0, ja,   \
+                            jb, nk, pf)
+    if (vp) /* a paged unit's V: the two-stream case and the general one */
+        if (pm == 1)
+            PV_TILE_P(1, vp);
+        else
+            PV_TILE_P(0, vp);
+    else if (pm == 1)
+        PV_TILE_P(1, NULL);
     else if (pm == 2)
-        PV_TILE_P(2);
+        PV_TILE_P(2, NULL);
     else
-        PV_TILE_P(0);
+        PV_TILE_P(0, NULL);
 #undef PV_TILE_P
 }
 
@@ -175,9 +199,9 @@ SDPA_INLINE void pv_avx512_decode_tile(int R, int NV, int full, int half, float 
    (column vectors per pass) keeps R * NV accumulators at 8..24: at least 8 independent FMA
    chains to cover the FMA latency, few enough to stay in registers. */
 SDPA_INLINE void pv_avx512_decode_h(int R, int NV, int half, sdpa_dtype vt, float *acc, size_t dv,
-                                    const float *alpha, const float *S, const void *v, ptrdiff_t vs,
-                                    size_t j0, const size_t *nk, decode_pf *pf, size_t ja0,
-                                    size_t ja1)
+                                    const float *alpha, const float *S, const void *v,
+                                    const sdpa_pages *vp, ptrdiff_t vs, size_t j0, const size_t *nk,
+                                    decode_pf *pf, size_t ja0, size_t ja1)
 {
     const size_t cw = 16 * (size_t)NV, passes = (dv + cw - 1) / cw; /* columns per pass */
     decode_pf_rate(pf, 1, half ? 2 * passes : passes);
@@ -186,11 +210,11 @@ SDPA_INLINE void pv_avx512_decode_h(int R, int NV, int half, sdpa_dtype vt, floa
         const size_t jb = sdpa_min(sdpa_min(ja + DECODE_PV_KB, ja1), nk[R - 1]);
         for (size_t c0 = 0; c0 < dv; c0 += cw) {
             if (c0 + cw <= dv)
-                pv_avx512_decode_tile(R, NV, 1, half, acc, dv, c0, al, S, v, vt, vs, j0, ja, jb, nk,
-                                      pf);
+                pv_avx512_decode_tile(R, NV, 1, half, acc, dv, c0, al, S, v, vp, vt, vs, j0, ja, jb,
+                                      nk, pf);
             else
-                pv_avx512_decode_tile(R, NV, 0, half, acc, dv, c0, al, S, v, vt, vs, j0, ja, jb, nk,
-                                      pf);
+                pv_avx512_decode_tile(R, NV, 0, half, acc, dv, c0, al, S, v, vp, vt, vs, j0, ja, jb,
+                                      nk, pf);
         }
     }
 }
@@ -199,26 +223,28 @@ SDPA_INLINE void pv_avx512_decode_h(int R, int NV, int half, sdpa_dtype vt, floa
    parts sums its keys in the same order); half: the streams hold half a phase of rows each
    (decode_values_ilv), requested at half the rate. */
 SDPA_INLINE void pv_avx512_decode_r(int R, int NV, sdpa_dtype vt, float *acc, size_t dv,
-                                    const float *alpha, const float *S, const void *v, ptrdiff_t vs,
-                                    size_t j0, const size_t *nk, decode_pf *pf, size_t ja0,
-                                    size_t ja1, int half)
+                                    const float *alpha, const float *S, const void *v,
+                                    const sdpa_pages *vp, ptrdiff_t vs, size_t j0, const size_t *nk,
+                                    decode_pf *pf, size_t ja0, size_t ja1, int half)
 {
     if (half && R <= DECODE_ILV_ROWS)
-        pv_avx512_decode_h(R, NV, 1, vt, acc, dv, alpha, S, v, vs, j0, nk, pf, ja0, ja1);
+        pv_avx512_decode_h(R, NV, 1, vt, acc, dv, alpha, S, v, vp, vs, j0, nk, pf, ja0, ja1);
     else
-        pv_avx512_decode_h(R, NV, 0, vt, acc, dv, alpha, S, v, vs, j0, nk, pf, ja0, ja1);
+        pv_avx512_decode_h(R, NV, 0, vt, acc, dv, alpha, S, v, vp, vs, j0, nk, pf, ja0, ja1);
 }
 
 /* One function per shape (storage type by row count), called once per block. */
 typedef void pv_avx512_decode_fn(float *acc, size_t dv, const float *alpha, const float *S,
-                                 const void *v, ptrdiff_t vs, size_t j0, const size_t *nk,
-                                 decode_pf *pf, size_t ja0, size_t ja1, int half);
+                                 const void *v, const sdpa_pages *vp, ptrdiff_t vs, size_t j0,
+                                 const size_t *nk, decode_pf *pf, size_t ja0, size_t ja1, int half);
 #define PV_DECODE_FN(T, R, NV)                                                                     \
     SDPA_NOINLINE void pv_avx512_decode_##T##_##R(                                                 \
-        float *acc, size_t dv, const float *alpha, const float *S, const void *v, ptrdiff_t vs,    \
-        size_t j0, const size_t *nk, decode_pf *pf, size_t ja0, size_t ja1, int half)              \
+        float *acc, size_t dv, const float *alpha, const float *S, const void *v,                  \
+        const sdpa_pages *vp, ptrdiff_t vs, size_t j0, const size_t *nk, decode_pf *pf,            \
+        size_t ja0, size_t ja1, int half)                                                          \
     {                                                                                              \
-        pv_avx512_decode_r(R, NV, SDPA_##T, acc, dv, alpha, S, v, vs, j0, nk, pf, ja0, ja1, half); \
+        pv_avx512_decode_r(R, NV, SDPA_##T, acc, dv, alpha, S, v, vp, vs, j0, nk, pf, ja0, ja1,    \
+                           half);                                                                  \
     }
 /* clang-format off */
 #define PV_DECODE_FNS(T)                                                                           \
@@ -229,7 +255,7 @@ typedef void pv_avx512_decode_fn(float *acc, size_t dv, const float *alpha, cons
 
 /* sdpa_pv_decode_avx512 (decode_pf.h) for bf16 V: decode_pv_bf16.c. */
 void sdpa_pv_decode_avx512_bf16(size_t R, float *acc, size_t dv, const float *alpha, const float *S,
-                                const void *v, ptrdiff_t vs, size_t j0, const size_t *nk,
-                                decode_pf *pf, size_t ja0, size_t ja1, int half);
+                                const void *v, const sdpa_pages *vp, ptrdiff_t vs, size_t j0,
+                                const size_t *nk, decode_pf *pf, size_t ja0, size_t ja1, int half);
 
 #endif /* SDPA_AVX512_DECODE_PV_H */

@@ -69,11 +69,20 @@ SDPA_INLINE void score_avx512_decode_fast(int R, int RP, int NK, int PF, sdpa_dt
    alone): no horizontal sum per key, and (unlike a per-row pass) K is read and converted once
    for all rows. A tail tile repeats its last key (in bounds) in the missing lanes and stores
    only the real ones. Each live stream gets PK rows' lines a tile: NK (a row per key), or NK / 2
-   when the phase requests half a phase of rows of each array (decode_values_ilv). */
+   when the phase requests half a phase of rows of each array (decode_values_ilv). With pages kp
+   (not NULL), K is the pages of a paged unit whose keys j0 + j are, j0 on the page grid and
+   pages of a multiple of 16 keys: no tile straddles two pages. */
 SDPA_INLINE void score_avx512_decode_pk(int R, int PK, sdpa_dtype kt, const float *const *qr,
-                                        size_t d, const void *k, ptrdiff_t ks, size_t j0, size_t nk,
-                                        float *S, size_t lds, decode_pf *pfs, const float *qp)
+                                        size_t d, const void *k, const sdpa_pages *kp, ptrdiff_t ks,
+                                        size_t j0, size_t nk, float *S, size_t lds, decode_pf *pfs,
+                                        const float *qp)
 {
+    /* with pages, tile j's keys are at row j - jp of K page pg */
+    size_t pg = 0, jp = 0;
+    if (kp) {
+        pg = j0 / kp->size, j0 = 0;
+        k = kp->k[pg - kp->first];
+    }
     const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
     const size_t es = kt == SDPA_F32 ? 4 : 2;
     const ptrdiff_t ksb = ks * (ptrdiff_t)es;
@@ -84,10 +93,14 @@ SDPA_INLINE void score_avx512_decode_pk(int R, int PK, sdpa_dtype kt, const floa
     decode_pf_rate(&pff, (size_t)PK, fsteps);
     for (size_t j = 0; j < nk; j += NK) {
         const size_t nv = sdpa_min(NK, nk - j);
+        if (kp && j - jp == kp->size) {
+            jp = j, pg++;
+            k = kp->k[pg - kp->first];
+        }
         if (nv == (size_t)NK && fsteps) {
             __m512 a[16];
             SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
-            const char *kc = (const char *)k + sdpa_row_off(ks, j0 + j) * (ptrdiff_t)es;
+            const char *kc = (const char *)k + sdpa_row_off(ks, j0 + j - jp) * (ptrdiff_t)es;
             /* rows of whole lines (L = fsteps), end to end: PK lines of each live stream a step */
             const size_t tl = (size_t)PK * fsteps;
             const int pm = decode_pf_mode(&pf, fsteps, tl);
@@ -109,7 +122,7 @@ SDPA_INLINE void score_avx512_decode_pk(int R, int PK, sdpa_dtype kt, const floa
         }
         ptrdiff_t ko[16];
         SDPA_UNROLL for (int i = 0; i < NK; i++) ko[i] =
-            sdpa_row_off(ks, j0 + j + sdpa_min((size_t)i, nv - 1));
+            sdpa_row_off(ks, j0 + j - jp + sdpa_min((size_t)i, nv - 1));
         __m512 a[16];
         SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
         size_t c = 0;
@@ -123,27 +136,27 @@ SDPA_INLINE void score_avx512_decode_pk(int R, int PK, sdpa_dtype kt, const floa
 }
 
 SDPA_INLINE void score_avx512_decode_block(int R, sdpa_dtype kt, const float *const *qr, size_t d,
-                                           const void *k, ptrdiff_t ks, size_t j0, size_t nk,
-                                           float *S, size_t lds, decode_pf *pf, const float *qp,
-                                           int half)
+                                           const void *k, const sdpa_pages *kp, ptrdiff_t ks,
+                                           size_t j0, size_t nk, float *S, size_t lds,
+                                           decode_pf *pf, const float *qp, int half)
 {
     const int NK = R == 1 ? 16 : R == 2 ? 8 : R <= 4 ? 4 : 2;
     if (half && R <= DECODE_ILV_ROWS)
-        score_avx512_decode_pk(R, NK / 2, kt, qr, d, k, ks, j0, nk, S, lds, pf, qp);
+        score_avx512_decode_pk(R, NK / 2, kt, qr, d, k, kp, ks, j0, nk, S, lds, pf, qp);
     else
-        score_avx512_decode_pk(R, NK, kt, qr, d, k, ks, j0, nk, S, lds, pf, qp);
+        score_avx512_decode_pk(R, NK, kt, qr, d, k, kp, ks, j0, nk, S, lds, pf, qp);
 }
 
 /* One function per shape (storage type by row count), called once per block. */
-typedef void score_avx512_decode_fn(const float *const *qr, size_t d, const void *k, ptrdiff_t ks,
-                                    size_t j0, size_t nk, float *S, size_t lds, decode_pf *pf,
-                                    const float *qp, int half);
+typedef void score_avx512_decode_fn(const float *const *qr, size_t d, const void *k,
+                                    const sdpa_pages *kp, ptrdiff_t ks, size_t j0, size_t nk,
+                                    float *S, size_t lds, decode_pf *pf, const float *qp, int half);
 #define SCORE_DECODE_FN(T, R)                                                                      \
     SDPA_NOINLINE void score_avx512_decode_##T##_##R(                                              \
-        const float *const *qr, size_t d, const void *k, ptrdiff_t ks, size_t j0, size_t nk,       \
-        float *S, size_t lds, decode_pf *pf, const float *qp, int half)                            \
+        const float *const *qr, size_t d, const void *k, const sdpa_pages *kp, ptrdiff_t ks,       \
+        size_t j0, size_t nk, float *S, size_t lds, decode_pf *pf, const float *qp, int half)      \
     {                                                                                              \
-        score_avx512_decode_block(R, SDPA_##T, qr, d, k, ks, j0, nk, S, lds, pf, qp, half);        \
+        score_avx512_decode_block(R, SDPA_##T, qr, d, k, kp, ks, j0, nk, S, lds, pf, qp, half);    \
     }
 /* clang-format off */
 #define SCORE_DECODE_FNS(T)                                                                        \
@@ -159,10 +172,11 @@ static score_avx512_decode_fn *const score_avx512_decode_fns[3][DECODE_MAX_ROWS]
 #undef SCORE_DECODE_FN
 
 void sdpa_score_decode_avx512(const float *const *qr, size_t R, size_t d, const void *k,
-                              sdpa_dtype kt, ptrdiff_t ks, size_t j0, size_t nk, float *S,
-                              size_t lds, decode_pf *pf, const float *qp, int half)
+                              const sdpa_pages *kp, sdpa_dtype kt, ptrdiff_t ks, size_t j0,
+                              size_t nk, float *S, size_t lds, decode_pf *pf, const float *qp,
+                              int half)
 {
     if (R >= 1 && R <= DECODE_MAX_ROWS)
-        score_avx512_decode_fns[decode_type_ix(kt)][R - 1](qr, d, k, ks, j0, nk, S, lds, pf, qp,
+        score_avx512_decode_fns[decode_type_ix(kt)][R - 1](qr, d, k, kp, ks, j0, nk, S, lds, pf, qp,
                                                            half);
 }
