@@ -73,7 +73,8 @@ static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, si
     c->S = *S;
     c->ilv = R <= DECODE_ILV_ROWS && !sdpa_is_variant(w);
     c->ilv_pages = c->ilv && w->piece_of && sdpa_ilv_pages_ok(w->piece_of, DECODE_PV_KB);
-    c->pv_pages = w->piece_of && 2 * w->piece_of->pages->size == DECODE_PV_KB;
+    /* with more rows or a variant, a page per call costs no more than the sub-blocks' streams */
+    c->pv_pages = c->ilv && w->piece_of && 2 * w->piece_of->pages->size == DECODE_PV_KB;
     c->pre.n = 0;
     for (size_t r = 0; r < DECODE_MAX_ROWS; r++) c->qr[r] = w->q + sdpa_min(r, R - 1) * d;
     const size_t RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8;
@@ -116,17 +117,8 @@ static inline sdpa_pf_rows ilv_rows(const decode_ctx *c, const sdpa_rows *w, con
     const void *base;
     size_t jend;
     const size_t lj = sdpa_ilv_span(x, v, j, &base, &jend);
-    const ptrdiff_t st = v ? w->v_stride : w->k_stride;
-    const size_t es = v ? c->ev : c->ek, rb = (v ? w->dv : w->d) * es;
-    sdpa_pf_rows s = decode_rows(base, st, es, rb, lj, n, jend);
-    /* keys past j's page, before kend: the next page's first rows, chained */
-    const size_t j2 = j + (jend - lj);
-    if (x->pg && n > jend - lj && j2 < x->kend) {
-        const size_t lj2 = sdpa_ilv_span(x, v, j2, &base, &jend);
-        sdpa_pf_rows_chain(&s, (const char *)base + sdpa_row_off(st, lj2) * (ptrdiff_t)es, rb,
-                           sdpa_min(n - (j2 - j), jend - lj2));
-    }
-    return s;
+    return v ? decode_rows(base, w->v_stride, c->ev, w->dv * c->ev, lj, n, jend)
+             : decode_rows(base, w->k_stride, c->ek, w->d * c->ek, lj, n, jend);
 }
 
 /* All rows are computed (r0 is ignored): the score tiles are shaped by the row count. */
@@ -189,12 +181,12 @@ static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, const sdpa_ilv_
     }
 }
 
-/* The P·V of a paged unit's block, keys [j0, j0 + nb) of w (pages of DECODE_PV_KB / 2 keys), in
-   one pass through the pages rather than a call per page: as decode_values_ilv's turns of
-   DECODE_PV_KB keys, each scoring the next block's keys at the same place, when the next block
-   lies whole before the rows' end and every row sees this one; else in sub-blocks of
-   DECODE_PV_KB keys, each requesting the V rows of the next. The results are bitwise those of
-   the call per page. */
+/* The P·V of a paged unit's block, keys [j0, j0 + nb) of w (pages of DECODE_PV_KB / 2 keys, at
+   most DECODE_ILV_ROWS rows), in one pass through the pages rather than a call per page: as
+   decode_values_ilv's turns of DECODE_PV_KB keys, each scoring the next block's keys at the same
+   place, when the next block lies whole before the rows' end and every row sees this one (all
+   but a unit's last block); else in sub-blocks of DECODE_PV_KB keys, each requesting the V rows
+   of the next. The results are bitwise those of the call per page. */
 static void decode_values_pages(decode_ctx *c, const sdpa_rows *w, size_t j0, size_t nb,
                                 const float *alpha, size_t *valid)
 {
@@ -207,9 +199,9 @@ static void decode_values_pages(decode_ctx *c, const sdpa_rows *w, size_t j0, si
         sdpa_ilv_scored(&c->pre, w, 0, jn, nbn);
         return;
     }
-    for (size_t ja = 0; ja < nb; ja += T) {
-        c->pf.s[0] = ilv_rows(c, w, &x, 1, j0 + ja + T, T);
-        c->pf.s[1] = ilv_rows(c, w, &x, 1, c->kend, 0); /* none */
+    for (size_t ja = 0; ja < nb; ja += T) { /* the next sub-block's two pages, a stream each */
+        c->pf.s[0] = ilv_rows(c, w, &x, 1, j0 + ja + T, T / 2);
+        c->pf.s[1] = ilv_rows(c, w, &x, 1, j0 + ja + T + T / 2, T / 2);
         sdpa_pv_decode_avx512(R, w->acc, w->dv, alpha, c->S, w->v, w->pages, w->v_type, w->v_stride,
                               j0, valid, &c->pf, ja, sdpa_min(ja + T, nb), 0);
     }

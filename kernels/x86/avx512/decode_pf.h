@@ -102,9 +102,9 @@ static inline size_t decode_type_ix(sdpa_dtype t)
 
 /* Scores of rows [0, R) against keys [j0, j0 + nk) of K (f32, f16 or bf16) into S[r][0..nk),
    the streams pf requested among the arithmetic (at half rate when half); qp: the rows packed
-   by lines (decode.c's pack_q_lines). K is k's rows, or with kp (not NULL) the K pages of a
-   paged unit, j0 on the page grid, pages of a multiple of 16 keys. decode_scores.c, a unit of
-   its own for its compile time. */
+   by lines (decode.c's pack_q_lines). K is k's rows, or with kp (not NULL; half and at most
+   DECODE_ILV_ROWS rows) the K pages of a paged unit, j0 on the page grid, pages of a multiple
+   of 16 keys. decode_scores.c, a unit of its own for its compile time. */
 void sdpa_score_decode_avx512(const float *const *qr, size_t R, size_t d, const void *k,
                               const sdpa_pages *kp, sdpa_dtype kt, ptrdiff_t ks, size_t j0,
                               size_t nk, float *S, size_t lds, decode_pf *pf, const float *qp,

@@ -141,10 +141,14 @@ SDPA_INLINE void score_avx512_decode_block(int R, sdpa_dtype kt, const float *co
                                            decode_pf *pf, const float *qp, int half)
 {
     const int NK = R == 1 ? 16 : R == 2 ? 8 : R <= 4 ? 4 : 2;
-    if (half && R <= DECODE_ILV_ROWS)
+    /* pages come only with the interleaved turns (half); K's own rows keep an instance free of
+       them */
+    if (half && R <= DECODE_ILV_ROWS && kp)
         score_avx512_decode_pk(R, NK / 2, kt, qr, d, k, kp, ks, j0, nk, S, lds, pf, qp);
+    else if (half && R <= DECODE_ILV_ROWS)
+        score_avx512_decode_pk(R, NK / 2, kt, qr, d, k, NULL, ks, j0, nk, S, lds, pf, qp);
     else
-        score_avx512_decode_pk(R, NK, kt, qr, d, k, kp, ks, j0, nk, S, lds, pf, qp);
+        score_avx512_decode_pk(R, NK, kt, qr, d, k, NULL, ks, j0, nk, S, lds, pf, qp);
 }
 
 /* One function per shape (storage type by row count), called once per block. */
