@@ -43,11 +43,13 @@
  * for a path whose own requests the core's prefetcher extends), SDPA_LOOP_VALUES_PAGED(c) (an
  * expression of the context: nonzero when, on a paged unit, loop_values takes the whole block of
  * the unit itself, w->pages set, and reads V through the pages, rather than a call per page
- * piece; the exact path of a block whose hidden keys have a non-finite V stays per piece) and
- * SDPA_LOOP_PAGES_SELF(c) (an
- * expression of the context: nonzero when the path's hooks request a paged unit's later pages
- * themselves, as the interleaved turns do; the loop then requests none, since its requests would
- * only compete with theirs for the core's line-fill buffers).
+ * piece; the exact path of a block whose hidden keys have a non-finite V stays per piece),
+ * SDPA_LOOP_SCORED(c, w, j0, nb) (an expression, evaluated once a block: nonzero when the
+ * scores of the paged unit w's block [j0, j0 + nb) are already in S, so that the loop makes no
+ * piece of it for loop_scores) and SDPA_LOOP_PAGES_SELF(c) (an expression of the context: nonzero
+ * when the path's hooks request a paged unit's later pages themselves, as the interleaved turns do;
+ * the loop then requests none, since its requests would only compete with theirs for the core's
+ * line-fill buffers).
  *
  * The loop owns what every path shares: blocking, the rows that see a block (limits are
  * non-decreasing in r, so they are the rows from r0 on), each row's visible keys, the rows'
@@ -86,6 +88,9 @@
 #endif
 #ifndef SDPA_LOOP_VALUES_PAGED
 #define SDPA_LOOP_VALUES_PAGED(c) 0
+#endif
+#ifndef SDPA_LOOP_SCORED
+#define SDPA_LOOP_SCORED(c, w, j0, nb) 0
 #endif
 
 #define SDPA_LOOP_CAT2(a, b) a##b
@@ -153,17 +158,18 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
         }
         /* a block no row sees (left of every window, or masked for every row) is skipped */
         if (var && sdpa_block_hidden(w, r0, R, j0, nb)) continue;
-        if (w->pages)
-            for (size_t o = 0, n; o < nb; o += n) {
-                n = nb - o;
-                const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um);
-                const size_t e = j0 + o + n;   /* the piece's end: the rows ahead past it */
-                if (!SDPA_LOOP_PAGES_SELF(&c)) /* u keeps w's ahead_n, 0 */
-                    SDPA_LOOP_PAGE_AHEAD(w, 0, sdpa_max(e, j0 + o + SDPA_LOOP_AHEAD),
-                                         e + SDPA_LOOP_AHEAD);
-                SDPA_LOOP_CAT(SDPA_LOOP_FN, _scores)(&c, &u, r0, lj, n, S + o, lds);
-            }
-        else
+        if (w->pages) {
+            if (!SDPA_LOOP_SCORED(&c, w, j0, nb))
+                for (size_t o = 0, n; o < nb; o += n) {
+                    n = nb - o;
+                    const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um);
+                    const size_t e = j0 + o + n;   /* the piece's end: the rows ahead past it */
+                    if (!SDPA_LOOP_PAGES_SELF(&c)) /* u keeps w's ahead_n, 0 */
+                        SDPA_LOOP_PAGE_AHEAD(w, 0, sdpa_max(e, j0 + o + SDPA_LOOP_AHEAD),
+                                             e + SDPA_LOOP_AHEAD);
+                    SDPA_LOOP_CAT(SDPA_LOOP_FN, _scores)(&c, &u, r0, lj, n, S + o, lds);
+                }
+        } else
             SDPA_LOOP_CAT(SDPA_LOOP_FN, _scores)(&c, w, r0, j0, nb, S, lds);
         for (size_t r = 0; r < r0; r++)
             alpha[r] = 1.0f; /* a row that sees nothing keeps its state */
@@ -228,6 +234,7 @@ static void SDPA_LOOP_FN(const sdpa_rows *w)
 #undef SDPA_LOOP_AHEAD_TOUCH
 #undef SDPA_LOOP_PAGES_SELF
 #undef SDPA_LOOP_VALUES_PAGED
+#undef SDPA_LOOP_SCORED
 #undef SDPA_LOOP_PAGE_AHEAD
 #undef SDPA_LOOP_REVERSE
 #undef SDPA_LOOP_CAT

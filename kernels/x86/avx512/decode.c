@@ -244,6 +244,8 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
 /* the turns request the next keys' pages (decode_values_ilv) */
 #define SDPA_LOOP_PAGES_SELF(c)   ((c)->ilv_pages)
 #define SDPA_LOOP_VALUES_PAGED(c) ((c)->pv_pages)
+/* a whole block's turns scored the next block: no piece of it is made for loop_scores */
+#define SDPA_LOOP_SCORED(c, w, j0, nb) ((c)->pv_pages && sdpa_ilv_pre_hit(&(c)->pre, w, j0, nb, 0))
 #include "rows_loop.h"
 
 void sdpa_decode_avx512(const sdpa_rows *w)
