@@ -49,7 +49,7 @@ static inline size_t sdpa_ilv_span(const sdpa_ilv_keys *x, int v, size_t j, cons
         return 0;
     }
     const size_t lj = sdpa_ilv_page(x, v, j, base);
-    size_t left = x->kend > j ? x->kend - j : 0;
+    size_t left = x->kend - j; /* j < kend: checked above */
     if (x->pg) left = sdpa_min(left, x->pg->size - lj);
     *jend = lj + left;
     return lj;
