@@ -108,8 +108,9 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, int
     }
     size_t j = ja;
     const size_t jall = sdpa_min(jb, nk[0]), jmax = sdpa_min(jb, nk[R - 1]);
-    /* plain: V row j's column c0, and the streams' lines for key j, as pointers stepped per key
-       (no multiply or counter for the compiler to keep); else the row by its index */
+    /* plain (and pages): V row j's column c0, and the streams' lines for key j, as pointers
+       stepped per key (no multiply or counter for the compiler to keep; with pages, no division
+       per key); else the row by its index */
     const ptrdiff_t vstep = vs * (ptrdiff_t)(vt == SDPA_F32 ? 4 : 2);
     const char *row = pv_row(v, vp, vt, vs, j0 + ja, c0);
     const char *pp[2] = {pf->s[0].p, pf->s[1].p};
@@ -121,8 +122,8 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, int
                                      j++, row += vstep, pp[0] += 64 * PQ, pp[1] += 64 * PQ)
         {
             __m512 x[8];
-            pv_avx512_decode_key(NV, x, plain ? row : pv_row(v, vp, vt, vs, j0 + j, c0), vt, mk, pf,
-                                 pp, plain, PQ, pairs);
+            pv_avx512_decode_key(NV, x, plain || vp ? row : pv_row(v, NULL, vt, vs, j0 + j, c0), vt,
+                                 mk, pf, pp, plain, PQ, pairs);
             SDPA_UNROLL for (int r = 0; r < R; r++)
             {
                 const __m512 p = _mm512_set1_ps(S[r * lds + j]);
