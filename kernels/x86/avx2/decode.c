@@ -304,8 +304,18 @@ static void score_avx2_decode(const sdpa_rows *w, size_t r0, size_t j0, size_t n
         w, w->q + r0 * w->d, j0, nb, S + r0 * lds, lds);
 }
 
+/* Column c0 of V row j: with pages vp, of the page holding the paged unit's key j. */
+static inline const char *pv_page_row(const sdpa_pages *vp, ptrdiff_t vs, size_t es, size_t j,
+                                      size_t c0)
+{
+    const size_t p = j / vp->size;
+    return (const char *)vp->v[p - vp->first] +
+           (sdpa_row_off(vs, j - p * vp->size) + (ptrdiff_t)c0) * (ptrdiff_t)es;
+}
+
 /* acc[r][c0..c0+8nv) = alpha_r acc + sum_j P[r][j] v_j for r < mr; cnt < 8 * nv means a tail
-   panel (nv == 1), read element-safely. */
+   panel (nv == 1), read element-safely. With pages vp (not NULL: then pf->end is 0), V row j is
+   the paged unit's key j0 + j, and the keys go in runs within a page. */
 typedef struct pv_prefetch {
     size_t end;      /* kv_end: no row at or past it is requested */
     size_t es;       /* bytes per V element */
@@ -317,8 +327,8 @@ typedef struct pv_prefetch {
 
 SDPA_INLINE void pv_avx2_decode_tile(size_t mr, size_t nv, sdpa_dtype t, float *acc, size_t dv,
                                      const float *alpha, const float *P, size_t lds, const void *v,
-                                     ptrdiff_t vs, size_t j0, size_t nb, size_t c0, size_t cnt,
-                                     pv_prefetch *pf, int other, ilv_pf *ip)
+                                     const sdpa_pages *vp, ptrdiff_t vs, size_t j0, size_t nb,
+                                     size_t c0, size_t cnt, pv_prefetch *pf, int other, ilv_pf *ip)
 {
     __m256 a[12];
     const int full = cnt == 8 * nv;
@@ -334,7 +344,10 @@ SDPA_INLINE void pv_avx2_decode_tile(size_t mr, size_t nv, sdpa_dtype t, float *
     /* V and P are stepped by pointer, with no index arithmetic, which on a 16-FMA body would
        compete with the FMAs for issue slots. Keys whose row DECODE_PF_KEYS ahead exists request
        this pass's columns of it (rows past kv_end are not requested: the last ones already were) */
-    const char *vb = (const char *)v + ((ptrdiff_t)j0 * vs + (ptrdiff_t)c0) * (ptrdiff_t)pf->es;
+    const char *vb =
+        vp ? pv_page_row(vp, vs, pf->es, j0, c0)
+           : (const char *)v + ((ptrdiff_t)j0 * vs + (ptrdiff_t)c0) * (ptrdiff_t)pf->es;
+    size_t pend = vp ? (j0 / vp->size + 1) * vp->size - j0 : 0; /* the keys to its page's end */
     const ptrdiff_t vstep = vs * (ptrdiff_t)pf->es;
     const ptrdiff_t ahead = DECODE_PF_KEYS * vstep;
     const size_t pbytes = cnt * pf->es;
@@ -351,24 +364,30 @@ SDPA_INLINE void pv_avx2_decode_tile(size_t mr, size_t nv, sdpa_dtype t, float *
     const char *kr = kreq ? pf->k + (ptrdiff_t)ka * pf->kstep : NULL;
     for (int with_pf = 1; with_pf >= 0; with_pf--) {
         const size_t run_end = with_pf ? jp : nb;
-        for (; j < run_end; j++, vb += vstep, pj++) {
-            if (with_pf)
-                for (size_t off = 0; off < pbytes; off += 64)
-                    __builtin_prefetch(vb + ahead + off, 0, SDPA_PF_STREAM_LOCALITY);
-            if (kreq) {
-                for (size_t off = 0; off < pf->kbytes; off += 64)
-                    __builtin_prefetch(kr + off, 0, SDPA_PF_STREAM_LOCALITY);
-                kr += pf->kstep;
-            }
-            if (ip) ilv_pf_step(ip); /* decode_values_ilv's runs (its pf->end is 0) */
-            __m256 b[8];
-            for (size_t i = 0; i < nv; i++)
-                b[i] = full ? load8_any(vb, t, 8 * (ptrdiff_t)i) : loadn_any(vb, t, 0, cnt);
-            for (size_t r = 0; r < mr; r++) {
-                const __m256 p = _mm256_broadcast_ss(pj + r * lds);
+        for (;;) {
+            const size_t je = vp ? sdpa_min(run_end, pend) : run_end;
+            for (; j < je; j++, vb += vstep, pj++) {
+                if (with_pf)
+                    for (size_t off = 0; off < pbytes; off += 64)
+                        __builtin_prefetch(vb + ahead + off, 0, SDPA_PF_STREAM_LOCALITY);
+                if (kreq) {
+                    for (size_t off = 0; off < pf->kbytes; off += 64)
+                        __builtin_prefetch(kr + off, 0, SDPA_PF_STREAM_LOCALITY);
+                    kr += pf->kstep;
+                }
+                if (ip) ilv_pf_step(ip); /* decode_values_ilv's runs (its pf->end is 0) */
+                __m256 b[8];
                 for (size_t i = 0; i < nv; i++)
-                    a[r * nv + i] = _mm256_fmadd_ps(p, b[i], a[r * nv + i]);
+                    b[i] = full ? load8_any(vb, t, 8 * (ptrdiff_t)i) : loadn_any(vb, t, 0, cnt);
+                for (size_t r = 0; r < mr; r++) {
+                    const __m256 p = _mm256_broadcast_ss(pj + r * lds);
+                    for (size_t i = 0; i < nv; i++)
+                        a[r * nv + i] = _mm256_fmadd_ps(p, b[i], a[r * nv + i]);
+                }
             }
+            if (!vp || j >= run_end) break;
+            vb = pv_page_row(vp, vs, pf->es, j0 + j, c0); /* the next page's first row */
+            pend += vp->size;
         }
     }
     for (size_t r = 0; r < mr; r++)
@@ -388,8 +407,8 @@ SDPA_INLINE void pv_avx2_decode_tile(size_t mr, size_t nv, sdpa_dtype t, float *
    then 8-column panels, then one element-safe tail panel. */
 /* the tile of mr rows x nv vectors at column c, cnt columns, of sub-block g */
 #define PV_TILE(mr, nv, cnt)                                                                       \
-    pv_avx2_decode_tile(mr, nv, t, acc, dv, al, P + g, lds, v, vs, j0 + g, ng, c, cnt, &pf, other, \
-                        NULL)
+    pv_avx2_decode_tile(mr, nv, t, acc, dv, al, P + g, lds, v, NULL, vs, j0 + g, ng, c, cnt, &pf,  \
+                        other, NULL)
 #define PV_DECODE_CASE(m, nv)                                                                      \
     case m:                                                                                        \
         for (size_t g = 0; g < nb; g += DECODE_PV_KB) {                                            \
@@ -438,10 +457,12 @@ static pv_avx2_decode_fn *const pv_avx2_decode_fns[3][DECODE_MAX_ROWS + 1] =
 
 /* A P·V turn of decode_values_ilv (R <= DECODE_ILV_ROWS): one sub-block (nb <= DECODE_PV_KB
    keys) in the column panels of pv_avx2_decode_block, the runs of ip its only requests (pf.end
-   0: none of the tiles' own), a share per column pass. */
+   0: none of the tiles' own), a share per column pass; with pages vp, V through a paged unit's
+   pages (see pv_avx2_decode_tile), a turn of any length. */
 SDPA_INLINE void pv_avx2_ilv_block(sdpa_dtype t, size_t R, float *acc, size_t dv,
                                    const float *alpha, const float *P, size_t lds, const void *v,
-                                   ptrdiff_t vs, size_t j0, size_t nb, ilv_pf *ip)
+                                   const sdpa_pages *vp, ptrdiff_t vs, size_t j0, size_t nb,
+                                   ilv_pf *ip)
 {
     pv_prefetch pf = {0, t == SDPA_F32 ? 4 : 2, NULL, 0, 0, 0};
     const size_t nv = R == 1 ? 8 : R == 4 ? 3 : 4; /* pv_avx2_decode_block's NV(R) */
@@ -449,31 +470,43 @@ SDPA_INLINE void pv_avx2_ilv_block(sdpa_dtype t, size_t R, float *acc, size_t dv
     size_t c = 0;
     for (; c + 8 * nv <= dv; c += 8 * nv) {
         ilv_pf_share(ip);
-        pv_avx2_decode_tile(R, nv, t, acc, dv, alpha, P, lds, v, vs, j0, nb, c, 8 * nv, &pf, 0, ip);
+        pv_avx2_decode_tile(R, nv, t, acc, dv, alpha, P, lds, v, vp, vs, j0, nb, c, 8 * nv, &pf, 0,
+                            ip);
     }
     for (; c + 8 <= dv; c += 8) {
         ilv_pf_share(ip);
-        pv_avx2_decode_tile(R, 1, t, acc, dv, alpha, P, lds, v, vs, j0, nb, c, 8, &pf, 0, ip);
+        pv_avx2_decode_tile(R, 1, t, acc, dv, alpha, P, lds, v, vp, vs, j0, nb, c, 8, &pf, 0, ip);
     }
     if (c < dv) {
         ilv_pf_share(ip);
-        pv_avx2_decode_tile(R, 1, t, acc, dv, alpha, P, lds, v, vs, j0, nb, c, dv - c, &pf, 0, ip);
+        pv_avx2_decode_tile(R, 1, t, acc, dv, alpha, P, lds, v, vp, vs, j0, nb, c, dv - c, &pf, 0,
+                            ip);
     }
 }
 
+/* pv_avx2_ilv_T_R reads V at v (vp unused), pv_avx2_ilvp_T_R through the pages vp (v unused):
+   separate instances, so that the contiguous one has no page to follow. */
 typedef void pv_avx2_ilv_fn(float *acc, size_t dv, const float *alpha, const float *P, size_t lds,
-                            const void *v, ptrdiff_t vs, size_t j0, size_t nb, const ilv_pf *ip);
-#define PV_ILV_FN(T, R)                                                                            \
-    SDPA_NOINLINE void pv_avx2_ilv_##T##_##R(float *acc, size_t dv, const float *alpha,            \
-                                             const float *P, size_t lds, const void *v,            \
-                                             ptrdiff_t vs, size_t j0, size_t nb, const ilv_pf *ip) \
+                            const void *v, const sdpa_pages *vp, ptrdiff_t vs, size_t j0, size_t nb,
+                            const ilv_pf *ip);
+#define PV_ILV_FN_P(T, R, NAME, PAGES)                                                             \
+    SDPA_NOINLINE void NAME##_##T##_##R(float *acc, size_t dv, const float *alpha, const float *P, \
+                                        size_t lds, const void *v, const sdpa_pages *vp,           \
+                                        ptrdiff_t vs, size_t j0, size_t nb, const ilv_pf *ip)      \
     {                                                                                              \
         ilv_pf s = *ip; /* a local copy, kept in registers */                                      \
-        pv_avx2_ilv_block(SDPA_##T, R, acc, dv, alpha, P, lds, v, vs, j0, nb, &s);                 \
+        (void)vp;                                                                                  \
+        pv_avx2_ilv_block(SDPA_##T, R, acc, dv, alpha, P, lds, v, PAGES, vs, j0, nb, &s);          \
     }
+#define PV_ILV_FN(T, R)  PV_ILV_FN_P(T, R, pv_avx2_ilv, NULL)
+#define PV_ILVP_FN(T, R) PV_ILV_FN_P(T, R, pv_avx2_ilvp, vp)
 ILV_FNS(PV_ILV_FN)
+ILV_FNS(PV_ILVP_FN)
 static pv_avx2_ilv_fn *const pv_avx2_ilv_fns[3][DECODE_ILV_ROWS] = ILV_TABLE(pv_avx2_ilv);
+static pv_avx2_ilv_fn *const pv_avx2_ilvp_fns[3][DECODE_ILV_ROWS] = ILV_TABLE(pv_avx2_ilvp);
+#undef PV_ILVP_FN
 #undef PV_ILV_FN
+#undef PV_ILV_FN_P
 #undef ILV_TABLE
 #undef ILV_ROW
 #undef ILV_FNS
@@ -514,6 +547,7 @@ typedef struct decode_ctx {
     size_t B;         /* keys per block */
     int ilv;          /* the next block's scores among the P·V (decode_values_ilv) */
     int ilv_pages;    /* ... and a paged unit's pages fit its turns (they request those pages) */
+    int pv_pages;     /* a paged unit's block comes whole to loop_values (decode_values_pages) */
     sdpa_ilv_pre pre; /* the block the last P·V scored ahead */
 } decode_ctx;
 
@@ -531,6 +565,8 @@ static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, si
     c->ilv = w->rows <= DECODE_ILV_ROWS && !sdpa_is_variant(w) && w->k_stride == (ptrdiff_t)w->d &&
              w->v_stride == (ptrdiff_t)w->dv;
     c->ilv_pages = c->ilv && w->piece_of && sdpa_ilv_pages_ok(w->piece_of, DECODE_PV_KB);
+    /* pages of half a turn: a turn's two pages in one P·V call, not a call per page */
+    c->pv_pages = c->ilv && w->piece_of && 2 * w->piece_of->pages->size == DECODE_PV_KB;
     return B;
 }
 
@@ -562,6 +598,16 @@ static inline void ilv_run(const sdpa_ilv_keys *x, int v, size_t rb, size_t j, s
     *lines = n ? ((a & 63) + n * rb + 63) / 64 : 0;
 }
 
+/* The part of ip's runs for keys [a, b) of a turn's n keys: their share of the lines. */
+static inline ilv_pf ilv_pf_part(const ilv_pf *ip, size_t a, size_t b, size_t n)
+{
+    ilv_pf s = *ip;
+    const size_t a0 = ip->n0 * a / n, a1 = ip->n1 * a / n;
+    s.p0 += 64 * a0, s.n0 = ip->n0 * b / n - a0;
+    s.p1 += 64 * a1, s.n1 = ip->n1 * b / n - a1;
+    return s;
+}
+
 /* The P·V of the keys [j0, j0 + nb) of the view w (at S, alpha: the block's first such part or
    not) in turns of x->turn keys (its sub-blocks, or parts of them: the same sums in the same
    order), each followed by the scores of the next block's keys [jn, jn + nbn) of x that lie in
@@ -571,7 +617,8 @@ static inline void ilv_run(const sdpa_ilv_keys *x, int v, size_t rb, size_t j, s
    the last phases requested), never a key at or past x's kend, so that K and V stream
    together. A score is its key's own dot product and reduction whatever tile holds it, the
    softmax blocks and the P·V sub-blocks are unchanged: the results are bitwise those of the
-   block order. */
+   block order. w a paged unit (w->pages, pages of half a turn: decode_values_pages): its whole
+   block, a turn's P·V in one call through two pages, its scores a call per page. */
 static void decode_values_ilv(const sdpa_rows *w, const sdpa_ilv_keys *x, size_t j0, size_t a0,
                               size_t nb, size_t jn, size_t nbn, float *S, const float *alpha,
                               size_t lds)
@@ -580,7 +627,9 @@ static void decode_values_ilv(const sdpa_rows *w, const sdpa_ilv_keys *x, size_t
     const size_t R = w->rows, T = x->turn, h = T / 2, nk = SCORE_TILE_KEYS(R);
     const size_t kb = w->d * (w->k_type == SDPA_F32 ? 4 : 2);
     const size_t vb = w->dv * (w->v_type == SDPA_F32 ? 4 : 2);
-    pv_avx2_ilv_fn *const pv = pv_avx2_ilv_fns[decode_type_ix(w->v_type)][R - 1];
+    const sdpa_pages *vp = w->pages;
+    pv_avx2_ilv_fn *const pv =
+        (vp ? pv_avx2_ilvp_fns : pv_avx2_ilv_fns)[decode_type_ix(w->v_type)][R - 1];
     score_avx2_ilv_fn *const sc = score_avx2_ilv_fns[decode_type_ix(w->k_type)][R - 1];
     const void *kp; /* the next keys' rows: one view, or one page */
     const size_t kj = sdpa_ilv_page(x, 0, jn, &kp);
@@ -589,25 +638,67 @@ static void decode_values_ilv(const sdpa_rows *w, const sdpa_ilv_keys *x, size_t
     for (size_t ja = 0; ja < nb; ja += T) {
         const int both = ja < nbn; /* a score turn follows */
         ilv_pf ip = {0};
-        ilv_run(x, 1, vb, vk, both ? h : T, &ip.p0, &ip.n0);
-        ilv_run(x, 0, kb, kk, both ? h : 0, &ip.p1, &ip.n1);
+        ilv_run(x, 1, vb, vk, both || vp ? h : T, &ip.p0, &ip.n0); /* a run stays in a page */
+        if (both || !vp)
+            ilv_run(x, 0, kb, kk, both ? h : 0, &ip.p1, &ip.n1);
+        else
+            ilv_run(x, 1, vb, vk + h, h, &ip.p1, &ip.n1);
         vk += both ? h : T, kk += both ? h : 0;
-        pv(w->acc, w->dv, ja ? ones : alpha, S + ja, lds, w->v, w->v_stride, j0 + ja,
+        pv(w->acc, w->dv, ja ? ones : alpha, S + ja, lds, w->v, vp, w->v_stride, j0 + ja,
            sdpa_min(T, nb - ja), &ip);
         if (!both) continue;
-        /* the keys up to the turn's end, on the tile grid (the last turn: up to nbn) */
-        const size_t e = ja + T >= nbn ? nbn : (ja + T) / nk * nk;
+        /* the keys up to the turn's end, on the tile grid (the last turn: up to nbn); with pages,
+           whole pages */
+        const size_t e = ja + T >= nbn ? nbn : vp ? ja + T : (ja + T) / nk * nk;
         ilv_run(x, 0, kb, kk, h, &ip.p0, &ip.n0);
         ilv_run(x, 1, vb, vk, h, &ip.p1, &ip.n1);
         vk += h, kk += h;
-        if (e > s) sc(w, kp, kj + s, e - s, S + s, lds, &ip);
+        for (size_t u = s, n; vp && u < e; u += n) { /* a call per page, a share of the runs each */
+            const void *kq;
+            const size_t kr = sdpa_ilv_page(x, 0, jn + u, &kq);
+            n = sdpa_min(e - u, x->pg->size - kr);
+            const ilv_pf part = ilv_pf_part(&ip, u - s, u - s + n, e - s);
+            sc(w, kq, kr, n, S + u, lds, &part);
+        }
+        if (!vp && e > s) sc(w, kp, kj + s, e - s, S + s, lds, &ip);
         s = e;
+    }
+}
+
+/* The P·V of a paged unit's block, keys [j0, j0 + nb) of w (pages of DECODE_PV_KB / 2 keys, at
+   most DECODE_ILV_ROWS rows), as decode_values_ilv's turns of DECODE_PV_KB keys through the
+   pages, each scoring the next block's keys at the same place, when the next block lies whole
+   before the rows' end and every row sees this one (all but a unit's last block); else a call
+   per page, as the loop would make. The results are bitwise those of the call per page. */
+static void decode_values_pages(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
+                                const float *alpha, const float *S, size_t lds)
+{
+    static const float ones[DECODE_MAX_ROWS] = {1, 1, 1, 1, 1, 1, 1, 1};
+    const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
+    const size_t jn = j0 + nb, nbn = jn < kend ? sdpa_page_block(w, jn, c->B) : 0;
+    c->pre.n = 0;
+    if (r0 == 0 && sdpa_visible(w, 0, j0, nb) == nb && nbn && jn + nbn <= kend) {
+        const sdpa_ilv_keys x = {w->pages, NULL, NULL, kend, DECODE_PV_KB};
+        decode_values_ilv(w, &x, j0, j0, nb, jn, nbn, c->S, alpha, lds);
+        sdpa_ilv_scored(&c->pre, w, 0, jn, nbn);
+        return;
+    }
+    sdpa_rows u;
+    sdpa_mods um;
+    for (size_t o = 0, n; o < nb; o += n) {
+        n = nb - o;
+        const size_t lj = sdpa_page_piece(w, j0 + o, &n, &u, &um);
+        pv_avx2_decode(&u, r0, lj, n, o ? ones : alpha, S + o, lds);
     }
 }
 
 static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
                                const float *alpha, const float *S, size_t lds)
 {
+    if (w->pages) { /* the whole block of a paged unit (c->pv_pages) */
+        decode_values_pages(c, w, r0, j0, nb, alpha, S, lds);
+        return;
+    }
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]), o = (size_t)(S - c->S);
     sdpa_ilv_keys x;
     size_t a0, jn, nbn;
@@ -625,8 +716,11 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
 /* the turns request the next keys' pages (decode_values_ilv); other units get the first line
    of each next page, a burst of all its lines stalling the arithmetic on the line-fill
    buffers */
-#define SDPA_LOOP_PAGES_SELF(c) ((c)->ilv_pages)
-#define SDPA_LOOP_AHEAD_TOUCH   1
+#define SDPA_LOOP_PAGES_SELF(c)   ((c)->ilv_pages)
+#define SDPA_LOOP_AHEAD_TOUCH     1
+#define SDPA_LOOP_VALUES_PAGED(c) ((c)->pv_pages)
+/* a whole block's turns scored the next block: no piece of it is made for loop_scores */
+#define SDPA_LOOP_SCORED(c, w, j0, nb) ((c)->pv_pages && sdpa_ilv_pre_hit(&(c)->pre, w, j0, nb, 0))
 #include "rows_loop.h"
 
 void sdpa_decode_avx2(const sdpa_rows *w)
