@@ -102,7 +102,8 @@ static void test_rows(void)
 
 /* A stream with a second run chained on (another page of the same view): the first run's
    lines, then the second's, each once, then nothing; chained on an empty stream, the second
-   run alone; a run whose rows take another number of lines, left out. */
+   run alone; a run whose rows take another number of lines, left out; a kernel's cursor
+   (sdpa_pf_rows_next) stops at the first run's end until sdpa_pf_rows_take starts the next. */
 static void test_chain(void)
 {
     tl_start("prefetch row stream, chained", "generic");
@@ -124,6 +125,23 @@ static void test_chain(void)
         CHECK(count == want, "%s: %zu lines named, want %zu", empty ? "empty" : "chained", count,
               want);
         CHECK(wrong == 0, "%s: %zu lines out of place", empty ? "empty" : "chained", wrong);
+    }
+    /* sdpa_pf_rows_next stops at the first run's end; sdpa_pf_rows_take starts the second there,
+       and only there */
+    {
+        const size_t L = ROW / 64;
+        sdpa_pf_rows t = sdpa_pf_rows_begin(run1, STRIDE, ROW, N1);
+        sdpa_pf_rows_chain(&t, run2, ROW, N2);
+        sdpa_pf_rows_next(&t, (int)L);
+        sdpa_pf_rows_take(&t);
+        CHECK(t.n == (N1 - 1) * L && t.p == run1 + STRIDE,
+              "take before the first run's end moved the stream");
+        sdpa_pf_rows_next(&t, (int)(N1 * L + 8));
+        CHECK(t.n == 0 && t.n2 == N2 * L, "next went past the first run: %zu, %zu lines left", t.n,
+              t.n2);
+        sdpa_pf_rows_take(&t);
+        CHECK(t.p == run2 && t.n == N2 * L && t.n2 == 0 && t.li == 0,
+              "take did not start the chained run");
     }
     /* rows offset by 32 bytes take 5 lines, not 4: not chained */
     sdpa_pf_rows s = sdpa_pf_rows_begin(run1, STRIDE, ROW, N1);

@@ -84,13 +84,18 @@ static inline void sdpa_pf_rows_chain(sdpa_pf_rows *c, const void *row0, size_t 
         c->p2 = r.p, c->n2 = r.n;
 }
 
-/* The stream's next line, or NULL once it has run out (tests walk a stream with this). */
+/* Takes up the chained run once the first has run out (nothing otherwise). */
+static inline void sdpa_pf_rows_take(sdpa_pf_rows *c)
+{
+    if (!c->n && c->n2) c->p = c->p2, c->n = c->n2, c->li = 0, c->n2 = 0;
+}
+
+/* The stream's next line, or NULL once it has run out, the chained run included (tests walk a
+   stream with this). */
 static inline const char *sdpa_pf_rows_pop(sdpa_pf_rows *c)
 {
-    if (!c->n) {
-        if (!c->n2) return NULL;
-        c->p = c->p2, c->n = c->n2, c->li = 0, c->n2 = 0;
-    }
+    sdpa_pf_rows_take(c);
+    if (!c->n) return NULL;
     const char *p = c->p;
     c->n--;
     c->p += 64;
@@ -114,7 +119,9 @@ static inline void sdpa_pf_row(const void *base, size_t es, ptrdiff_t stride, si
     for (size_t b = 0; b < n * es; b += 64) __builtin_prefetch(p + b, 0, SDPA_PF_STREAM_LOCALITY);
 }
 
-/* Requests the stream's next `lines` lines. */
+/* Requests the next `lines` lines of the stream's current run. It stops at the run's end, so
+   that a step tests one count: a kernel takes up a chained run (sdpa_pf_rows_take) between its
+   tiles. */
 static inline void sdpa_pf_rows_next(sdpa_pf_rows *c, int lines)
 {
     for (int i = 0; i < lines && c->n; i++)

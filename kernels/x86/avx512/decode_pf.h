@@ -32,6 +32,14 @@ SDPA_INLINE void decode_pf_step(decode_pf *p)
     sdpa_pf_rows_next(&p->s[1], p->per[1]);
 }
 
+/* Takes up each stream's chained run once its first has run out: once a tile, not once a step
+   (decode_pf_step's cursor stops at a run's end). */
+static inline void decode_pf_take(decode_pf *p)
+{
+    sdpa_pf_rows_take(&p->s[0]);
+    sdpa_pf_rows_take(&p->s[1]);
+}
+
 /* How a run of steps may request its lines when its rows have L lines each: 1 when both
    streams have such rows laid end to end (no gap: the next line is always the one after) and
    at least `lines` lines left each, 2 when the first does and the second is empty (one

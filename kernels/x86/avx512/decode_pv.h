@@ -158,6 +158,7 @@ SDPA_INLINE void pv_avx512_decode_tile_p(int R, int NV, int full, int plain, int
                 _mm512_mask_storeu_ps(acc + r * dv + c0 + 16 * t, mk[t], a[r][t]);
     }
     if (plain) decode_pf_skip(pf, (size_t)PQ * kmax, plain == 1);
+    decode_pf_take(pf);
     *pfp = pf[0];
 }
 

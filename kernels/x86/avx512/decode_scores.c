@@ -93,6 +93,7 @@ SDPA_INLINE void score_avx512_decode_pk(int R, int PK, sdpa_dtype kt, const floa
     decode_pf_rate(&pff, (size_t)PK, fsteps);
     for (size_t j = 0; j < nk; j += NK) {
         const size_t nv = sdpa_min(NK, nk - j);
+        decode_pf_take(&pf);
         if (kp && j - jp == kp->size) {
             jp = j, pg++;
             k = kp->k[pg - kp->first];
