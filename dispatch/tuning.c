@@ -22,6 +22,8 @@ static const struct tuning_field {
     TUNING_FIELD(decode_q_block, "keys per block of the block-format decode path, at most"),
     TUNING_FIELD(decode_q_pf_keys,
                  "software-prefetch distance of the block-format decode, in keys"),
+    TUNING_FIELD(decode_q_pf_paged, "the same through pages of at most decode_q_pv_kb keys, read "
+                                    "a block at a time"),
     TUNING_FIELD(decode_q_pv_kb,
                  "keys per P.V sub-block of the block-format decode (V rows in L1)"),
     TUNING_FIELD(prefill_block,

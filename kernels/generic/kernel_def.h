@@ -28,6 +28,9 @@
 #ifndef DECODE_Q_PF_KEYS
 #define DECODE_Q_PF_KEYS 0
 #endif
+#ifndef DECODE_Q_PF_PAGED
+#define DECODE_Q_PF_PAGED 0
+#endif
 #ifndef DECODE_Q_PV_KB
 #define DECODE_Q_PV_KB 0
 #endif
@@ -104,6 +107,7 @@
                .decode_pv_kb = DECODE_PV_KB,                                                       \
                .decode_q_block = DECODE_Q_BLOCK,                                                   \
                .decode_q_pf_keys = DECODE_Q_PF_KEYS,                                               \
+               .decode_q_pf_paged = DECODE_Q_PF_PAGED,                                             \
                .decode_q_pv_kb = DECODE_Q_PV_KB,                                                   \
                .prefill_block = PREFILL_BLOCK,                                                     \
                .prefill_panel = PREFILL_PANEL,                                                     \

@@ -166,6 +166,7 @@ typedef struct sdpa_tuning {
     size_t decode_pv_kb;       /* keys per decode P·V sub-block (their V rows stay in L1) */
     size_t decode_q_block;     /* keys per block of the block-format decode path (at most) */
     size_t decode_q_pf_keys;   /* software-prefetch distance of that path, in keys */
+    size_t decode_q_pf_paged;  /* ... through short pages, read a block at a time */
     size_t decode_q_pv_kb;     /* keys per P·V sub-block of that path (their V rows stay in L1) */
     size_t prefill_block;      /* keys per prefill block (at most; the driver's hint may be less) */
     size_t prefill_panel;      /* query rows packed together (a Qᵀ panel or a Q panel) */

@@ -46,7 +46,10 @@
  * piece; the exact path of a block whose hidden keys have a non-finite V stays per piece),
  * SDPA_LOOP_SCORED(c, w, j0, nb) (an expression, evaluated once a block: nonzero when the
  * scores of the paged unit w's block [j0, j0 + nb) are already in S, so that the loop makes no
- * piece of it for loop_scores) and SDPA_LOOP_PAGES_SELF(c) (an expression of the context: nonzero
+ * piece of it for loop_scores), SDPA_LOOP_SCORES_PAGED(c) (an expression of the context:
+ * nonzero when, on a paged unit, loop_scores takes the whole block of the unit itself, w->pages
+ * set, reading K through the pages and requesting later pages itself) and
+ * SDPA_LOOP_PAGES_SELF(c) (an expression of the context: nonzero
  * when the path's hooks request a paged unit's later pages themselves, as the interleaved turns do;
  * the loop then requests none, since its requests would only compete with theirs for the core's
  * line-fill buffers).
@@ -91,6 +94,9 @@
 #endif
 #ifndef SDPA_LOOP_SCORED
 #define SDPA_LOOP_SCORED(c, w, j0, nb) 0
+#endif
+#ifndef SDPA_LOOP_SCORES_PAGED
+#define SDPA_LOOP_SCORES_PAGED(c) 0
 #endif
 
 #define SDPA_LOOP_CAT2(a, b) a##b
@@ -158,7 +164,9 @@ SDPA_INLINE void SDPA_LOOP_CAT(SDPA_LOOP_FN, _body)(const sdpa_rows *w, const in
         }
         /* a block no row sees (left of every window, or masked for every row) is skipped */
         if (var && sdpa_block_hidden(w, r0, R, j0, nb)) continue;
-        if (w->pages) {
+        if (w->pages && SDPA_LOOP_SCORES_PAGED(&c)) {
+            SDPA_LOOP_CAT(SDPA_LOOP_FN, _scores)(&c, w, r0, j0, nb, S, lds);
+        } else if (w->pages) {
             if (!SDPA_LOOP_SCORED(&c, w, j0, nb))
                 for (size_t o = 0, n; o < nb; o += n) {
                     n = nb - o;
@@ -235,6 +243,7 @@ static void SDPA_LOOP_FN(const sdpa_rows *w)
 #undef SDPA_LOOP_PAGES_SELF
 #undef SDPA_LOOP_VALUES_PAGED
 #undef SDPA_LOOP_SCORED
+#undef SDPA_LOOP_SCORES_PAGED
 #undef SDPA_LOOP_PAGE_AHEAD
 #undef SDPA_LOOP_REVERSE
 #undef SDPA_LOOP_CAT

@@ -40,9 +40,10 @@
 #define PV_KB            64 /* keys per P·V sub-block: 64 keys x 64 columns of V stay in L1 */
 #define PREFILL_PF_LINES 8  /* lines of the hint (sdpa_rows.pf) requested per score tile */
 /* the block-format decode path (shared/decode_q.h) */
-#define DECODE_Q_BLOCK   256 /* keys per block (at most: the driver's hint rules) */
-#define DECODE_Q_PF_KEYS 16  /* prefetch distance of its K and V rows */
-#define DECODE_Q_PV_KB   32  /* keys per P·V sub-block: their V rows stay in L1 */
+#define DECODE_Q_BLOCK    256 /* keys per block (at most: the driver's hint rules) */
+#define DECODE_Q_PF_KEYS  16  /* prefetch distance of its K and V rows */
+#define DECODE_Q_PF_PAGED 32  /* ... on short pages (a whole block through them) */
+#define DECODE_Q_PV_KB    32  /* keys per P·V sub-block: their V rows stay in L1 */
 
 /* Scores of decode row r at S + r * DECODE_LDS: a constant stride, so that the P·V loop reaches
    every row's p through one pointer and constant offsets; 16 floats more than a block, so that

@@ -20,8 +20,9 @@
  * 512-bit forms where two blocks fill a vector).
  */
 /* The path's tuning comes from the ISA header, which reports it (sdpa_tuning.decode_q_*). */
-#if !defined(DECODE_Q_BLOCK) || !defined(DECODE_Q_PF_KEYS) || !defined(DECODE_Q_PV_KB)
-#error "the ISA header defines DECODE_Q_BLOCK, DECODE_Q_PF_KEYS and DECODE_Q_PV_KB"
+#if !defined(DECODE_Q_BLOCK) || !defined(DECODE_Q_PF_KEYS) || !defined(DECODE_Q_PF_PAGED) ||       \
+    !defined(DECODE_Q_PV_KB)
+#error "the ISA header defines DECODE_Q_BLOCK, DECODE_Q_PF_KEYS, DECODE_Q_PF_PAGED, DECODE_Q_PV_KB"
 #endif
 /* The scratch floats of this path: QD_WS_FLOATS(R, d) (decode_q_tiles.h). */
 #include "decode_q_tiles.h"
@@ -34,6 +35,7 @@ typedef struct qd_ctx {
                           over 8 lanes, [rows][(d / 32 + 1) / 2 * 16] */
     const float *qm;   /* fast scores, K in q4_1 or q5_1: qd * sum(q) of each row's blocks, qz's
                           layout with lanes 1-7 of each block 0 (the sum enters once per block) */
+    int whole; /* a paged unit's blocks come whole to the hooks, rows found through the pages */
 } qd_ctx;
 
 static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t *lds,
@@ -46,6 +48,12 @@ static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t
     c->qu = NULL;
     c->qz = NULL;
     c->qm = NULL;
+    /* pages of a power of two keys, at most a P·V sub-block: the tiles read a whole block through
+       them (a key's page a shift away, qd_key_row) and request rows ahead across pages, rather
+       than a call per page that starts its requests afresh; longer pages keep the call per page,
+       whose rows cost no lookup */
+    const size_t ps = w->piece_of ? w->piece_of->pages->size : 0;
+    c->whole = ps && ps <= DECODE_Q_PV_KB && (ps & (ps - 1)) == 0;
     /* scratch past S and alpha (QD_WS_FLOATS) */
     uint8_t *qu = (uint8_t *)(void *)(*alpha + sdpa_round16(w->rows));
     float *qz = *alpha + sdpa_round16(w->rows) + sdpa_round16(w->rows * w->d / 4 + 1);
@@ -78,8 +86,8 @@ static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t
     }
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
     for (size_t j = w->kv_begin; j < w->kv_begin + DECODE_Q_PF_KEYS && j < kend; j++) {
-        qd_request(w->k, w->k_type, w->k_stride, j, w->d);
-        qd_request(w->v, w->v_type, w->v_stride, j, w->dv);
+        qd_request_row(qd_key_row(w, 0, w->k_type, j), w->k_type, w->d);
+        qd_request_row(qd_key_row(w, 1, w->v_type, j), w->v_type, w->dv);
     }
     return B;
 }
@@ -204,8 +212,10 @@ static inline void loop_values(qd_ctx *c, const sdpa_rows *w, size_t r0, size_t 
 #undef QD_VALUES_RUN
 }
 
-#define SDPA_LOOP_FN  SDPA_QD_FN
-#define SDPA_LOOP_CTX qd_ctx
+#define SDPA_LOOP_FN              SDPA_QD_FN
+#define SDPA_LOOP_CTX             qd_ctx
+#define SDPA_LOOP_SCORES_PAGED(c) ((c)->whole)
+#define SDPA_LOOP_VALUES_PAGED(c) ((c)->whole)
 #include "rows_loop.h"
 #endif /* SDPA_QD_PART != 1 */
 #undef QD_SCORES_FN

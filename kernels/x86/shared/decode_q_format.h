@@ -135,11 +135,23 @@ static inline const unsigned char *qd_row(const void *base, sdpa_dtype type, ptr
     return (const unsigned char *)base + sdpa_off_bytes(type, sdpa_row_off(stride, j));
 }
 
-/* Requests the lines of row j (n elements): those of its first byte, of every 64 after it, and
-   of its last byte. */
-SDPA_INLINE void qd_request(const void *base, sdpa_dtype type, ptrdiff_t stride, size_t j, size_t n)
+/* K's (v = 0) or V's row j of the view w: its own, or on a paged unit (w->pages, whose pages
+   hold a power of two keys: decode_q.h takes whole blocks of such units only) the row in the
+   page holding key j, found by a shift. */
+static inline const unsigned char *qd_key_row(const sdpa_rows *w, int v, sdpa_dtype type, size_t j)
 {
-    const unsigned char *r = qd_row(base, type, stride, j);
+    const ptrdiff_t stride = v ? w->v_stride : w->k_stride;
+    const sdpa_pages *pg = w->pages;
+    if (!pg) return qd_row(v ? w->v : w->k, type, stride, j);
+    const unsigned s = (unsigned)__builtin_ctzll((unsigned long long)pg->size);
+    const size_t p = j >> s;
+    return qd_row((v ? pg->v : pg->k)[p - pg->first], type, stride, j - (p << s));
+}
+
+/* Requests the lines of the row at r (n elements): those of its first byte, of every 64 after
+   it, and of its last byte. */
+SDPA_INLINE void qd_request_row(const unsigned char *r, sdpa_dtype type, size_t n)
+{
     const size_t bytes = (size_t)sdpa_off_bytes(type, (ptrdiff_t)n);
     __builtin_prefetch(r, 0, 3);
     if (bytes > 64) __builtin_prefetch(r + 64, 0, 3);

@@ -126,10 +126,10 @@ SDPA_INLINE size_t qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_
     const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
     SDPA_UNROLL for (int i = 0; i < NK; i++) kr[i] =
-        qd_row(w->k, kt, w->k_stride, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
+        qd_key_row(w, 0, kt, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
+    const size_t pf = w->pages ? DECODE_Q_PF_PAGED : DECODE_Q_PF_KEYS;
     for (size_t i = 0; i < n; i++)
-        if (j0 + j + i + DECODE_Q_PF_KEYS < kend)
-            qd_request(w->k, kt, w->k_stride, j0 + j + i + DECODE_Q_PF_KEYS, w->d);
+        if (j0 + j + i + pf < kend) qd_request_row(qd_key_row(w, 0, kt, j0 + j + i + pf), kt, w->d);
     return n;
 }
 
@@ -457,12 +457,13 @@ SDPA_INLINE void qd_values_r(int R, sdpa_dtype vt, const sdpa_rows *w, float *ac
     static const float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     const size_t dv = w->dv;
     const unsigned char *rv[DECODE_Q_PV_KB];
+    const size_t pf = w->pages ? DECODE_Q_PF_PAGED : DECODE_Q_PF_KEYS;
     for (size_t g = 0; g < n; g += DECODE_Q_PV_KB) {
         const size_t ng = n - g < DECODE_Q_PV_KB ? n - g : DECODE_Q_PV_KB;
         for (size_t j = 0; j < ng; j++) {
-            rv[j] = qd_row(w->v, vt, w->v_stride, j0 + g + j);
-            if (j0 + g + j + DECODE_Q_PF_KEYS < kend)
-                qd_request(w->v, vt, w->v_stride, j0 + g + j + DECODE_Q_PF_KEYS, dv);
+            rv[j] = qd_key_row(w, 1, vt, j0 + g + j);
+            if (j0 + g + j + pf < kend)
+                qd_request_row(qd_key_row(w, 1, vt, j0 + g + j + pf), vt, dv);
         }
         const float *al = g == 0 ? alpha : ones;
         if (sdpa_dtype_quantized(vt)) {
