@@ -145,7 +145,9 @@ static void t_paged_turns(const sdpa_impl *impl)
 /* A kernel that walks pages itself (sdpa_kernels.paged_rows) reads each key where the page
    table puts it and computes on the same blocks as over contiguous K/V, since every block size
    is a multiple of 16: a paged call gives, bit for bit, the same call's o and lse over the same
-   keys laid out contiguously. Pages are shuffled; the last page's rows past the keys hold NaN. */
+   keys laid out contiguously. Pages are shuffled; the last page's rows past the keys hold NaN
+   (a block format's: a NaN scale). Block formats (those without a minimum) take decode units,
+   which read them in place through the pages. */
 typedef struct pbcase {
     size_t lq, hq, hkv, lk, d;
     sdpa_dtype t;
@@ -156,20 +158,39 @@ static void paged_bits_case(const sdpa_impl *impl, const pbcase *c, uint64_t see
 {
     enum { PS = 16 };
     const size_t lq = c->lq, hq = c->hq, hkv = c->hkv, lk = c->lk, d = c->d;
-    const size_t np = (lk + PS - 1) / PS, es = c->t == F32 ? 4 : 2, row = d * es;
+    const bool qt = quantized(c->t);
+    const size_t bb = qt ? ref_block_bytes(c->t) : 0; /* bytes per block of 32 */
+    const size_t np = (lk + PS - 1) / PS, es = c->t == F32 ? 4 : 2;
+    const size_t row = qt ? d / 32 * bb : d * es;
     const size_t no = hq * lq * d;
     tl_rng r = {seed};
     float *q = tl_xmalloc(no * sizeof(float)), *x = tl_xmalloc(d * sizeof(float));
     tl_fill(&r, q, no, -1, 1);
     unsigned char *k = tl_xmalloc(hkv * lk * row), *v = tl_xmalloc(hkv * lk * row);
     unsigned char *kp = tl_xmalloc(np * hkv * PS * row), *vp = tl_xmalloc(np * hkv * PS * row);
-    for (size_t e = 0; e < np * hkv * PS * d; e++) { /* NaN in every row no key fills */
+    for (size_t e = 0; qt && e < np * hkv * PS * row; e += bb) /* NaN scales, 0x5a quants */
+        for (int a = 0; a < 2; a++) {
+            unsigned char *blk = (a ? vp : kp) + e;
+            memset(blk, 0x5a, bb);
+            blk[0] = 0x00, blk[1] = 0x7e;
+        }
+    for (size_t e = 0; !qt && e < np * hkv * PS * d; e++) { /* NaN in every row no key fills */
         const float nan = NAN;
         const uint16_t h = c->t == F16 ? 0x7e00 : 0x7fc0;
         memcpy(kp + e * es, es == 4 ? (const void *)&nan : (const void *)&h, es);
         memcpy(vp + e * es, es == 4 ? (const void *)&nan : (const void *)&h, es);
     }
-    for (size_t a = 0; a < 2; a++) /* K, then V: rows of uniform values in [-2, 2] */
+    for (size_t a = 0; qt && a < 2;
+         a++) /* block formats: random quants, scales in +-[1/64, 1/16] */
+        for (size_t b = 0; b < hkv * lk * row / bb; b++) {
+            unsigned char *blk = (a ? v : k) + b * bb;
+            for (size_t i = 2; i < bb; i++) blk[i] = (unsigned char)tl_below(&r, 256);
+            const float sc =
+                (1.0f / 64 + (float)tl_below(&r, 48) / 1024) * (tl_below(&r, 2) ? 1 : -1);
+            const uint16_t h = ref_f16(sc);
+            memcpy(blk, &h, 2);
+        }
+    for (size_t a = 0; !qt && a < 2; a++) /* K, then V: rows of uniform values in [-2, 2] */
         for (size_t j = 0; j < hkv * lk; j++) {
             tl_fill(&r, x, d, -2, 2);
             unsigned char *dst = (a ? v : k) + j * row;
@@ -229,12 +250,15 @@ static void paged_bits_case(const sdpa_impl *impl, const pbcase *c, uint64_t see
 static void t_paged_bits(const sdpa_impl *impl)
 {
     static const pbcase cases[] = {
-        {1, 2, 2, 1000, 128, F16, false},  /* one row per KV head (MHA) */
-        {1, 8, 2, 2100, 128, F16, false},  /* 4 rows: the interleaved turns */
-        {1, 14, 2, 5000, 64, BF16, false}, /* 7 rows, KV chunks */
-        {3, 8, 2, 777, 128, BF16, true},   /* 12 rows: a prefill unit */
-        {40, 8, 2, 600, 128, F16, true},   /* 160 rows, causal */
-        {20, 4, 1, 333, 64, F32, false},   /* f32, a partial last page */
+        {1, 2, 2, 1000, 128, F16, false},      /* one row per KV head (MHA) */
+        {1, 8, 2, 2100, 128, F16, false},      /* 4 rows: the interleaved turns */
+        {1, 14, 2, 5000, 64, BF16, false},     /* 7 rows, KV chunks */
+        {3, 8, 2, 777, 128, BF16, true},       /* 12 rows: a prefill unit */
+        {40, 8, 2, 600, 128, F16, true},       /* 160 rows, causal */
+        {20, 4, 1, 333, 64, F32, false},       /* f32, a partial last page */
+        {1, 8, 2, 2100, 128, Q8, false},       /* q8_0, 4 rows: whole blocks through the pages */
+        {1, 2, 2, 1000, 64, SDPA_Q4_0, false}, /* q4_0, one row */
+        {1, 14, 2, 1500, 128, Q8, false},      /* q8_0, 7 rows */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
         paged_bits_case(impl, &cases[i], 181 + i);
