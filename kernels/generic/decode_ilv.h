@@ -32,9 +32,9 @@ static inline size_t sdpa_ilv_page(const sdpa_ilv_keys *x, int v, size_t j, cons
         *base = v ? x->v : x->k;
         return j;
     }
-    const size_t p = j / x->pg->size;
-    *base = (v ? x->pg->v : x->pg->k)[p - x->pg->first];
-    return j - p * x->pg->size;
+    size_t row;
+    *base = sdpa_page_at(x->pg, v, j, &row);
+    return row;
 }
 
 /* Keys [j, j + n) of x cut at kend and at the end of j's page: their array in *base, the first

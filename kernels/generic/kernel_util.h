@@ -151,6 +151,15 @@ static inline bool sdpa_rows_finite(const void *v, sdpa_dtype vt, ptrdiff_t vs, 
     return !bad;
 }
 
+/* The K (v = 0) or V (v = 1) array of the pages pg holding a paged unit's key j, and j's row in
+   it (*row). */
+static inline const void *sdpa_page_at(const sdpa_pages *pg, int v, size_t j, size_t *row)
+{
+    const size_t p = j / pg->size;
+    *row = j - p * pg->size;
+    return (v ? pg->v : pg->k)[p - pg->first];
+}
+
 /* The K (v = 0) or V (v = 1) rows of keys [j, j + *n) of w as one run: the array holding key j
    (its page on a paged unit, else w's own k or v), j's row in it in *row, and *n cut at the end
    of j's page. */
@@ -161,10 +170,9 @@ static inline const void *sdpa_key_rows(const sdpa_rows *w, int v, size_t j, siz
         *row = j;
         return v ? w->v : w->k;
     }
-    const size_t p = j / pg->size;
-    *row = j - p * pg->size;
+    const void *base = sdpa_page_at(pg, v, j, row);
     *n = sdpa_min(*n, pg->size - *row);
-    return (v ? pg->v : pg->k)[p - pg->first];
+    return base;
 }
 
 /* Whether every element of V rows [ja, jb) of w is finite (a paged unit's, page by page). */

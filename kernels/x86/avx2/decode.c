@@ -308,9 +308,9 @@ static void score_avx2_decode(const sdpa_rows *w, size_t r0, size_t j0, size_t n
 static inline const char *pv_page_row(const sdpa_pages *vp, ptrdiff_t vs, size_t es, size_t j,
                                       size_t c0)
 {
-    const size_t p = j / vp->size;
-    return (const char *)vp->v[p - vp->first] +
-           (sdpa_row_off(vs, j - p * vp->size) + (ptrdiff_t)c0) * (ptrdiff_t)es;
+    size_t row;
+    const char *base = (const char *)sdpa_page_at(vp, 1, j, &row);
+    return base + (sdpa_row_off(vs, row) + (ptrdiff_t)c0) * (ptrdiff_t)es;
 }
 
 /* acc[r][c0..c0+8nv) = alpha_r acc + sum_j P[r][j] v_j for r < mr; cnt < 8 * nv means a tail
