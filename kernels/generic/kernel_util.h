@@ -280,4 +280,32 @@ static inline void sdpa_page_ahead(const sdpa_rows *w, int v, size_t j0, size_t 
     }
 }
 
+/* Keys past a paged piece's end whose rows are requested before it (rows_loop.h), or before a
+   page of a block that a packer reads whole (sdpa_k_run). */
+#define SDPA_PAGE_AHEAD 32
+
+/* A packer of the block [j0, j0 + nb) of the paged unit w reaching key j0 + c, row `row` of its
+   page (the block's first key or a page's): requests what rows_loop.h requests before such a
+   page's piece [s, e), the K rows of keys [max(e, s + SDPA_PAGE_AHEAD), e + SDPA_PAGE_AHEAD).
+   Out of line: once a page, and kept out of each type's packer. */
+static __attribute__((noinline, unused)) void sdpa_k_ahead(const sdpa_rows *w, size_t j0, size_t nb,
+                                                           size_t c, size_t row)
+{
+    const size_t s = j0 + c, e = s + sdpa_min(nb - c, w->pages->size - row);
+    sdpa_page_ahead(w, 0, sdpa_max(e, s + SDPA_PAGE_AHEAD), e + SDPA_PAGE_AHEAD);
+}
+
+/* The K rows of keys [j0 + c, j0 + c + *n) of the block [j0, j0 + nb) of w as one run
+   (sdpa_key_rows: w's own K, or the page of key j0 + c with *n cut at its end), key j0 + c at
+   row *row. A packer takes a paged block run by run, requesting each page's later rows on
+   reaching the page, so that its requests stay a page or two ahead rather than cover a whole
+   block at once. */
+SDPA_INLINE const void *sdpa_k_run(const sdpa_rows *w, size_t j0, size_t nb, size_t c, size_t *n,
+                                   size_t *row)
+{
+    const void *k = sdpa_key_rows(w, 0, j0 + c, n, row);
+    if (w->pages && (c == 0 || *row == 0)) sdpa_k_ahead(w, j0, nb, c, *row);
+    return k;
+}
+
 #endif /* SDPA_KERNEL_UTIL_H */

@@ -9,7 +9,9 @@
  *   SDPA_KPAD(d)                       floats per packed key row (>= d), a macro
  *   void  pack_k(const sdpa_rows *w, size_t j0, size_t nb, float *kp)
  *         converts keys [j0, j0 + nb) to f32 in the ISA's packed layout in kp
- *         (room: nb * SDPA_KPAD(d) floats, 64-byte aligned)
+ *         (room: nb * SDPA_KPAD(d) floats, 64-byte aligned); on a paged unit (w->pages) the
+ *         whole block at once, its rows read through the pages in the contiguous block's
+ *         layout, each page's later rows requested as rows_loop.h did per piece (see below)
  *   void  score_tile(const float *q, size_t ra, size_t d, const float *kp, size_t nb,
  *                    float *S, size_t lds)
  *         S[r * lds + j] = dot(q[r * d ..], key j) for r < ra, j < nb
@@ -21,7 +23,7 @@
  *         fast scores (sdpa_rows.qq): the integer quants of keys [j0, j0 + nb) as int8
  *         (sdpa_block_quants) in the ISA's layout in kq (room: nb * d bytes), their block
  *         scales in kd and, for the types with a minimum, their block minima in km in the same
- *         layout (room: nb * d / SDPA_QK floats each)
+ *         layout (room: nb * d / SDPA_QK floats each); a paged unit's block as pack_k's
  *   void  score_q8_tile(const int8_t *qq, const float *qd, const float *qs, size_t ra,
  *                       size_t d, const int8_t *kq, const float *kd, const float *km,
  *                       size_t nb, float *S, size_t lds)
@@ -34,6 +36,13 @@
  *         acc[r] = alpha[r] * acc[r] + sum_j P[r * lds + j] * v[j * vs ..] for r < ra
  *
  * and SDPA_ROWS_FN / SDPA_WS_FN, the names to give the path and its scratch size.
+ *
+ * A paged unit's block takes one loop_scores call and one loop_values call
+ * (SDPA_LOOP_SCORES_PAGED, SDPA_LOOP_VALUES_PAGED): the packers walk its pages, so every key's
+ * score is computed as in the contiguous block. rows_loop.h then requests no later rows for
+ * the scores: pack_k and pack_kq request, on reaching each page, the K rows the loop requested
+ * before that page's piece, so that the requests stay a page or two ahead of the packing
+ * rather than cover a whole block (sized to a large part of L2) at once.
  */
 #include <math.h>
 
@@ -132,6 +141,7 @@ static inline size_t loop_begin(packed_ctx *c, const sdpa_rows *w, float **S, si
     return B;
 }
 
+/* w: a unit, or a paged unit itself for a whole block (its keys read through the pages) */
 static inline void loop_scores(packed_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
                                float *S, size_t lds)
 {
@@ -178,4 +188,5 @@ static inline void loop_values(packed_ctx *c, const sdpa_rows *w, size_t r0, siz
 #define SDPA_LOOP_FN              SDPA_ROWS_FN
 #define SDPA_LOOP_CTX             packed_ctx
 #define SDPA_LOOP_VALUES_PAGED(c) 1 /* a paged block's V converted page by page (pack_v) */
+#define SDPA_LOOP_SCORES_PAGED(c) 1 /* and its K packed page by page (pack_k, pack_kq) */
 #include "rows_loop.h"

@@ -73,7 +73,7 @@
 #define SDPA_LOOP_REVERSE 0
 #endif
 /* keys ahead of a paged unit's piece whose rows the loop requests past the piece's page */
-#define SDPA_LOOP_AHEAD 32
+#define SDPA_LOOP_AHEAD SDPA_PAGE_AHEAD
 /* The rows of keys [a, b) of the paged unit w, past the piece's page: handed to the hook in
    u.ahead_row, u.ahead_n (SDPA_LOOP_AHEAD_ROWS: its own streams request them a few lines at a
    time among its arithmetic), or only the first line of each page starting in [e, b)

@@ -45,40 +45,46 @@ SDPA_INLINE void pack_neon_panel(const void *k, ptrdiff_t ks, ptrdiff_t row0, si
 /* Keys of a block format into the same panels, four keys at a time whatever the panel's width
    (one copy of that code per type): each block dequantized in registers half by half (16
    elements of 4 keys: 16 vectors) and transposed 4x4 into the panel (d is a multiple of 32);
-   the last nb % 4 keys row by row. */
+   the last nb % 4 keys row by row. Run by run (sdpa_k_run): a block's runs but its last are
+   whole pages of a multiple of 16 keys (rows_loop.h's page grid), so no panel straddles two
+   and the layout is the contiguous block's. */
 SDPA_INLINE void pack_k_neon_q(const sdpa_rows *w, size_t j0, size_t nb, float *kp, sdpa_dtype t)
 {
-    const size_t d = w->d, bb = sdpa_block_bytes(t), n16 = nb & ~(size_t)15, n4 = nb & ~(size_t)3;
+    const size_t d = w->d, bb = sdpa_block_bytes(t), n16 = nb & ~(size_t)15;
     const ptrdiff_t ks = w->k_stride;
     const int hm = sdpa_dtype_has_min(t);
-    for (size_t c = 0; c < n4; c += 4) {
-        const size_t W = c < n16 ? 16 : 4, c0 = c < n16 ? c & ~(size_t)15 : c;
-        float *dst = kp + c0 * d + (c - c0);
-        const unsigned char *r[4];
-        for (int i = 0; i < 4; i++)
-            r[i] = (const unsigned char *)w->k +
-                   sdpa_off_bytes(t, (ptrdiff_t)(j0 + c + (size_t)i) * ks);
-        for (size_t b = 0; b < d / SDPA_QK; b++) {
-            float32x4_t dk[4], mk[4];
-            int8x16_t q[4][2];
-            for (int i = 0; i < 4; i++) {
-                dk[i] = vdupq_n_f32(qscale_neon(r[i] + b * bb));
-                mk[i] = hm ? vdupq_n_f32(qmin_neon(r[i] + b * bb)) : dk[i];
-                quants_neon(r[i] + b * bb, t, &q[i][0], &q[i][1]);
-            }
-            for (int h = 0; h < 2; h++) {
-                float32x4_t y[4][4];
-                for (int i = 0; i < 4; i++) widen_q_neon(q[i][h], dk[i], mk[i], hm, y[i]);
-                float *col = dst + (b * SDPA_QK + 16 * (size_t)h) * W;
-                for (int x = 0; x < 4; x++)
-                    store_neon_4x4t(y[0][x], y[1][x], y[2][x], y[3][x], col + 4 * (size_t)x * W, W);
+    for (size_t c = 0, e, n, row; c < nb; c = e) {
+        n = nb - c;
+        const unsigned char *k = sdpa_k_run(w, j0, nb, c, &n, &row);
+        const ptrdiff_t r0 = (ptrdiff_t)row - (ptrdiff_t)c; /* block key i: row r0 + i of k */
+        e = c + n;
+        for (; c + 4 <= e; c += 4) {
+            const size_t W = c < n16 ? 16 : 4, c0 = c < n16 ? c & ~(size_t)15 : c;
+            float *dst = kp + c0 * d + (c - c0);
+            const unsigned char *r[4];
+            for (int i = 0; i < 4; i++) r[i] = k + sdpa_off_bytes(t, (r0 + (ptrdiff_t)c + i) * ks);
+            for (size_t b = 0; b < d / SDPA_QK; b++) {
+                float32x4_t dk[4], mk[4];
+                int8x16_t q[4][2];
+                for (int i = 0; i < 4; i++) {
+                    dk[i] = vdupq_n_f32(qscale_neon(r[i] + b * bb));
+                    mk[i] = hm ? vdupq_n_f32(qmin_neon(r[i] + b * bb)) : dk[i];
+                    quants_neon(r[i] + b * bb, t, &q[i][0], &q[i][1]);
+                }
+                for (int h = 0; h < 2; h++) {
+                    float32x4_t y[4][4];
+                    for (int i = 0; i < 4; i++) widen_q_neon(q[i][h], dk[i], mk[i], hm, y[i]);
+                    float *col = dst + (b * SDPA_QK + 16 * (size_t)h) * W;
+                    for (int x = 0; x < 4; x++, col += 4 * W)
+                        store_neon_4x4t(y[0][x], y[1][x], y[2][x], y[3][x], col, W);
+                }
             }
         }
+        for (; c < e; c++) row_to_f32_neon(k, (r0 + (ptrdiff_t)c) * ks, d, t, kp + c * d);
     }
-    for (size_t c = n4; c < nb; c++)
-        row_to_f32_neon(w->k, (ptrdiff_t)(j0 + c) * ks, d, t, kp + c * d);
 }
 
+/* Panels of 16, then of 4, then rows, run by run as pack_k_neon_q. */
 SDPA_INLINE void pack_k_neon_typed(const sdpa_rows *w, size_t j0, size_t nb, float *kp,
                                    sdpa_dtype t)
 {
@@ -88,11 +94,16 @@ SDPA_INLINE void pack_k_neon_typed(const sdpa_rows *w, size_t j0, size_t nb, flo
     }
     const size_t d = w->d;
     const ptrdiff_t ks = w->k_stride;
-    size_t c = 0;
-    for (; c + 16 <= nb; c += 16)
-        pack_neon_panel(w->k, ks, (ptrdiff_t)(j0 + c), d, t, 16, kp + c * d);
-    for (; c + 4 <= nb; c += 4) pack_neon_panel(w->k, ks, (ptrdiff_t)(j0 + c), d, t, 4, kp + c * d);
-    for (; c < nb; c++) row_to_f32_neon(w->k, (ptrdiff_t)(j0 + c) * ks, d, t, kp + c * d);
+    for (size_t c = 0, e, n, row; c < nb; c = e) {
+        n = nb - c;
+        const void *k = sdpa_k_run(w, j0, nb, c, &n, &row);
+        const ptrdiff_t r0 = (ptrdiff_t)row - (ptrdiff_t)c; /* block key i: row r0 + i of k */
+        e = c + n;
+        for (; c + 16 <= e; c += 16)
+            pack_neon_panel(k, ks, r0 + (ptrdiff_t)c, d, t, 16, kp + c * d);
+        for (; c + 4 <= e; c += 4) pack_neon_panel(k, ks, r0 + (ptrdiff_t)c, d, t, 4, kp + c * d);
+        for (; c < e; c++) row_to_f32_neon(k, (r0 + (ptrdiff_t)c) * ks, d, t, kp + c * d);
+    }
 }
 
 static void pack_k(const sdpa_rows *w, size_t j0, size_t nb, float *kp)

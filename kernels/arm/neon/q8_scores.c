@@ -3,22 +3,27 @@
 
 /* Fast scores (sdpa_rows.qq). Key j's 32-quant blocks at kq + j * d as int8 (quants_neon),
    its block scales at kd[b * nb + j] and minima (q4_1, q5_1) at km[b * nb + j], so that four
-   keys' scales of a block are one load. Every query row of the unit reuses them. */
+   keys' scales of a block are one load (nb the whole block's: a paged block is packed in one
+   call, run by run through sdpa_k_run). Every query row of the unit reuses them. */
 SDPA_INLINE void pack_kq_neon_typed(const sdpa_rows *w, size_t j0, size_t nb, int8_t *kq, float *kd,
                                     float *km, sdpa_dtype t)
 {
     const size_t d = w->d, bb = sdpa_block_bytes(t);
-    for (size_t j = 0; j < nb; j++) {
-        const unsigned char *p =
-            (const unsigned char *)w->k + sdpa_off_bytes(t, (ptrdiff_t)(j0 + j) * w->k_stride);
-        int8_t *q = kq + j * d;
-        for (size_t b = 0; b < d / SDPA_QK; b++, p += bb, q += SDPA_QK) {
-            kd[b * nb + j] = qscale_neon(p);
-            if (sdpa_dtype_has_min(t)) km[b * nb + j] = qmin_neon(p);
-            int8x16_t lo, hi;
-            quants_neon(p, t, &lo, &hi);
-            vst1q_s8(q, lo);
-            vst1q_s8(q + 16, hi);
+    for (size_t j = 0, e, n, row; j < nb; j = e) {
+        n = nb - j;
+        const unsigned char *k = sdpa_k_run(w, j0, nb, j, &n, &row);
+        const ptrdiff_t r0 = (ptrdiff_t)row - (ptrdiff_t)j; /* block key i: row r0 + i of k */
+        for (e = j + n; j < e; j++) {
+            const unsigned char *p = k + sdpa_off_bytes(t, (r0 + (ptrdiff_t)j) * w->k_stride);
+            int8_t *q = kq + j * d;
+            for (size_t b = 0; b < d / SDPA_QK; b++, p += bb, q += SDPA_QK) {
+                kd[b * nb + j] = qscale_neon(p);
+                if (sdpa_dtype_has_min(t)) km[b * nb + j] = qmin_neon(p);
+                int8x16_t lo, hi;
+                quants_neon(p, t, &lo, &hi);
+                vst1q_s8(q, lo);
+                vst1q_s8(q + 16, hi);
+            }
         }
     }
 }

@@ -6,7 +6,8 @@
 /* ------------------------------------------------------------------------------------------ */
 
 /* Keys of a block format into panels of W = min(2 VL, keys left): each key's blocks dequantized
-   lane by lane and scattered into its panel column (index lane * W). */
+   lane by lane and scattered into its panel column (index lane * W). A panel may span pages:
+   its keys are taken run by run (sdpa_k_run). */
 SDPA_INLINE void pack_k_sve_q(const sdpa_rows *w, size_t j0, size_t nb, float *kp, sdpa_dtype t)
 {
     const size_t d = w->d, bb = sdpa_block_bytes(t), half = qhalf_sve(t);
@@ -16,28 +17,33 @@ SDPA_INLINE void pack_k_sve_q(const sdpa_rows *w, size_t j0, size_t nb, float *k
         const size_t W = nb - c0 < 2 * vl ? nb - c0 : 2 * vl;
         const svint32_t idx = svindex_s32(0, (int32_t)W);
         float *panel = kp + c0 * d;
-        for (size_t c = 0; c < W; c++) {
-            const unsigned char *p = (const unsigned char *)w->k +
-                                     sdpa_off_bytes(t, (ptrdiff_t)(j0 + c0 + c) * w->k_stride);
-            for (size_t b = 0; b < d / SDPA_QK; b++, p += bb) {
-                const svfloat32_t dq = qscale_sve(p), mq = hm ? qmin_sve(p) : dq;
-                float *col = panel + b * SDPA_QK * W + c;
-                for (size_t i = 0; i < half; i += vl) {
-                    const svbool_t pg = svwhilelt_b32_u64(i, half);
-                    svst1_scatter_s32index_f32(pg, col + i * W, idx,
-                                               deq_sve(pg, quants_sve(pg, p, i, t, 0), dq, mq, hm));
-                    if (t != SDPA_Q8_0)
+        for (size_t c = 0, e, n, row; c < W; c = e) {
+            n = W - c;
+            const unsigned char *k = sdpa_k_run(w, j0, nb, c0 + c, &n, &row);
+            const ptrdiff_t r0 = (ptrdiff_t)row - (ptrdiff_t)c; /* panel key i: row r0 + i */
+            for (e = c + n; c < e; c++) {
+                const unsigned char *p = k + sdpa_off_bytes(t, (r0 + (ptrdiff_t)c) * w->k_stride);
+                for (size_t b = 0; b < d / SDPA_QK; b++, p += bb) {
+                    const svfloat32_t dq = qscale_sve(p), mq = hm ? qmin_sve(p) : dq;
+                    float *col = panel + b * SDPA_QK * W + c;
+                    for (size_t i = 0; i < half; i += vl) {
+                        const svbool_t pg = svwhilelt_b32_u64(i, half);
                         svst1_scatter_s32index_f32(
-                            pg, col + (SDPA_QK / 2 + i) * W, idx,
-                            deq_sve(pg, quants_sve(pg, p, i, t, 1), dq, mq, hm));
+                            pg, col + i * W, idx,
+                            deq_sve(pg, quants_sve(pg, p, i, t, 0), dq, mq, hm));
+                        if (t != SDPA_Q8_0)
+                            svst1_scatter_s32index_f32(
+                                pg, col + (SDPA_QK / 2 + i) * W, idx,
+                                deq_sve(pg, quants_sve(pg, p, i, t, 1), dq, mq, hm));
+                    }
                 }
             }
         }
     }
 }
 
-/* Lanes [0, W) of a panel column: element dd of W consecutive keys, gathered with a signed
-   32-bit index of lane * ks (the caller checks it fits). */
+/* Lanes of a panel column: element dd of consecutive keys, gathered with a signed 32-bit
+   index (the caller checks it fits). */
 SDPA_INLINE svfloat32_t gather_sve(svbool_t pg, const void *src, ptrdiff_t off, svint32_t idx,
                                    sdpa_dtype t)
 {
@@ -45,6 +51,10 @@ SDPA_INLINE svfloat32_t gather_sve(svbool_t pg, const void *src, ptrdiff_t off, 
     return widen_sve(pg, svld1uh_gather_s32index_u32(pg, (const uint16_t *)src + off, idx), t);
 }
 
+/* Panels of W = min(2 VL, keys left) keys, each taken run by run (sdpa_k_run: the whole panel
+   on a contiguous unit): a run of panel keys [c, e) from row r of its array fills lanes [c, e)
+   of the panel's two vectors (predicates p0, p1), lane i of vector x gathered at index
+   (x VL + i - c) ks from row r, less than 2 VL |ks| in magnitude. */
 SDPA_INLINE void pack_k_sve_typed(const sdpa_rows *w, size_t j0, size_t nb, float *kp, sdpa_dtype t)
 {
     const size_t d = w->d;
@@ -56,30 +66,44 @@ SDPA_INLINE void pack_k_sve_typed(const sdpa_rows *w, size_t j0, size_t nb, floa
         for (size_t c0 = 0; c0 < nb; c0 += 2 * vl) {
             const size_t W = nb - c0 < 2 * vl ? nb - c0 : 2 * vl;
             float *panel = kp + c0 * d;
-            for (size_t c = 0; c < W; c++) {
-                const ptrdiff_t o = (ptrdiff_t)(j0 + c0 + c) * ks;
-                for (size_t dd = 0; dd < d; dd++) {
-                    const ptrdiff_t e = o + (ptrdiff_t)dd;
-                    const uint16_t h = t == SDPA_F32 ? 0 : ((const uint16_t *)w->k)[e];
-                    panel[dd * W + c] = t == SDPA_F32   ? ((const float *)w->k)[e]
-                                        : t == SDPA_F16 ? sdpa_f16_to_f32(h)
-                                                        : sdpa_bf16_to_f32(h);
+            for (size_t c = 0, e, n, row; c < W; c = e) {
+                n = W - c;
+                const void *k = sdpa_k_run(w, j0, nb, c0 + c, &n, &row);
+                const ptrdiff_t r0 = (ptrdiff_t)row - (ptrdiff_t)c; /* panel key i: row r0 + i */
+                for (e = c + n; c < e; c++) {
+                    const ptrdiff_t o = (r0 + (ptrdiff_t)c) * ks;
+                    for (size_t dd = 0; dd < d; dd++) {
+                        const ptrdiff_t x = o + (ptrdiff_t)dd;
+                        const uint16_t h = t == SDPA_F32 ? 0 : ((const uint16_t *)k)[x];
+                        panel[dd * W + c] = t == SDPA_F32   ? ((const float *)k)[x]
+                                            : t == SDPA_F16 ? sdpa_f16_to_f32(h)
+                                                            : sdpa_bf16_to_f32(h);
+                    }
                 }
             }
         }
         return;
     }
-    const svint32_t idx = svindex_s32(0, (int32_t)ks);
+    const svbool_t all = svptrue_b32();
     for (size_t c0 = 0; c0 < nb; c0 += 2 * vl) {
         const size_t W = nb - c0 < 2 * vl ? nb - c0 : 2 * vl;
-        const svbool_t p0 = svwhilelt_b32_u64(0, W), p1 = svwhilelt_b32_u64(vl, W);
-        const ptrdiff_t r0 = (ptrdiff_t)(j0 + c0) * ks, r1 = r0 + (ptrdiff_t)vl * ks;
         float *panel = kp + c0 * d;
-        for (size_t dd = 0; dd < d; dd++) {
-            svst1_f32(p0, panel + dd * W, gather_sve(p0, w->k, r0 + (ptrdiff_t)dd, idx, t));
-            if (W > vl)
-                svst1_f32(p1, panel + dd * W + vl,
-                          gather_sve(p1, w->k, r1 + (ptrdiff_t)dd, idx, t));
+        for (size_t c = 0, e, n, row; c < W; c = e) {
+            n = W - c;
+            const void *k = sdpa_k_run(w, j0, nb, c0 + c, &n, &row);
+            e = c + n;
+            const svbool_t p0 = svbic_b_z(all, svwhilelt_b32_u64(0, e), svwhilelt_b32_u64(0, c));
+            const svbool_t p1 = svbic_b_z(all, svwhilelt_b32_u64(vl, e), svwhilelt_b32_u64(vl, c));
+            const svint32_t i0 = svindex_s32((int32_t)(-(ptrdiff_t)c * ks), (int32_t)ks);
+            const svint32_t i1 =
+                svindex_s32((int32_t)(((ptrdiff_t)vl - (ptrdiff_t)c) * ks), (int32_t)ks);
+            const ptrdiff_t r = (ptrdiff_t)row * ks;
+            for (size_t dd = 0; dd < d; dd++) {
+                if (c < vl)
+                    svst1_f32(p0, panel + dd * W, gather_sve(p0, k, r + (ptrdiff_t)dd, i0, t));
+                if (e > vl)
+                    svst1_f32(p1, panel + dd * W + vl, gather_sve(p1, k, r + (ptrdiff_t)dd, i1, t));
+            }
         }
     }
 }

@@ -16,27 +16,32 @@ SDPA_INLINE void pack_kq_sve_typed(const sdpa_rows *w, size_t j0, size_t nb, int
         const svint32_t idx = svindex_s32(0, (int32_t)W);
         int32_t *panel = (int32_t *)(void *)(kq + c0 * d); /* 4-byte aligned: c0 * d % 32 == 0 */
         float *kdp = kd + c0 * nblk, *kmp = km + c0 * nblk;
-        for (size_t c = 0; c < W; c++) {
-            const unsigned char *p = (const unsigned char *)w->k +
-                                     sdpa_off_bytes(t, (ptrdiff_t)(j0 + c0 + c) * w->k_stride);
-            for (size_t b = 0; b < nblk; b++, p += bb) {
-                uint16_t h;
-                memcpy(&h, p, sizeof h);
-                kdp[b * W + c] = sdpa_f16_to_f32(h);
-                if (sdpa_dtype_has_min(t)) {
-                    memcpy(&h, p + 2, sizeof h);
-                    kmp[b * W + c] = sdpa_f16_to_f32(h);
-                }
-                int32_t *col = panel + b * (SDPA_QK / 4) * W + c;
-                for (size_t i = 0; i < half; i += vb) {
-                    const svbool_t pb = svwhilelt_b8_u64(i, half);
-                    const svbool_t pw = svwhilelt_b32_u64(i / 4, half / 4);
-                    svst1_scatter_s32index_s32(pw, col + (i / 4) * W, idx,
-                                               svreinterpret_s32_s8(quants_sve_b(pb, p, i, t, 0)));
-                    if (t != SDPA_Q8_0)
+        for (size_t c = 0, e, n, row; c < W; c = e) { /* run by run: a panel may span pages */
+            n = W - c;
+            const unsigned char *k = sdpa_k_run(w, j0, nb, c0 + c, &n, &row);
+            const ptrdiff_t r0 = (ptrdiff_t)row - (ptrdiff_t)c; /* panel key i: row r0 + i */
+            for (e = c + n; c < e; c++) {
+                const unsigned char *p = k + sdpa_off_bytes(t, (r0 + (ptrdiff_t)c) * w->k_stride);
+                for (size_t b = 0; b < nblk; b++, p += bb) {
+                    uint16_t h;
+                    memcpy(&h, p, sizeof h);
+                    kdp[b * W + c] = sdpa_f16_to_f32(h);
+                    if (sdpa_dtype_has_min(t)) {
+                        memcpy(&h, p + 2, sizeof h);
+                        kmp[b * W + c] = sdpa_f16_to_f32(h);
+                    }
+                    int32_t *col = panel + b * (SDPA_QK / 4) * W + c;
+                    for (size_t i = 0; i < half; i += vb) {
+                        const svbool_t pb = svwhilelt_b8_u64(i, half);
+                        const svbool_t pw = svwhilelt_b32_u64(i / 4, half / 4);
                         svst1_scatter_s32index_s32(
-                            pw, col + (SDPA_QK / 8 + i / 4) * W, idx,
-                            svreinterpret_s32_s8(quants_sve_b(pb, p, i, t, 1)));
+                            pw, col + (i / 4) * W, idx,
+                            svreinterpret_s32_s8(quants_sve_b(pb, p, i, t, 0)));
+                        if (t != SDPA_Q8_0)
+                            svst1_scatter_s32index_s32(
+                                pw, col + (SDPA_QK / 8 + i / 4) * W, idx,
+                                svreinterpret_s32_s8(quants_sve_b(pb, p, i, t, 1)));
+                    }
                 }
             }
         }
