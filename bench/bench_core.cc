@@ -1,6 +1,7 @@
 // bench_core.cc -- sdpa-bench's core rows: the three primitives, prefill and decode per
 // implementation, the OpenBLAS baseline, the decode's read pattern
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 
@@ -83,6 +84,79 @@ void register_forward(const char *kind, const sdpa_impl *impl, const Shape &s, s
         })
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
+}
+
+// ---- 2 threads over 1, paired -----------------------------------------------------------
+// The same work on 1 and on BENCH_MAX_THREADS threads, timed in turn within each iteration (the
+// order alternating), so that both see the machine of the same moment: on a shared machine the
+// speed available drifts between separate rows by more than the scaling being judged.
+// Counters: ratio_median (the median over iterations of t1 / tN), ratio_mean (mean call over
+// mean call), ratio_best (fastest over fastest); the N-thread call's FLOP and bytes_per_second
+// and the N-thread read bandwidth sampled between iterations (limit_bytes_per_s), from which
+// tools/bench_table.py takes its roofline; bytes_per_second_1 the 1-thread call's, for the room
+// the roofline leaves. `call` runs the work once on a thread count (false: it failed).
+using ScalingCall = std::function<bool(Tensors *, size_t)>;
+static void register_scaling_row(const std::string &name, const char *probe_impl, const Shape &s,
+                                 ScalingCall call)
+{
+    const size_t tn = BENCH_MAX_THREADS;
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [=](benchmark::State &st) {
+            Tensors *t = tensors_or_skip(st, s, false);
+            if (!t) return;
+            Probe probe{probe_impl, tn, true};
+            BestCall c1, cn;
+            std::vector<double> ratios;
+            size_t it = 0;
+            for (auto _ : st) {
+                probe.sample_paused(st);
+                double dt[2];
+                bool ok = true;
+                for (int i = 0; i < 2 && ok; i++) {
+                    const int many = (int)((it + (size_t)i) % 2); // 1 thread first, then N first
+                    BestCall &c = many ? cn : c1;
+                    c.start();
+                    ok = call(t, many ? tn : 1);
+                    c.stop();
+                    dt[many] = c.last;
+                    benchmark::ClobberMemory();
+                }
+                if (!ok) {
+                    st.SkipWithError("the call failed");
+                    break;
+                }
+                ratios.push_back(dt[0] / dt[1]);
+                it++;
+            }
+            probe.sample();
+            if (ratios.empty()) return;
+            const double bytes = shape_kv_bytes(s);
+            st.counters["ratio_median"] = median_of(ratios);
+            st.counters["ratio_mean"] = c1.mean() / cn.mean();
+            st.counters["ratio_best"] = c1.best / cn.best;
+            st.counters["FLOP"] = shape_flops(s) / cn.mean();
+            st.counters["bytes_per_second"] = bytes / cn.mean();
+            st.counters["bytes_per_second_1"] = bytes / c1.mean();
+            st.counters["limit_bytes_per_s"] = probe.mean();
+        })
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+}
+
+// The decode call of s through impl. Name: scaling/<impl>/<shape>/threads:N.
+void register_scaling(const sdpa_impl *impl, const Shape &s)
+{
+    const std::string name = std::string("scaling/") + sdpa_impl_name(impl) + "/" + s.name +
+                             "/threads:" + std::to_string(BENCH_MAX_THREADS);
+    register_scaling_row(name, sdpa_impl_name(impl), s, [impl, s](Tensors *t, size_t threads) {
+        const sdpa_params p = make_params(s, threads);
+        const sdpa_tensor q = dense_view(t->q, SDPA_F32, s.q_heads, s.q_len, s.head_dim);
+        const sdpa_tensor k = dense_view(t->k, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
+        const sdpa_tensor v = dense_view(t->v, s.kv_type, s.kv_heads, s.kv_len, s.head_dim);
+        const sdpa_tensor o = dense_view(t->o, SDPA_F32, s.q_heads, s.q_len, s.head_dim);
+        return sdpa_impl_forward(impl, &p, &q, &k, &v, &o) == SDPA_OK;
+    });
 }
 
 // ---- the three primitives, single-threaded ---------------------------------------------
@@ -312,6 +386,19 @@ void register_floor(const char *isa, bench_floor_fn *fn, const Shape &s, size_t 
         })
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
+}
+
+// The floor loop of s (its arithmetic alone). Name: scaling-floor/<isa>/<shape>/threads:N.
+void register_scaling_floor(const char *isa, bench_floor_fn *fn, const Shape &s)
+{
+    const std::string name = std::string("scaling-floor/") + isa + "/" + s.name +
+                             "/threads:" + std::to_string(BENCH_MAX_THREADS);
+    register_scaling_row(name, isa, s, [fn, s](Tensors *t, size_t threads) {
+        FloorArg fa{fn, &s, (const char *)t->k, (const char *)t->v, {0}};
+        bench_pool_parallel_for(g_pools[threads], s.batch * s.kv_heads, floor_task, &fa);
+        benchmark::DoNotOptimize(fa.sum[0] + fa.sum[1]);
+        return true;
+    });
 }
 
 // ---- the conversion's ceiling (x86 hosts) --------------------------------------------------

@@ -16,8 +16,10 @@
 //   5. only when --benchmark_filter names them ('^layout/'): ragged, packed and paged decode
 //      batches and a chunked-prefill mix, with the scattered pages' own read speed (see below).
 //   6. only when --benchmark_filter names them ('^quant/'): decode and prefill on every block
-//   format
-//      K/V, exact and fast scores, each timed in turn with the f16 call (see below).
+//      format K/V, exact and fast scores, each timed in turn with the f16 call (see below);
+//   7. only when --benchmark_filter names them ('^scaling'): each decode shape on 1 and 2
+//      threads, timed in turn (scaling/), and on x86 its floor loop likewise (scaling-floor/;
+//      see register_scaling in bench_core.cc).
 // Each prefill, decode and BLAS run measures its own limit (the FMA peak of its ISA, or the read
 // bandwidth, at its thread count) before every timed iteration and once after the last, outside
 // the timed part, and is judged against their mean (Probe below): on a shared machine the speed
@@ -25,7 +27,7 @@
 // measured under the same conditions, interleaved.
 //
 // Benchmark names are <kind>/<impl>/<shape>[/threads:<n>] (kind: prim, prefill, decode, blas,
-// pattern, mix, floor, variant, layout, quant),
+// pattern, mix, floor, variant, layout, quant, scaling, scaling-floor),
 // so a filter picks a subset, e.g. --benchmark_filter='^(prefill|decode|blas)/'.
 // Counters: FLOP (rate), pct_peak (prefill, blas: % of the FMA peak measured between the
 // iterations, in limit_flops; primitives: of the start-up peak), bytes_per_second and pct_bw
@@ -242,6 +244,14 @@ int main(int argc, char **argv)
                 if (a2 && sdpa_impl_supported(a2))
                     register_floor(BENCH_HAVE_AVX2, bench_floor_avx2, s, t);
             }
+    // ... and its 2 threads over 1, paired, when the filter names scaling
+    if (benchmark::GetBenchmarkFilter().find("scaling") != std::string::npos)
+        for (const Shape &s : decode_shapes()) {
+            if (a512 && sdpa_impl_supported(a512))
+                register_scaling_floor(BENCH_HAVE_AVX512, bench_floor_avx512, s);
+            if (a2 && sdpa_impl_supported(a2))
+                register_scaling_floor(BENCH_HAVE_AVX2, bench_floor_avx2, s);
+        }
 #endif
 
     // the variant, quantized K/V and layout rows run only when the filter names them (they
@@ -250,6 +260,9 @@ int main(int argc, char **argv)
     if (chosen.find("variant") != std::string::npos) register_variant_rows();
     if (chosen.find("quant") != std::string::npos) register_quant_rows();
     if (chosen.find("layout") != std::string::npos) register_layout_rows();
+    if (chosen.find("scaling") != std::string::npos)
+        for (const sdpa_impl *impl : runnable_impls(true))
+            for (const Shape &s : decode_shapes()) register_scaling(impl, s);
 
     benchmark::RunSpecifiedBenchmarks();
     print_variant_summary(console ? stdout : stderr);

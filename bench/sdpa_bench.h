@@ -96,7 +96,7 @@ struct Probe {
 // It also sums the calls, for the mean call the percentages are computed from (plain numbers,
 // not rates: a rate counter would print them per second).
 struct BestCall {
-    double best = INFINITY, sum = 0;
+    double best = INFINITY, sum = 0, last = 0;
     size_t n = 0;
     std::chrono::steady_clock::time_point t0;
     void start() { t0 = std::chrono::steady_clock::now(); }
@@ -106,6 +106,7 @@ struct BestCall {
             std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         if (dt < best) best = dt;
         sum += dt;
+        last = dt;
         n++;
     }
     double mean() const { return n ? sum / (double)n : INFINITY; }
@@ -122,6 +123,7 @@ struct Once {
 // the decode's read pattern alone (needs the AVX-512 peak kernels)
 void register_primitives(const sdpa_impl *impl);
 void register_forward(const char *kind, const sdpa_impl *impl, const Shape &s, size_t threads);
+void register_scaling(const sdpa_impl *impl, const Shape &s);
 #ifdef BENCH_HAVE_BLAS
 void register_blas(const Shape &s);
 #endif
@@ -132,6 +134,7 @@ void register_pattern(const Shape &s, int order, size_t pf);
 void register_mix(const char *isa, double (*fn)(int, uint64_t, float *), int fmt);
 // the decode's arithmetic floor of a 16-bit decode shape, on an ISA's kernel (x86 hosts)
 void register_floor(const char *isa, bench_floor_fn *fn, const Shape &s, size_t threads);
+void register_scaling_floor(const char *isa, bench_floor_fn *fn, const Shape &s);
 #endif
 // bench_variants.cc, bench_quant.cc, bench_layouts.cc: every supported implementation's rows
 // of the family (the filter decides whether main calls them); the summaries print the rows

@@ -45,9 +45,14 @@ typedef struct ab_call {
     float softcap;
     const float *alibi_slopes, *mask_scales;
     const void *mask;
+    /* threads > 1: the call runs on a pool of that many threads (the harness's) */
+    size_t threads;
+    void (*parallel_for)(void *pool, size_t n_tasks, void (*task)(void *, size_t, size_t),
+                         void *arg);
+    void *pool;
 } ab_call;
 
-/* One build, as the harness sees it: its registry by index, and sdpa_impl_forward on one thread. */
+/* One build, as the harness sees it: its registry by index, and sdpa_impl_forward. */
 typedef struct ab_side {
     size_t (*count)(void);
     const char *(*name)(size_t impl);
@@ -93,6 +98,11 @@ static int side_forward(size_t i, const ab_call *c, char *msg, size_t msg_len)
 {
     sdpa_params p;
     memset(&p, 0, sizeof p); /* no parallel_for: the call runs on this thread alone */
+    if (c->threads > 1) {
+        p.parallel_for = c->parallel_for;
+        p.pool = c->pool;
+        p.n_threads = c->threads;
+    }
     p.batch = c->batch;
     p.q_heads = c->q_heads;
     p.kv_heads = c->kv_heads;
@@ -140,7 +150,9 @@ const ab_side AB_CAT(ab_side_, AB_SIDE_PREFIX) = {side_count, side_name, side_su
 #else
 /* ---- the harness ----------------------------------------------------------------------- */
 #include <math.h>
+#include <pthread.h>
 #include <regex.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -163,6 +175,93 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- a pool of threads for --threads: they sleep between calls, and within a call every
+   thread, the caller too, takes tasks from one counter until none is left ---- */
+#define AB_MAX_THREADS 64
+typedef void (*ab_task_fn)(void *arg, size_t task, size_t thread);
+typedef struct ab_pool {
+    size_t n; /* threads, the caller included */
+    pthread_t th[AB_MAX_THREADS];
+    pthread_mutex_t mu;
+    pthread_cond_t go;
+    unsigned long gen; /* calls handed out */
+    bool quit;
+    ab_task_fn fn;
+    void *arg;
+    size_t n_tasks;
+    atomic_size_t next, busy; /* the next task; the workers still in the call */
+} ab_pool;
+
+typedef struct ab_worker {
+    ab_pool *pool;
+    size_t id;
+} ab_worker;
+
+static void pool_take(ab_pool *p, size_t id)
+{
+    for (size_t t; (t = atomic_fetch_add(&p->next, 1)) < p->n_tasks;) p->fn(p->arg, t, id);
+}
+
+static void *pool_worker(void *arg)
+{
+    const ab_worker *w = arg;
+    ab_pool *p = w->pool;
+    unsigned long seen = 0;
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        while (p->gen == seen && !p->quit) pthread_cond_wait(&p->go, &p->mu);
+        seen = p->gen;
+        const bool quit = p->quit;
+        pthread_mutex_unlock(&p->mu);
+        if (quit) return NULL;
+        pool_take(p, w->id);
+        atomic_fetch_sub(&p->busy, 1);
+    }
+}
+
+static void pool_parallel_for(void *pool, size_t n_tasks, void (*task)(void *, size_t, size_t),
+                              void *arg)
+{
+    ab_pool *p = pool;
+    pthread_mutex_lock(&p->mu);
+    p->fn = task, p->arg = arg, p->n_tasks = n_tasks;
+    atomic_store(&p->next, 0);
+    atomic_store(&p->busy, p->n - 1);
+    p->gen++;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    pool_take(p, 0);
+    while (atomic_load(&p->busy) != 0) {
+    }
+}
+
+static ab_worker pool_workers[AB_MAX_THREADS];
+
+static int pool_start(ab_pool *p, size_t n)
+{
+    memset(p, 0, sizeof *p);
+    p->n = n;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->go, NULL);
+    for (size_t i = 1; i < n; i++) {
+        pool_workers[i] = (ab_worker){p, i};
+        if (pthread_create(&p->th[i], NULL, pool_worker, &pool_workers[i]) != 0) {
+            p->n = i;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static void pool_stop(ab_pool *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->quit = true;
+    pthread_cond_broadcast(&p->go);
+    pthread_mutex_unlock(&p->mu);
+    for (size_t i = 1; i < p->n; i++) pthread_join(p->th[i], NULL);
 }
 
 /* ---- shapes: those of bench/sdpa_bench.cc and bench/bench_variants.cc, with their names ---- */
@@ -513,6 +612,7 @@ typedef struct options {
     regex_t filter;
     bool has_filter;
     size_t read_mib;
+    size_t threads;
     double tolerance;
     const char *label[2];
 } options;
@@ -532,6 +632,8 @@ static void usage(FILE *f)
             "  --filter REGEX     rows whose kind/impl/shape matches, e.g. '^decode/.*_f16$'\n"
             "  --impl LIST        implementations, comma-separated (default: all both builds run)\n"
             "  --read-mib N       the read before each decode call (default 512)\n"
+            "  --threads N        run every call on N threads (default 1; the read stays one\n"
+            "                     thread's, cpu B/A counts the calling thread's time alone)\n"
             "  --tolerance X      largest |B - A| of an output taken as agreement (default 1e-5)\n"
             "  --list             print the rows that would run, and exit\n"
             "  --label-a S, --label-b S   how to name the builds in the report\n");
@@ -696,6 +798,7 @@ static int parse(int argc, char **argv, options *o)
     o->row_seconds = 60;
     o->abba = true;
     o->read_mib = 512;
+    o->threads = 1;
     o->tolerance = 1e-5;
     o->label[0] = "A";
     o->label[1] = "B";
@@ -735,6 +838,12 @@ static int parse(int argc, char **argv, options *o)
         } else if (v && strcmp(a, "--read-mib") == 0) {
             o->read_mib = (size_t)strtoull(v, NULL, 10), i++;
             if (o->read_mib < 1) o->read_mib = 1;
+        } else if (v && strcmp(a, "--threads") == 0) {
+            o->threads = (size_t)strtoull(v, NULL, 10), i++;
+            if (o->threads < 1 || o->threads > AB_MAX_THREADS) {
+                fprintf(stderr, "ab: --threads takes 1 to %d\n", AB_MAX_THREADS);
+                return -1;
+            }
         } else if (v && strcmp(a, "--tolerance") == 0) {
             o->tolerance = strtod(v, NULL), i++;
         } else if (v && strcmp(a, "--label-a") == 0) {
@@ -822,10 +931,16 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    ab_pool pool;
+    if (opt.threads > 1 && pool_start(&pool, opt.threads) != 0) {
+        fprintf(stderr, "ab: cannot start %zu threads\n", opt.threads);
+        return 1;
+    }
     printf("A: %s\nB: %s\n", opt.label[0], opt.label[1]);
     printf("%d timed calls per build and row (fewer where they would take over %.0f s), in pairs "
-           "%s, one thread, the same buffers for both\n",
-           opt.calls, opt.row_seconds, opt.abba ? "AB BA AB ..." : "AB AB ...");
+           "%s, %zu thread%s, the same buffers for both\n",
+           opt.calls, opt.row_seconds, opt.abba ? "AB BA AB ..." : "AB AB ...", opt.threads,
+           opt.threads == 1 ? "" : "s");
     if (any_decode) {
         printf("decode: each call after a read of %s", rd.desc);
         const long hp = huge_mib();
@@ -871,6 +986,8 @@ int main(int argc, char **argv)
         base.batch = s->batch, base.q_heads = s->q_heads, base.kv_heads = s->kv_heads;
         base.q_len = s->q_len, base.kv_len = s->kv_len, base.head_dim = hd;
         base.causal = s->causal, base.kv_type = s->kv_type, base.page = s->page;
+        if (opt.threads > 1)
+            base.threads = opt.threads, base.parallel_for = pool_parallel_for, base.pool = &pool;
         int *table = NULL; /* a paged shape's pages, in a fixed shuffled order */
         if (s->page) {
             const size_t np = s->kv_len / s->page;
@@ -941,6 +1058,7 @@ int main(int argc, char **argv)
                     : "all outputs agree");
     free(rd.buf);
     if (opt.csv) fclose(opt.csv);
+    if (opt.threads > 1) pool_stop(&pool);
     return failed || differ ? 1 : 0;
 }
 #endif

@@ -18,8 +18,9 @@ A and B are each one of
   a meson build directory             its libsdpa.a as it is (run ninja there first)
   a libsdpa.a                         as it is
 Every global symbol of A's archive is renamed a_<name>, of B's b_<name>, and both are linked into
-one harness (tools/ab/ab.c) that calls sdpa_impl_forward of A and of B in turn, single-threaded,
-on the same buffers, each decode call after a 512 MiB read (timed: the bandwidth of the moment).
+one harness (tools/ab/ab.c) that calls sdpa_impl_forward of A and of B in turn (single-threaded
+unless --threads), on the same buffers, each decode call after a 512 MiB read (timed: the
+bandwidth of the moment).
 
 options of this script:
   --workdir DIR      build and link there, and keep it: revisions already built there are reused
@@ -35,6 +36,7 @@ options of the harness:
   --impl LIST        implementations, comma-separated (default: every one both builds run here)
   --order abba|abab  the order within each pair of calls (default abba: AB BA AB BA ...)
   --read-mib N       size of the read before each decode call (default 512)
+  --threads N        every call on N threads, a pool of the harness (default 1)
   --tolerance X      largest |B - A| of an output still counted as agreement (default 1e-5)
   --list             print the rows that would run, and exit
 The exit status is 1 when a row failed or the outputs of A and B differ.
