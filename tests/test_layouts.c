@@ -282,6 +282,14 @@ static void t_paged_variants(const sdpa_impl *impl)
     qcase c = prefills(Q_PADDED, KV_PACKED, 0, F32);
     c.mask = true, c.alibi = true, c.softcap = 5.0f;
     qprob_case(impl, &c, 53);
+    /* decodes of 4 and 7 rows per KV head on 16-key pages: a variant's P·V over a whole block
+       of pages */
+    qcase d = decodes(Q_PADDED, KV_PAGED, 16, F16);
+    d.window = 900, d.mask = true, d.softcap = 30.0f;
+    qprob_case(impl, &d, 54);
+    qcase e = decodes(Q_PADDED, KV_PAGED, 16, BF16);
+    e.qh = 14, e.alibi = true, e.sinks = true;
+    qprob_case(impl, &e, 55);
 }
 
 /* ------------------------------------------------------------------------------------------ */

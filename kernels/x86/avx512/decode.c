@@ -73,8 +73,11 @@ static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, si
     c->S = *S;
     c->ilv = R <= DECODE_ILV_ROWS && !sdpa_is_variant(w);
     c->ilv_pages = c->ilv && w->piece_of && sdpa_ilv_pages_ok(w->piece_of, DECODE_PV_KB);
-    /* with more rows or a variant, a page per call costs no more than the sub-blocks' streams */
-    c->pv_pages = c->ilv && w->piece_of && 2 * w->piece_of->pages->size == DECODE_PV_KB;
+    /* a paged block's P·V in sub-blocks over two pages, rather than a call per 16-key page
+       (each reloading and storing the rows' accumulators); with one or two rows outside the
+       turns the scores already request each page's V rows, and the call per page is kept */
+    c->pv_pages =
+        (c->ilv || !c->other) && w->piece_of && 2 * w->piece_of->pages->size == DECODE_PV_KB;
     c->pre.n = 0;
     for (size_t r = 0; r < DECODE_MAX_ROWS; r++) c->qr[r] = w->q + sdpa_min(r, R - 1) * d;
     const size_t RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8;
@@ -181,8 +184,8 @@ static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, const sdpa_ilv_
     }
 }
 
-/* The P·V of a paged unit's block, keys [j0, j0 + nb) of w (pages of DECODE_PV_KB / 2 keys, at
-   most DECODE_ILV_ROWS rows), in one pass through the pages rather than a call per page: as
+/* The P·V of a paged unit's block, keys [j0, j0 + nb) of w (pages of DECODE_PV_KB / 2 keys), in
+   one pass through the pages rather than a call per page: with the turns (c->ilv) as
    decode_values_ilv's turns of DECODE_PV_KB keys, each scoring the next block's keys at the same
    place, when the next block lies whole before the rows' end and every row sees this one (all
    but a unit's last block); else in sub-blocks of DECODE_PV_KB keys, each requesting the V rows
