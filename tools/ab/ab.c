@@ -43,6 +43,7 @@ typedef struct ab_call {
     const void *k, *v;
     float *o;
     float softcap;
+    int q8_scores;
     const float *alibi_slopes, *mask_scales;
     const void *mask;
     /* threads > 1: the call runs on a pool of that many threads (the harness's) */
@@ -132,6 +133,7 @@ static int side_forward(size_t i, const ab_call *c, char *msg, size_t msg_len)
     sdpa_tensor mask = side_view(c->mask, SDPA_F16, 1, c->q_len, c->kv_len);
     mask.head_stride = 0; /* broadcast over the heads */
     p.softcap = c->softcap;
+    p.q8_scores = c->q8_scores;
     p.alibi_slopes = c->alibi_slopes;
     p.mask = c->mask ? &mask : NULL;
     p.mask_scales = c->mask_scales;
@@ -267,8 +269,15 @@ static void pool_stop(ab_pool *p)
 /* ---- shapes: those of bench/sdpa_bench.cc and bench/bench_variants.cc, with their names ---- */
 /* the score modifiers of a variant row: an f16 mask broadcast over the heads holds values in
    [-1, 1) (mask_f16_bcast) or -|i' - j| (mask_scales, with the ALiBi slopes as its factors),
-   and -inf at a few entries in both */
-typedef enum ab_variant { AB_PLAIN = 0, AB_SOFTCAP, AB_ALIBI, AB_MASK, AB_MASK_SCALES } ab_variant;
+   and -inf at a few entries in both; AB_FAST, a decode row's q8_scores 1 */
+typedef enum ab_variant {
+    AB_PLAIN = 0,
+    AB_SOFTCAP,
+    AB_ALIBI,
+    AB_MASK,
+    AB_MASK_SCALES,
+    AB_FAST
+} ab_variant;
 
 typedef struct shape {
     const char *kind, *name;
@@ -319,6 +328,19 @@ static const shape shapes[] = {
     AB_DECODE("B1_Hq32_Hkv32_kv16384_D128_f16_paged16", 32, 32, 16384, AB_F16, 16),
     AB_DECODE("B1_Hq32_Hkv8_kv32768_D128_q8_0_paged16", 32, 8, 32768, AB_Q8_0, 16),
     AB_DECODE("B1_Hq32_Hkv8_kv32768_D128_q8_0_paged128", 32, 8, 32768, AB_Q8_0, 128),
+/* fast scores (q8_scores 1): sdpa-bench's quant/<impl>/decode_..._fast rows */
+#define AB_DECODE_FAST(name, hq, hkv, type)                                                        \
+    {                                                                                              \
+        "decode", name "_fast", 1, hq, hkv, 1, 32768, 128, false, type, AB_FAST, 0                 \
+    }
+    AB_DECODE_FAST("B1_Hq32_Hkv8_kv32768_D128_q8_0", 32, 8, AB_Q8_0),
+    AB_DECODE_FAST("B1_Hq32_Hkv8_kv32768_D128_q4_0", 32, 8, AB_Q4_0),
+    AB_DECODE_FAST("B1_Hq32_Hkv8_kv32768_D128_q4_1", 32, 8, AB_Q4_1),
+    AB_DECODE_FAST("B1_Hq32_Hkv8_kv32768_D128_q5_0", 32, 8, AB_Q5_0),
+    AB_DECODE_FAST("B1_Hq32_Hkv8_kv32768_D128_q5_1", 32, 8, AB_Q5_1),
+    AB_DECODE_FAST("B1_Hq32_Hkv8_kv32768_D128_iq4_nl", 32, 8, AB_IQ4_NL),
+    AB_DECODE_FAST("B1_Hq28_Hkv4_kv32768_D128_q8_0", 28, 4, AB_Q8_0),
+#undef AB_DECODE_FAST
 #define AB_VARIANT(name, v)                                                                        \
     {                                                                                              \
         "variant", "prefill_B1_H16_L2048_D128_causal_f16_" name, 1, 16, 16, 2048, 2048, 128, true, \
@@ -334,7 +356,7 @@ static const shape shapes[] = {
 #define N_SHAPES (sizeof shapes / sizeof shapes[0])
 
 static bool is_decode(const shape *s) { return strcmp(s->kind, "decode") == 0; }
-static bool is_variant(const shape *s) { return s->variant != AB_PLAIN; }
+static bool is_variant(const shape *s) { return s->variant != AB_PLAIN && s->variant != AB_FAST; }
 static bool is_block(ab_dtype t) { return t >= AB_Q8_0; }
 /* bytes of n elements (n a multiple of 32 for ggml's block formats) */
 static size_t kv_bytes(ab_dtype t, size_t n)
@@ -437,6 +459,7 @@ static int variant_init(const shape *s, ab_call *c, float **slopes, uint16_t **m
 {
     *slopes = NULL, *mask = NULL;
     if (s->variant == AB_SOFTCAP) c->softcap = 30.0f;
+    if (s->variant == AB_FAST) c->q8_scores = 1;
     if (s->variant == AB_ALIBI || s->variant == AB_MASK_SCALES) {
         /* the standard slopes 2^(-8 (h + 1) / H) */
         *slopes = malloc(s->q_heads * sizeof(float));
