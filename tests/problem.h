@@ -419,6 +419,9 @@ typedef struct qcase {
     int fast;      /* q8_scores */
     float krange;  /* raw K and V uniform in [kshift - krange, kshift + krange); 0: 1 */
     float kshift;  /* (a block minimum far from 0: q4_1 and q5_1's m carries the values) */
+    bool extreme;  /* Q in [0.6, 1), and K's odd keys f (-1, 15/16, ..., 15/16) in every block
+                      (f per key in [0.05, 0.3)): quants at the top of their range against query
+                      quants near 127, the int8 dot products' largest partial sums */
 } qcase;
 
 typedef struct qprob {
@@ -470,7 +473,8 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
     pr->q = tl_xmalloc(B * Hq * Lq * D * sizeof(float));
     pr->k = tl_xmalloc(B * Hk * Lk * D * sizeof(float));
     pr->v = tl_xmalloc(B * Hk * Lk * Dv * sizeof(float));
-    for (size_t e = 0; e < B * Hq * Lq * D; e++) pr->q[e] = tl_uniform(&r, -1.0f, 1.0f);
+    for (size_t e = 0; e < B * Hq * Lq * D; e++)
+        pr->q[e] = c->extreme ? tl_uniform(&r, 0.6f, 1.0f) : tl_uniform(&r, -1.0f, 1.0f);
     for (size_t e = 0; e < B * Hk * Lk * D; e++) pr->k[e] = NAN;
     if (c->fast) {
         pr->km = tl_xmalloc(B * Hk * Lk * D * sizeof(double));
@@ -591,8 +595,11 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
                     } else {
                         off = (ptrdiff_t)b * kb->bs + (ptrdiff_t)h * kb->hs + (ptrdiff_t)j * kb->ts;
                     }
+                    const float f = c->extreme ? tl_uniform(&r, 0.05f, 0.3f) : 0.0f;
                     for (size_t e = 0; e < dims[s]; e++)
-                        raw[e] = c->kshift + tl_uniform(&r, -kr, kr);
+                        raw[e] = s == 0 && c->extreme && j % 2
+                                     ? f * (e % 32 ? 15.0f / 16.0f : -1.0f)
+                                     : c->kshift + tl_uniform(&r, -kr, kr);
                     const size_t at = ((b * Hk + h) * Lk + j) * dims[s];
                     double *model = s == 0 && pr->km ? pr->km + at : NULL;
                     kvbuf_put(kvs[s], off, raw, logical + at, model);
@@ -642,6 +649,7 @@ static inline void qprob_init(qprob *pr, const qcase *cin, uint64_t seed)
     if (c->mask) MORE(" mask %s", dtn(c->mt));
     if (c->sinks) MORE(" sinks");
     if (c->krange > 0 || c->kshift != 0) MORE(" k,v in %g+-%g", c->kshift, kr);
+    if (c->extreme) MORE(" extreme quants");
     MORE("%s]", c->fast ? " q8_scores" : "");
 #undef MORE
 }

@@ -264,6 +264,14 @@ static void t_fast(const sdpa_impl *impl)
     qprob_case(impl, &d, 607);
     d.kf = KV_PACKED, d.qf = Q_PACKED, d.kt = Q50, d.window = 9;
     qprob_case(impl, &d, 608);
+    /* every format's quants at the top of their range against query quants near 127: the
+       largest partial sums the int8 dot products add (a decode of 4 and of 8 rows a KV head) */
+    for (size_t s = 0; s < N_FORMATS; s++) {
+        qcase x = mk("fast decode, extreme quants", 1, 8, 2, 128, 128, 1, 300, blk(s), F16);
+        x.fast = 1, x.extreme = true;
+        if (s % 2) x.qh = 16, x.lk[0] = 77;
+        qprob_case(impl, &x, 630 + s);
+    }
     qcase e = mk("fast long decode", 1, 8, 2, 128, 128, 2, 2100, Q4, Q8);
     e.fast = 1, e.causal = true;
     qprob_case(impl, &e, 609);

@@ -12,12 +12,12 @@
  * Few rows read K and V once, in place: each block of a key row is converted once, in
  * registers, and feeds every row (decode_q_tiles.h). A quantized value enters exactly as sdpa.h
  * states it (decode_q_format.h). Fast scores (sdpa_rows.qq) take the exact int32 dot product of
- * a query block's quants with the key block's, then scale it by qd * d_k in f32 (and add
- * qd * m_k * sum(q) for q4_1 and q5_1). One function per storage type (the element types share
- * one) and row count, for scores and for P·V, each block's decode inlined into the shared
- * arithmetic. 256-bit vectors on both ISAs: the block is 32 elements, one ymm of bytes, and the
- * decode is bound by memory and conversions, not by the vector width (the avx512 files use
- * 512-bit forms where two blocks fill a vector).
+ * a query block's quants with the key block's, a tile of keys at once with the keys in lanes,
+ * then scale it by qd * d_k in f32 (and add qd * m_k * sum(q) for q4_1 and q5_1). One function per
+ * storage type (the element types share one) and row count, for scores and for P·V, each block's
+ * decode inlined into the shared arithmetic. 256-bit vectors on both ISAs: the block is 32
+ * elements, one ymm of bytes, and the decode is bound by memory and conversions, not by the vector
+ * width (the avx512 files use 512-bit forms where two blocks fill a vector).
  */
 /* The path's tuning comes from the ISA header, which reports it (sdpa_tuning.decode_q_*). */
 #if !defined(DECODE_Q_BLOCK) || !defined(DECODE_Q_PF_KEYS) || !defined(DECODE_Q_PF_PAGED) ||       \
@@ -30,11 +30,8 @@
 /* --- the hooks of the generic loop (rows_loop.h) ------------------------------------------- */
 
 typedef struct qd_ctx {
-    const uint8_t *qu; /* fast scores with VNNI: the rows' quants plus 128, [rows][d] */
-    const float *qz;   /* fast scores: each row's block scales by pairs of blocks, each scale
-                          over 8 lanes, [rows][(d / 32 + 1) / 2 * 16] */
-    const float *qm;   /* fast scores, K in q4_1 or q5_1: qd * sum(q) of each row's blocks, qz's
-                          layout with lanes 1-7 of each block 0 (the sum enters once per block) */
+    const int32_t *qo; /* fast scores: -qd_fast_off sum(q) of each row's blocks, [rows][d / 32] */
+    const float *qm;   /* fast scores, K in q4_1 or q5_1: qd sum(q), the same layout */
     int whole; /* a paged unit's blocks come whole to the hooks, rows found through the pages */
 } qd_ctx;
 
@@ -45,8 +42,7 @@ static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t
     *lds = sdpa_round16(B);
     *S = w->ws;
     *alpha = *S + w->rows * *lds;
-    c->qu = NULL;
-    c->qz = NULL;
+    c->qo = NULL;
     c->qm = NULL;
     /* pages of a power of two keys, at most a P·V sub-block: the tiles read a whole block through
        them (a key's page a shift away, qd_key_row) and request rows ahead across pages, rather
@@ -54,35 +50,21 @@ static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t
        whose rows cost no lookup */
     const size_t ps = w->piece_of ? w->piece_of->pages->size : 0;
     c->whole = ps && ps <= DECODE_Q_PV_KB && (ps & (ps - 1)) == 0;
-    /* scratch past S and alpha (QD_WS_FLOATS) */
-    uint8_t *qu = (uint8_t *)(void *)(*alpha + sdpa_round16(w->rows));
-    float *qz = *alpha + sdpa_round16(w->rows) + sdpa_round16(w->rows * w->d / 4 + 1);
-#if SDPA_QD_VNNI
+    /* fast scores (qd_scores_fast_*): -qd_fast_off sum(q) of each row's blocks as int32, and
+       qd sum(q) for q4_1 and q5_1, both [rows][d / 32], in the scratch past S and alpha */
     if (w->qq) {
-        for (size_t e = 0; e < w->rows * w->d; e++) qu[e] = (uint8_t)(w->qq[e] + 128);
-        c->qu = qu;
-    }
-#else
-    (void)qu;
-#endif
-    if (w->qq) {
-        const size_t nbk = w->d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
+        const size_t nbk = w->d / SDPA_QK;
+        int32_t *qo = (int32_t *)(void *)(*alpha + sdpa_round16(w->rows));
+        float *qm = *alpha + sdpa_round16(w->rows) + sdpa_round16(w->rows * nbk);
         for (size_t r = 0; r < w->rows; r++)
-            for (size_t b = 0; b < nbk; b++)
-                for (size_t e = 0; e < 8; e++)
-                    qz[r * zr + b / 2 * 16 + b % 2 * 8 + e] = w->qd[r * nbk + b];
-        c->qz = qz;
-        if (sdpa_dtype_has_min(w->k_type)) {
-            float *qm = w->ws + QD_WS_QM(w->rows, w->d);
-            for (size_t r = 0; r < w->rows; r++)
-                for (size_t b = 0; b < nbk; b++) {
-                    int32_t sum = 0;
-                    for (size_t e = 0; e < SDPA_QK; e++) sum += w->qq[r * w->d + b * SDPA_QK + e];
-                    for (size_t e = 0; e < 8; e++)
-                        qm[r * zr + b * 8 + e] = e ? 0.0f : w->qd[r * nbk + b] * (float)sum;
-                }
-            c->qm = qm;
-        }
+            for (size_t b = 0; b < nbk; b++) {
+                int32_t sum = 0;
+                for (size_t e = 0; e < SDPA_QK; e++) sum += w->qq[r * w->d + b * SDPA_QK + e];
+                qo[r * nbk + b] = -qd_fast_off(w->k_type) * sum;
+                qm[r * nbk + b] = w->qd[r * nbk + b] * (float)sum;
+            }
+        c->qo = qo;
+        c->qm = qm;
     }
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
     for (size_t j = w->kv_begin; j < w->kv_begin + DECODE_Q_PF_KEYS && j < kend; j++) {
@@ -101,8 +83,8 @@ static inline sdpa_dtype qd_el(sdpa_dtype t)
 
 /* One function per shape (the storage type, or an element type; the row count), called once per
    block, for loop_scores and loop_values. */
-typedef void qd_scores_fn(const sdpa_rows *w, const uint8_t *qu, const float *qz, const float *qm,
-                          size_t j0, size_t nb, float *S, size_t lds);
+typedef void qd_scores_fn(const sdpa_rows *w, const int32_t *qo, const float *qm, size_t j0,
+                          size_t nb, float *S, size_t lds);
 typedef void qd_values_fn(const sdpa_rows *w, float *acc, const float *al, const float *P,
                           size_t lds, size_t j0, size_t n, size_t kend);
 #ifndef SDPA_QD_PART
@@ -116,10 +98,10 @@ typedef void qd_values_fn(const sdpa_rows *w, float *acc, const float *al, const
 #define QD_CAT(a, b)  QD_CAT2(a, b)
 #define QD_PN(x)      QD_CAT(SDPA_QD_PFX, x) /* an instance's name */
 #define QD_SCORES_HEAD(N, R)                                                                       \
-    void QD_PN(qd_scores_##N##_##R)(const sdpa_rows *w, const uint8_t *qu, const float *qz,        \
-                                    const float *qm, size_t j0, size_t nb, float *S, size_t lds)
+    void QD_PN(qd_scores_##N##_##R)(const sdpa_rows *w, const int32_t *qo, const float *qm,        \
+                                    size_t j0, size_t nb, float *S, size_t lds)
 #define QD_SCORES_FN(N, KT, R)                                                                     \
-    QD_SCORES_LINK QD_SCORES_HEAD(N, R) { qd_scores_r(R, KT, w, qu, qz, qm, j0, nb, S, lds); }
+    QD_SCORES_LINK QD_SCORES_HEAD(N, R) { qd_scores_r(R, KT, w, qo, qm, j0, nb, S, lds); }
 #define QD_SCORES_DECL(N, KT, R) QD_SCORES_HEAD(N, R);
 #define QD_VALUES_FN(N, VT, R)                                                                     \
     SDPA_NOINLINE void QD_PN(qd_values_##N##_##R)(const sdpa_rows *w, float *acc, const float *al, \
@@ -182,8 +164,7 @@ static inline void loop_scores(qd_ctx *c, const sdpa_rows *w, size_t r0, size_t 
                                float *S, size_t lds)
 {
     (void)r0; /* all rows: the tiles are shaped by the row count */
-    qd_scores_fns[qd_type_ix(w->k_type)][qd_rows_ix(w->rows)](w, c->qu, c->qz, c->qm, j0, nb, S,
-                                                              lds);
+    qd_scores_fns[qd_type_ix(w->k_type)][qd_rows_ix(w->rows)](w, c->qo, c->qm, j0, nb, S, lds);
 }
 
 static inline float loop_softmax(qd_ctx *c, size_t r, float *s, size_t nv, size_t nb, float *m,

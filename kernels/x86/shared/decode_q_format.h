@@ -5,8 +5,7 @@
  * is d n + m rounded once, what one fused multiply-add gives. Every format but q8_0 (read from
  * memory) is decoded once per block into int8 quants in registers, then converted by shared
  * arithmetic. 256-bit forms for both ISAs, and 512-bit ones (a block in two vectors) where the
- * including file is compiled for AVX-512. SDPA_QD_VNNI (0 or 1) must be defined: it selects
- * qd_dot's instruction.
+ * including file is compiled for AVX-512.
  */
 #ifndef SDPA_DECODE_Q_FORMAT_H
 #define SDPA_DECODE_Q_FORMAT_H
@@ -116,17 +115,6 @@ SDPA_INLINE __m256 qd_reduce8(const __m256 a[8])
     const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
     return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20),
                          _mm256_permute2f128_ps(t0, t1, 0x31));
-}
-
-/* Eight int32 lanes whose sum is the dot product of 32 unsigned bytes u (<= 128) with 32
-   signed bytes s: exact (pmaddubsw's pair sums stay below 2^15 with u <= 128, |s| <= 127). */
-SDPA_INLINE __m256i qd_dot(__m256i u, __m256i s)
-{
-#if SDPA_QD_VNNI
-    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
-#else
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
-#endif
 }
 
 static inline const unsigned char *qd_row(const void *base, sdpa_dtype type, ptrdiff_t stride,

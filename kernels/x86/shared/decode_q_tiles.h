@@ -1,10 +1,11 @@
 /* decode_q_tiles.h -- the score tiles and P·V panels of decode_q.h, for K or V in a block format */
 /*
- * Exact scores convert each K block once, in registers, for every row; fast scores take the
- * exact int32 dot product of a query block's quants with the key block's, scaled by qd * d_k in
- * f32, plus qd * m_k * sum(query quants) for q4_1 and q5_1. P·V converts each V block once
- * for every row. DECODE_Q_PF_KEYS (keys ahead whose rows are requested), DECODE_Q_PV_KB
- * (keys per P·V sub-block) and SDPA_QD_VNNI must be defined.
+ * Exact scores convert each K block once, in registers, for every row; fast scores turn a tile of
+ * keys so that each key's block lies in one lane, and take the exact int32 dot products of a
+ * query block's quants with all the tile's keys at once, scaled by qd * d_k in f32, plus
+ * qd * m_k * sum(query quants) for q4_1 and q5_1. P·V converts each V block once for every
+ * row. DECODE_Q_PF_KEYS (keys ahead whose rows are requested), DECODE_Q_PV_KB (keys per P·V
+ * sub-block) and SDPA_QD_VNNI must be defined.
  */
 #ifndef SDPA_DECODE_Q_TILES_H
 #define SDPA_DECODE_Q_TILES_H
@@ -12,13 +13,10 @@
 #include "decode_q_format.h"
 
 /* The scratch of decode_q.h for R rows, in floats (each part a multiple of 16): S
-   [R][DECODE_Q_BLOCK], alpha [R], the VNNI query bytes, the fast scores' block scales (qz),
-   then for q4_1 and q5_1 the fast scores' qd * sum(q) of each row's blocks (qm: qz's layout,
-   only lane 0 of each block's 8 set, so that the sum enters once per block). */
-#define QD_WS_QM(R, d)                                                                             \
-    ((R)*sdpa_round16(DECODE_Q_BLOCK) + sdpa_round16(R) + sdpa_round16((R) * (d) / 4 + 1) +        \
-     sdpa_round16((R) * ((d) / 4 + 16)))
-#define QD_WS_FLOATS(R, d) (QD_WS_QM(R, d) + sdpa_round16((R) * ((d) / 4 + 16)))
+   [R][DECODE_Q_BLOCK], alpha [R], then the fast scores' qo and qm ([R][d / 32] each, made by
+   loop_begin). */
+#define QD_WS_FLOATS(R, d)                                                                         \
+    ((R)*sdpa_round16(DECODE_Q_BLOCK) + sdpa_round16(R) + 2 * sdpa_round16((R) * ((d) / 32)))
 
 /* Scores of R rows (q packed, row r at q + r d) against NK keys (rows kr[i]), R * NK <= 8,
    lane r * NK + i. Exact: K converted per block, once for all rows, then f32 FMAs. */
@@ -67,50 +65,30 @@ SDPA_INLINE __m256 qd_score_tile(int R, int NK, sdpa_dtype kt, const float *q, s
     return qd_reduce8(a);
 }
 
-/* Fast scores of R rows against NK keys: per block, the exact int32 dot product of the row's
-   quants with the key's, converted and scaled by qd * d_k. The byte products take one operand
-   unsigned: with VNNI the row's quants plus 128 (qu, packed by loop_begin) against k, less
-   128 sum(k) (the accumulator's start, once per key block); without, |k| against the row's
-   quants carrying k's sign. q4_1 and q5_1 add m_k times qm (qd * sum(q), lane 0 of each
-   block's 8, by loop_begin). */
+/* Fast scores of R rows against NK keys of q8_0 or iq4_nl on AVX2, a block's elements in lanes:
+   per block, |k| against the row's quants carrying k's sign (pmaddubsw, exact), converted and
+   scaled by qd * d_k. With the keys in lanes (qd_scores_fast_y) these formats would pay the sign
+   per row and key group, which measured slower. */
 SDPA_INLINE __m256 qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *qq,
-                                    const uint8_t *qu, const float *qdv, const float *qm, size_t d,
-                                    const unsigned char *const *kr)
+                                    const float *qdv, size_t d, const unsigned char *const *kr)
 {
     __m256 a[8];
     SDPA_UNROLL for (int i = 0; i < 8; i++) a[i] = _mm256_setzero_ps();
-    const size_t bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
-    (void)qq, (void)qu, (void)qm, (void)zr;
+    const size_t bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK;
     for (size_t b = 0; b < nbk; b++) {
         SDPA_UNROLL for (int i = 0; i < NK; i++)
         {
             const unsigned char *kb = kr[i] + b * bb;
-            __m256 dk, mk;
-            qd_scales8(kt, kb, &dk, &mk);
-            const __m256i k8 = qd_quants32(kt, kb);
-#if SDPA_QD_VNNI
-            const __m256i c0 = _mm256_sub_epi32(
-                _mm256_setzero_si256(),
-                _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8((char)0x80), k8));
-#else
-            const __m256i ak = _mm256_sign_epi8(k8, k8);
-#endif
+            const __m256 dk = qd_f16x8(kb);
+            const __m256i k8 = qd_quants32(kt, kb), ak = _mm256_sign_epi8(k8, k8);
             SDPA_UNROLL for (int r = 0; r < R; r++)
             {
-#if SDPA_QD_VNNI
-                const __m256i u8 = _mm256_loadu_si256(
-                    (const __m256i *)(const void *)(qu + (size_t)r * d + b * SDPA_QK));
-                const __m256i p = _mm256_dpbusd_epi32(c0, u8, k8);
-#else
                 const __m256i q8 = _mm256_loadu_si256(
                     (const __m256i *)(const void *)(qq + (size_t)r * d + b * SDPA_QK));
-                const __m256i p = qd_dot(ak, _mm256_sign_epi8(q8, k8));
-#endif
-                const __m256 s = _mm256_mul_ps(dk, _mm256_broadcast_ss(qdv + (size_t)r * nbk + b));
-                a[r * NK + i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), s, a[r * NK + i]);
-                if (sdpa_dtype_has_min(kt))
-                    a[r * NK + i] = _mm256_fmadd_ps(
-                        mk, _mm256_loadu_ps(qm + (size_t)r * zr + b * 8), a[r * NK + i]);
+                const __m256i p = _mm256_madd_epi16(
+                    _mm256_maddubs_epi16(ak, _mm256_sign_epi8(q8, k8)), _mm256_set1_epi16(1));
+                const __m256 sc = _mm256_mul_ps(dk, _mm256_broadcast_ss(qdv + (size_t)r * nbk + b));
+                a[r * NK + i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, a[r * NK + i]);
             }
         }
     }
@@ -164,6 +142,148 @@ SDPA_INLINE void qd_tile_store(int R, int NK, __m256 v, size_t n, float *S, size
 #endif
 }
 
+/* Fast scores with the keys in lanes: K is turned once per tile of 16 keys so that byte group
+   c (elements 4c..4c+3) of key l's block sits in lane l of vector c, and each row's four query
+   bytes of a group, broadcast, meet all 16 keys in one int8 dot product. A block then costs a
+   row 8 dot products and one scaling for 16 keys, where the layout with a block's elements in
+   lanes paid a conversion and scaling per key. The key bytes are unsigned, k + QD_OFF (or |k|
+   for q8_0 and iq4_nl without VNNI, whose pair sums would overflow pmaddubsw's int16); the
+   row's -QD_OFF sum(q) of the block (qo, made by loop_begin) starts each int32 sum, so the dot
+   product is exact. */
+
+/* The offset that makes a format's key bytes unsigned: q8_0 and iq4_nl 128 (with VNNI; without,
+   0 and |k|), q4_0 8 and q5_0 16 (their n), q4_1 and q5_1 0 (n already). */
+SDPA_INLINE int qd_fast_off(sdpa_dtype kt)
+{
+    if (kt == SDPA_Q8_0 || kt == SDPA_IQ4_NL) return SDPA_QD_VNNI ? 128 : 0;
+    return kt == SDPA_Q4_0 ? 8 : kt == SDPA_Q5_0 ? 16 : 0;
+}
+
+/* Byte group c (c < 8) of the 8 rows y[l] in lane l of t[c]: a 4x4 transpose of dwords within
+   128-bit lanes, then the lanes exchanged. */
+SDPA_INLINE void qd_transpose8x8(const __m256i *y, __m256i *t)
+{
+    __m256i a[8];
+    SDPA_UNROLL for (int g = 0; g < 8; g += 4)
+    {
+        const __m256i t0 = _mm256_unpacklo_epi32(y[g], y[g + 1]);
+        const __m256i t1 = _mm256_unpackhi_epi32(y[g], y[g + 1]);
+        const __m256i t2 = _mm256_unpacklo_epi32(y[g + 2], y[g + 3]);
+        const __m256i t3 = _mm256_unpackhi_epi32(y[g + 2], y[g + 3]);
+        a[g] = _mm256_unpacklo_epi64(t0, t2);
+        a[g + 1] = _mm256_unpackhi_epi64(t0, t2);
+        a[g + 2] = _mm256_unpacklo_epi64(t1, t3);
+        a[g + 3] = _mm256_unpackhi_epi64(t1, t3);
+    }
+    /* a[k]: keys 0-3 group k, keys 0-3 group 4+k; a[4+k] the same for keys 4-7 */
+    SDPA_UNROLL for (int k = 0; k < 4; k++)
+    {
+        t[k] = _mm256_permute2x128_si256(a[k], a[4 + k], 0x20);
+        t[4 + k] = _mm256_permute2x128_si256(a[k], a[4 + k], 0x31);
+    }
+}
+
+/* The 16 bytes at x[l] + o of 8 keys in lane l of t[c], byte group c (c < 4). */
+SDPA_INLINE void qd_transpose8x4(const unsigned char *const *x, size_t o, __m256i *t)
+{
+    __m256i z[4];
+    SDPA_UNROLL for (int i = 0; i < 4; i++) z[i] = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(x[i] + o))),
+        _mm_loadu_si128((const __m128i *)(const void *)(x[4 + i] + o)), 1);
+    const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
+    const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
+    t[0] = _mm256_unpacklo_epi64(t0, t2);
+    t[1] = _mm256_unpackhi_epi64(t0, t2);
+    t[2] = _mm256_unpacklo_epi64(t1, t3);
+    t[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+/* Block b of 8 keys (rows x[l], the block at o) of q4_0, q4_1, q5_0 or q5_1 as the fast scores'
+   key bytes, n, byte group c in t[c]. */
+SDPA_INLINE void qd_keys_fast_y(sdpa_dtype kt, const unsigned char *const *x, size_t o, __m256i *t)
+{
+    const __m256i m = _mm256_set1_epi8(15);
+    if (kt == SDPA_Q4_0 || kt == SDPA_Q4_1) {
+        __m256i n[4];
+        qd_transpose8x4(x, o + (kt == SDPA_Q4_1 ? 4 : 2), n);
+        SDPA_UNROLL for (int c = 0; c < 4; c++)
+        { /* byte i holds element i (low nibble) and 16 + i (high) */
+            t[c] = _mm256_and_si256(n[c], m);
+            t[4 + c] = _mm256_and_si256(_mm256_srli_epi16(n[c], 4), m);
+        }
+        return;
+    }
+    __m256i y[8]; /* n with its 5th bit */
+    const size_t h = kt == SDPA_Q5_1 ? 4 : 2;
+    SDPA_UNROLL for (int l = 0; l < 8; l++) y[l] =
+        _mm256_or_si256(qd_nibbles32(x[l] + o + h + 4), qd_high_bits32(qd_u32(x[l] + o + h)));
+    qd_transpose8x8(y, t);
+}
+
+/* Fast scores of R rows against keys [j0, j0 + nb) of q4_0, q4_1, q5_0 or q5_1, tiles of 8 keys,
+   row r's scores of a tile in one vector (qd_scores_fast_z's arithmetic without VNNI over 8
+   lanes, pmaddubsw's int16 sums as there). */
+SDPA_INLINE void qd_scores_fast_y(int R, sdpa_dtype kt, const sdpa_rows *w, const int32_t *qo,
+                                  const float *qm, size_t j0, size_t nb, float *S, size_t lds)
+{
+    const size_t d = w->d, bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK;
+    const int off = qd_fast_off(kt), G = kt == SDPA_Q5_0 || kt == SDPA_Q5_1 ? 4 : 8;
+    for (size_t j = 0; j < nb; j += 8) {
+        const unsigned char *kr[8];
+        const size_t n = qd_tile_keys(8, kt, w, j0, j, nb, kr);
+        __m256 a[8];
+        SDPA_UNROLL for (int r = 0; r < R; r++) a[r] = _mm256_setzero_ps();
+        for (size_t b = 0; b < nbk; b++) {
+            __m256i t[8];
+            qd_keys_fast_y(kt, kr, b * bb, t);
+            const size_t o = b * bb;
+#define QD_H(l) qd_f16_bits(kr[l] + o)
+            const __m256 dk = _mm256_cvtph_ps(_mm_setr_epi16(QD_H(0), QD_H(1), QD_H(2), QD_H(3),
+                                                             QD_H(4), QD_H(5), QD_H(6), QD_H(7)));
+#undef QD_H
+#define QD_M(l) qd_f16_bits(kr[l] + o + 2)
+            const __m256 mk =
+                sdpa_dtype_has_min(kt)
+                    ? _mm256_cvtph_ps(_mm_setr_epi16(QD_M(0), QD_M(1), QD_M(2), QD_M(3), QD_M(4),
+                                                     QD_M(5), QD_M(6), QD_M(7)))
+                    : dk;
+#undef QD_M
+            SDPA_UNROLL for (int r = 0; r < R; r++)
+            {
+                const int8_t *q = w->qq + (size_t)r * d + b * SDPA_QK;
+                __m256i s0 =
+                    off ? _mm256_set1_epi32(qo[(size_t)r * nbk + b]) : _mm256_setzero_si256();
+                SDPA_UNROLL for (int c0 = 0; c0 < 8; c0 += G)
+                {
+                    __m256i h = _mm256_setzero_si256();
+                    SDPA_UNROLL for (int c = c0; c < c0 + G; c++)
+                    {
+                        int32_t qc;
+                        memcpy(&qc, q + 4 * c, 4);
+                        h = _mm256_add_epi16(h, _mm256_maddubs_epi16(t[c], _mm256_set1_epi32(qc)));
+                    }
+                    s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(h, _mm256_set1_epi16(1)));
+                }
+                const __m256 sc = _mm256_mul_ps(dk, _mm256_set1_ps(w->qd[(size_t)r * nbk + b]));
+                a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), sc, a[r]);
+                if (sdpa_dtype_has_min(kt))
+                    a[r] = _mm256_fmadd_ps(mk, _mm256_set1_ps(qm[(size_t)r * nbk + b]), a[r]);
+            }
+        }
+        SDPA_UNROLL for (int r = 0; r < R; r++)
+        {
+            float *p = S + (size_t)r * lds + j;
+            if (n == 8) {
+                _mm256_storeu_ps(p, a[r]);
+            } else {
+                float out[8];
+                _mm256_storeu_ps(out, a[r]);
+                memcpy(p, out, n * sizeof *out);
+            }
+        }
+    }
+}
+
 #ifdef __AVX512F__
 /* --- 512-bit forms (the avx512 files): a block is two vectors ----------------------------- */
 
@@ -202,94 +322,194 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
     }
 }
 
-/* Fast scores of R rows (in an RP-row tile, padding lanes 0) against keys [j0, j0 + nb), tiles of
-   NK = 16 / RP keys, two blocks per vector: the int32 dot products of blocks b and b + 1 in lanes
-   0-7 and 8-15, scaled by qz (the rows' block scales, each repeated over its 8 lanes, made by
-   loop_begin) times the key's. VNNI: vpdpbusd on the rows' quants plus 128 (qu) from -128 sum(k);
-   without: pmaddubsw on |k| and the quants negated where k < 0. An odd last block takes 256 bits.
-   q4_1 and q5_1 add m_k times qm (qd_score_tile_i8). */
-SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, const uint8_t *qu,
-                                  const float *qz, const float *qm, size_t j0, size_t nb, float *S,
-                                  size_t lds)
+/* Byte group c (c < 8) of the 16 rows y[l] in lane l of t[c]: two 4x4 transposes of dwords
+   within 128-bit lanes, then the lanes gathered in key order. */
+SDPA_INLINE void qd_transpose16x8(const __m256i *y, __m512i *t)
 {
-    const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
-    const size_t d = w->d, bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK, zr = (nbk + 1) / 2 * 16;
-    (void)qm;
-    (void)qu;
-    for (size_t j = 0; j < nb; j += (size_t)NK) {
-        const unsigned char *kr[16];
-        const size_t n = qd_tile_keys(NK, kt, w, j0, j, nb, kr);
-        __m512 a[16];
-        SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
-        size_t b = 0;
-        for (; b + 2 <= nbk; b += 2) {
-            SDPA_UNROLL for (int i = 0; i < NK; i++)
+    __m512i z[8], a[8];
+    SDPA_UNROLL for (int i = 0; i < 4; i++)
+    {
+        z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(y[i]), y[4 + i], 1);
+        z[4 + i] = _mm512_inserti64x4(_mm512_castsi256_si512(y[8 + i]), y[12 + i], 1);
+    }
+    SDPA_UNROLL for (int g = 0; g < 8; g += 4)
+    {
+        const __m512i t0 = _mm512_unpacklo_epi32(z[g], z[g + 1]);
+        const __m512i t1 = _mm512_unpackhi_epi32(z[g], z[g + 1]);
+        const __m512i t2 = _mm512_unpacklo_epi32(z[g + 2], z[g + 3]);
+        const __m512i t3 = _mm512_unpackhi_epi32(z[g + 2], z[g + 3]);
+        a[g] = _mm512_unpacklo_epi64(t0, t2);
+        a[g + 1] = _mm512_unpackhi_epi64(t0, t2);
+        a[g + 2] = _mm512_unpacklo_epi64(t1, t3);
+        a[g + 3] = _mm512_unpackhi_epi64(t1, t3);
+    }
+    /* a[k] lanes: keys 0-3 group k, keys 0-3 group 4+k, keys 4-7 group k, keys 4-7 group 4+k;
+       a[4+k] the same for keys 8-15 */
+    SDPA_UNROLL for (int k = 0; k < 4; k++)
+    {
+        t[k] = _mm512_shuffle_i32x4(a[k], a[4 + k], 0x88);
+        t[4 + k] = _mm512_shuffle_i32x4(a[k], a[4 + k], 0xDD);
+    }
+}
+
+/* The 16 bytes at x[l] + o in lane l of t[c], byte group c (c < 4). */
+SDPA_INLINE void qd_transpose16x4(const unsigned char *const *x, size_t o, __m512i *t)
+{
+    __m512i z[4];
+    SDPA_UNROLL for (int i = 0; i < 4; i++)
+    {
+#define QD_X128(l) _mm_loadu_si128((const __m128i *)(const void *)(x[l] + o))
+        const __m256i lo =
+            _mm256_inserti128_si256(_mm256_castsi128_si256(QD_X128(i)), QD_X128(4 + i), 1);
+        const __m256i hi =
+            _mm256_inserti128_si256(_mm256_castsi128_si256(QD_X128(8 + i)), QD_X128(12 + i), 1);
+#undef QD_X128
+        z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+    }
+    const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+    const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+    t[0] = _mm512_unpacklo_epi64(t0, t2);
+    t[1] = _mm512_unpackhi_epi64(t0, t2);
+    t[2] = _mm512_unpacklo_epi64(t1, t3);
+    t[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/* The dword at x[l] + o of 16 keys, lane l (a block's d, and m at o + 2 for q4_1 and q5_1). */
+SDPA_INLINE __m512i qd_dword_keys(const unsigned char *const *x, size_t o)
+{
+#define QD_W(l) (int)qd_u32(x[l] + o)
+    return _mm512_setr_epi32(QD_W(0), QD_W(1), QD_W(2), QD_W(3), QD_W(4), QD_W(5), QD_W(6), QD_W(7),
+                             QD_W(8), QD_W(9), QD_W(10), QD_W(11), QD_W(12), QD_W(13), QD_W(14),
+                             QD_W(15));
+#undef QD_W
+}
+
+/* Block b of 16 keys (rows x[l]) as the fast scores' key bytes, byte group c in t[c]; neg[c] the
+   signs of k where the bytes are |k| (q8_0 and iq4_nl without VNNI). */
+SDPA_INLINE void qd_keys_fast(sdpa_dtype kt, const unsigned char *const *x, size_t o, __m512i *t,
+                              __mmask64 *neg)
+{
+    const __m512i m = _mm512_set1_epi8(15);
+    if (kt == SDPA_Q4_0 || kt == SDPA_Q4_1 || kt == SDPA_IQ4_NL) {
+        __m512i n[4];
+        qd_transpose16x4(x, o + (kt == SDPA_Q4_1 ? 4 : 2), n);
+        SDPA_UNROLL for (int c = 0; c < 4; c++)
+        { /* byte i holds element i (low nibble) and 16 + i (high) */
+            t[c] = _mm512_and_si512(n[c], m);
+            t[4 + c] = _mm512_and_si512(_mm512_srli_epi16(n[c], 4), m);
+        }
+        if (kt == SDPA_IQ4_NL) {
+            const __m512i v = _mm512_broadcast_i32x4(
+                _mm_loadu_si128((const __m128i *)(const void *)sdpa_iq4nl_values));
+            SDPA_UNROLL for (int c = 0; c < 8; c++)
             {
-                const unsigned char *k0 = kr[i] + b * bb, *k1 = k0 + bb;
-                const __m512i k = _mm512_inserti64x4(_mm512_castsi256_si512(qd_quants32(kt, k0)),
-                                                     qd_quants32(kt, k1), 1);
-                __m256 d0, m0, d1, m1;
-                qd_scales8(kt, k0, &d0, &m0);
-                qd_scales8(kt, k1, &d1, &m1);
-                const __m512 dk = _mm512_insertf32x8(_mm512_castps256_ps512(d0), d1, 1);
-                const __m512 mk = _mm512_insertf32x8(_mm512_castps256_ps512(m0), m1, 1);
-                (void)mk;
+                const __m512i k = _mm512_shuffle_epi8(v, t[c]);
 #if SDPA_QD_VNNI
-                const __m512i c0 = _mm512_sub_epi32(
-                    _mm512_setzero_si512(),
-                    _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8((char)0x80), k));
+                t[c] = _mm512_xor_si512(k, _mm512_set1_epi8((char)0x80));
 #else
-                const __m512i ak = _mm512_abs_epi8(k);
-                const __mmask64 neg = _mm512_movepi8_mask(k);
+                neg[c] = _mm512_movepi8_mask(k);
+                t[c] = _mm512_abs_epi8(k);
 #endif
-                SDPA_UNROLL for (int r = 0; r < R; r++)
-                {
-#if SDPA_QD_VNNI
-                    const __m512i u =
-                        _mm512_loadu_si512((const void *)(qu + (size_t)r * d + b * SDPA_QK));
-                    const __m512i p = _mm512_dpbusd_epi32(c0, u, k);
-#else
-                    const __m512i q =
-                        _mm512_loadu_si512((const void *)(w->qq + (size_t)r * d + b * SDPA_QK));
-                    const __m512i sq = _mm512_mask_sub_epi8(q, neg, _mm512_setzero_si512(), q);
-                    const __m512i p =
-                        _mm512_madd_epi16(_mm512_maddubs_epi16(ak, sq), _mm512_set1_epi16(1));
-#endif
-                    const __m512 sc =
-                        _mm512_mul_ps(dk, _mm512_loadu_ps(qz + (size_t)r * zr + b / 2 * 16));
-                    a[PERM16(r * NK + i)] =
-                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), sc, a[PERM16(r * NK + i)]);
-                    if (sdpa_dtype_has_min(kt))
-                        a[PERM16(r * NK + i)] =
-                            _mm512_fmadd_ps(mk, _mm512_loadu_ps(qm + (size_t)r * zr + b / 2 * 16),
-                                            a[PERM16(r * NK + i)]);
-                }
             }
         }
-        if (b < nbk) SDPA_UNROLL for (int i = 0; i < NK; i++)
+        return;
+    }
+    __m256i y[16];
+    if (kt == SDPA_Q8_0) {
+        SDPA_UNROLL for (int l = 0; l < 16; l++) y[l] =
+            _mm256_loadu_si256((const __m256i *)(const void *)(x[l] + o + 2));
+    } else { /* q5_0, q5_1: n with its 5th bit, unsigned */
+        const size_t h = kt == SDPA_Q5_1 ? 4 : 2;
+        SDPA_UNROLL for (int l = 0; l < 16; l++) y[l] =
+            _mm256_or_si256(qd_nibbles32(x[l] + o + h + 4), qd_high_bits32(qd_u32(x[l] + o + h)));
+    }
+    qd_transpose16x8(y, t);
+    if (kt == SDPA_Q8_0) SDPA_UNROLL for (int c = 0; c < 8; c++)
+        {
+#if SDPA_QD_VNNI
+            t[c] = _mm512_xor_si512(t[c], _mm512_set1_epi8((char)0x80));
+#else
+            neg[c] = _mm512_movepi8_mask(t[c]);
+            t[c] = _mm512_abs_epi8(t[c]);
+#endif
+        }
+    (void)neg;
+}
+
+/* Fast scores of R rows against keys [j0, j0 + nb), tiles of 16 keys, row r's scores of a tile
+   in one vector: per block, the exact int32 dot products of the row's quants (w->qq) with the
+   16 keys' from qo[r][b] (-QD_OFF sum(q)), scaled by the key's d times the row's qd, plus for
+   q4_1 and q5_1 the key's m times qm[r][b] (qd sum(q)). Without VNNI, pmaddubsw's int16 pair
+   sums are added in int16 over 8 groups for 4-bit keys (8 x 2 x 15 x 128 < 2^15), 4 for 5-bit
+   ones, 1 for |k|. */
+SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, const int32_t *qo,
+                                  const float *qm, size_t j0, size_t nb, float *S, size_t lds)
+{
+    const size_t d = w->d, bb = sdpa_block_bytes(kt), nbk = d / SDPA_QK;
+    const int off = qd_fast_off(kt);
+#if !SDPA_QD_VNNI
+    const int G = off == 0 && (kt == SDPA_Q8_0 || kt == SDPA_IQ4_NL) ? 1
+                  : kt == SDPA_Q5_0 || kt == SDPA_Q5_1               ? 4
+                                                                     : 8;
+#endif
+    for (size_t j = 0; j < nb; j += 16) {
+        const unsigned char *kr[16];
+        const size_t n = qd_tile_keys(16, kt, w, j0, j, nb, kr);
+        __m512 a[8];
+        SDPA_UNROLL for (int r = 0; r < R; r++) a[r] = _mm512_setzero_ps();
+        for (size_t b = 0; b < nbk; b++) {
+            __m512i t[8];
+            __mmask64 neg[8];
+            qd_keys_fast(kt, kr, b * bb, t, neg);
+            const __m512i dm = qd_dword_keys(kr, b * bb);
+            const __m512 dk = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(dm));
+            const __m512 mk =
+                sdpa_dtype_has_min(kt)
+                    ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(dm, 16)))
+                    : dk;
+            SDPA_UNROLL for (int r = 0; r < R; r++)
             {
-                const unsigned char *kb = kr[i] + b * bb;
-                const __m256i k8 = qd_quants32(kt, kb);
-                __m256 dk, mk;
-                qd_scales8(kt, kb, &dk, &mk);
-                const __m256i ak = _mm256_sign_epi8(k8, k8);
-                SDPA_UNROLL for (int r = 0; r < R; r++)
+                const int8_t *q = w->qq + (size_t)r * d + b * SDPA_QK;
+                __m512i s0 =
+                    off ? _mm512_set1_epi32(qo[(size_t)r * nbk + b]) : _mm512_setzero_si512();
+#if SDPA_QD_VNNI
+                /* two chains of 4 dot products: half the latency */
+                __m512i s1 = _mm512_setzero_si512();
+                SDPA_UNROLL for (int c = 0; c < 8; c += 2)
                 {
-                    const __m256i q8 = _mm256_loadu_si256(
-                        (const __m256i *)(const void *)(w->qq + (size_t)r * d + b * SDPA_QK));
-                    const __m256i p = _mm256_madd_epi16(
-                        _mm256_maddubs_epi16(ak, _mm256_sign_epi8(q8, k8)), _mm256_set1_epi16(1));
-                    __m256 t = _mm256_mul_ps(
-                        _mm256_cvtepi32_ps(p),
-                        _mm256_mul_ps(dk, _mm256_loadu_ps(qz + (size_t)r * zr + b / 2 * 16)));
-                    if (sdpa_dtype_has_min(kt))
-                        t = _mm256_fmadd_ps(mk, _mm256_loadu_ps(qm + (size_t)r * zr + b / 2 * 16),
-                                            t);
-                    a[PERM16(r * NK + i)] =
-                        _mm512_add_ps(a[PERM16(r * NK + i)], _mm512_zextps256_ps512(t));
+                    int32_t q0, q1;
+                    memcpy(&q0, q + 4 * c, 4);
+                    memcpy(&q1, q + 4 * c + 4, 4);
+                    s0 = _mm512_dpbusd_epi32(s0, t[c], _mm512_set1_epi32(q0));
+                    s1 = _mm512_dpbusd_epi32(s1, t[c + 1], _mm512_set1_epi32(q1));
                 }
+                s0 = _mm512_add_epi32(s0, s1);
+#else
+                const __m512i one = _mm512_set1_epi16(1);
+                SDPA_UNROLL for (int c0 = 0; c0 < 8; c0 += G)
+                {
+                    __m512i h = _mm512_setzero_si512();
+                    SDPA_UNROLL for (int c = c0; c < c0 + G; c++)
+                    {
+                        int32_t qc;
+                        memcpy(&qc, q + 4 * c, 4);
+                        __m512i qv = _mm512_set1_epi32(qc);
+                        if (G == 1)
+                            qv = _mm512_mask_sub_epi8(qv, neg[c], _mm512_setzero_si512(), qv);
+                        h = _mm512_add_epi16(h, _mm512_maddubs_epi16(t[c], qv));
+                    }
+                    s0 = _mm512_add_epi32(s0, _mm512_madd_epi16(h, one));
+                }
+#endif
+                const __m512 sc = _mm512_mul_ps(dk, _mm512_set1_ps(w->qd[(size_t)r * nbk + b]));
+                a[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), sc, a[r]);
+                if (sdpa_dtype_has_min(kt))
+                    a[r] = _mm512_fmadd_ps(mk, _mm512_set1_ps(qm[(size_t)r * nbk + b]), a[r]);
             }
-        store_tile16(R, NK, reduce16(a), n, S, lds, j);
+        }
+        const __mmask16 live = (__mmask16)((1u << n) - 1);
+        SDPA_UNROLL for (int r = 0; r < R; r++)
+            _mm512_mask_storeu_ps(S + (size_t)r * lds + j, live, a[r]);
     }
 }
 
@@ -328,28 +548,34 @@ SDPA_INLINE void qd_pv_block_z(int R, int NB, sdpa_dtype vt, float *acc, size_t 
 }
 #endif
 
-/* Keys [j0, j0 + nb) for all R rows, tiles of NK = 8 / R keys (R * NK <= 8: one reduction). */
-SDPA_INLINE void qd_scores_r(int R, sdpa_dtype kt, const sdpa_rows *w, const uint8_t *qu,
-                             const float *qz, const float *qm, size_t j0, size_t nb, float *S,
-                             size_t lds)
+/* Keys [j0, j0 + nb) for all R rows: fast scores by qd_scores_fast_*; the rest in tiles of NK =
+   8 / R keys (R * NK <= 8: one reduction), or qd_scores_z's on AVX-512. */
+SDPA_INLINE void qd_scores_r(int R, sdpa_dtype kt, const sdpa_rows *w, const int32_t *qo,
+                             const float *qm, size_t j0, size_t nb, float *S, size_t lds)
 {
     const int NK = R == 1 ? 8 : R == 2 ? 4 : R <= 4 ? 2 : 1;
+    if (w->qq && sdpa_dtype_quantized(kt)) {
+#ifdef __AVX512F__
+        qd_scores_fast_z(R, kt, w, qo, qm, j0, nb, S, lds);
+        return;
+#else
+        if (kt != SDPA_Q8_0 && kt != SDPA_IQ4_NL) {
+            qd_scores_fast_y(R, kt, w, qo, qm, j0, nb, S, lds);
+            return;
+        }
+#endif
+    }
 #ifdef __AVX512F__
     if (sdpa_dtype_quantized(kt)) {
-        if (w->qq)
-            qd_scores_fast_z(R, kt, w, qu, qz, qm, j0, nb, S, lds);
-        else
-            qd_scores_z(R, kt, w, j0, nb, S, lds);
+        qd_scores_z(R, kt, w, j0, nb, S, lds);
         return;
     }
-#else
-    (void)qz;
 #endif
     for (size_t j = 0; j < nb; j += (size_t)NK) {
         const unsigned char *kr[8];
         const size_t n = qd_tile_keys(NK, kt, w, j0, j, nb, kr);
-        const __m256 v = w->qq && sdpa_dtype_quantized(kt) /* fast scores: K in a block format */
-                             ? qd_score_tile_i8(R, NK, kt, w->qq, qu, w->qd, qm, w->d, kr)
+        const __m256 v = w->qq && sdpa_dtype_quantized(kt) /* q8_0, iq4_nl on AVX2 */
+                             ? qd_score_tile_i8(R, NK, kt, w->qq, w->qd, w->d, kr)
                              : qd_score_tile(R, NK, kt, w->q, w->d, kr);
         qd_tile_store(R, NK, v, n, S, lds, j);
     }
