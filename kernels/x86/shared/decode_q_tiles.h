@@ -159,22 +159,25 @@ SDPA_INLINE int qd_fast_off(sdpa_dtype kt)
     return kt == SDPA_Q4_0 ? 8 : kt == SDPA_Q5_0 ? 16 : 0;
 }
 
+/* A 4x4 transpose of dwords within each 128-bit lane of four vectors (P the intrinsics' prefix,
+   _mm256 or _mm512; V their type): dword c of zi goes to dword i of o[c]. */
+#define QD_T4X4(P, V, z0, z1, z2, z3, o)                                                           \
+    do {                                                                                           \
+        const V t0_ = P##_unpacklo_epi32(z0, z1), t1_ = P##_unpackhi_epi32(z0, z1);                \
+        const V t2_ = P##_unpacklo_epi32(z2, z3), t3_ = P##_unpackhi_epi32(z2, z3);                \
+        (o)[0] = P##_unpacklo_epi64(t0_, t2_);                                                     \
+        (o)[1] = P##_unpackhi_epi64(t0_, t2_);                                                     \
+        (o)[2] = P##_unpacklo_epi64(t1_, t3_);                                                     \
+        (o)[3] = P##_unpackhi_epi64(t1_, t3_);                                                     \
+    } while (0)
+
 /* Byte group c (c < 8) of the 8 rows y[l] in lane l of t[c]: a 4x4 transpose of dwords within
    128-bit lanes, then the lanes exchanged. */
 SDPA_INLINE void qd_transpose8x8(const __m256i *y, __m256i *t)
 {
     __m256i a[8];
     SDPA_UNROLL for (int g = 0; g < 8; g += 4)
-    {
-        const __m256i t0 = _mm256_unpacklo_epi32(y[g], y[g + 1]);
-        const __m256i t1 = _mm256_unpackhi_epi32(y[g], y[g + 1]);
-        const __m256i t2 = _mm256_unpacklo_epi32(y[g + 2], y[g + 3]);
-        const __m256i t3 = _mm256_unpackhi_epi32(y[g + 2], y[g + 3]);
-        a[g] = _mm256_unpacklo_epi64(t0, t2);
-        a[g + 1] = _mm256_unpackhi_epi64(t0, t2);
-        a[g + 2] = _mm256_unpacklo_epi64(t1, t3);
-        a[g + 3] = _mm256_unpackhi_epi64(t1, t3);
-    }
+        QD_T4X4(_mm256, __m256i, y[g], y[g + 1], y[g + 2], y[g + 3], a + g);
     /* a[k]: keys 0-3 group k, keys 0-3 group 4+k; a[4+k] the same for keys 4-7 */
     SDPA_UNROLL for (int k = 0; k < 4; k++)
     {
@@ -190,12 +193,7 @@ SDPA_INLINE void qd_transpose8x4(const unsigned char *const *x, size_t o, __m256
     SDPA_UNROLL for (int i = 0; i < 4; i++) z[i] = _mm256_inserti128_si256(
         _mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(x[i] + o))),
         _mm_loadu_si128((const __m128i *)(const void *)(x[4 + i] + o)), 1);
-    const __m256i t0 = _mm256_unpacklo_epi32(z[0], z[1]), t1 = _mm256_unpackhi_epi32(z[0], z[1]);
-    const __m256i t2 = _mm256_unpacklo_epi32(z[2], z[3]), t3 = _mm256_unpackhi_epi32(z[2], z[3]);
-    t[0] = _mm256_unpacklo_epi64(t0, t2);
-    t[1] = _mm256_unpackhi_epi64(t0, t2);
-    t[2] = _mm256_unpacklo_epi64(t1, t3);
-    t[3] = _mm256_unpackhi_epi64(t1, t3);
+    QD_T4X4(_mm256, __m256i, z[0], z[1], z[2], z[3], t);
 }
 
 /* Block b of 8 keys (rows x[l], the block at o) of q4_0, q4_1, q5_0 or q5_1 as the fast scores'
@@ -333,16 +331,7 @@ SDPA_INLINE void qd_transpose16x8(const __m256i *y, __m512i *t)
         z[4 + i] = _mm512_inserti64x4(_mm512_castsi256_si512(y[8 + i]), y[12 + i], 1);
     }
     SDPA_UNROLL for (int g = 0; g < 8; g += 4)
-    {
-        const __m512i t0 = _mm512_unpacklo_epi32(z[g], z[g + 1]);
-        const __m512i t1 = _mm512_unpackhi_epi32(z[g], z[g + 1]);
-        const __m512i t2 = _mm512_unpacklo_epi32(z[g + 2], z[g + 3]);
-        const __m512i t3 = _mm512_unpackhi_epi32(z[g + 2], z[g + 3]);
-        a[g] = _mm512_unpacklo_epi64(t0, t2);
-        a[g + 1] = _mm512_unpackhi_epi64(t0, t2);
-        a[g + 2] = _mm512_unpacklo_epi64(t1, t3);
-        a[g + 3] = _mm512_unpackhi_epi64(t1, t3);
-    }
+        QD_T4X4(_mm512, __m512i, z[g], z[g + 1], z[g + 2], z[g + 3], a + g);
     /* a[k] lanes: keys 0-3 group k, keys 0-3 group 4+k, keys 4-7 group k, keys 4-7 group 4+k;
        a[4+k] the same for keys 8-15 */
     SDPA_UNROLL for (int k = 0; k < 4; k++)
@@ -366,12 +355,7 @@ SDPA_INLINE void qd_transpose16x4(const unsigned char *const *x, size_t o, __m51
 #undef QD_X128
         z[i] = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
     }
-    const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
-    const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
-    t[0] = _mm512_unpacklo_epi64(t0, t2);
-    t[1] = _mm512_unpackhi_epi64(t0, t2);
-    t[2] = _mm512_unpacklo_epi64(t1, t3);
-    t[3] = _mm512_unpackhi_epi64(t1, t3);
+    QD_T4X4(_mm512, __m512i, z[0], z[1], z[2], z[3], t);
 }
 
 /* The dword at x[l] + o of 16 keys, lane l (a block's d, and m at o + 2 for q4_1 and q5_1). */
