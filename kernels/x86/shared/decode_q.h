@@ -54,13 +54,14 @@ static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t
        qd sum(q) for q4_1 and q5_1, both [rows][d / 32], in the scratch past S and alpha */
     if (w->qq) {
         const size_t nbk = w->d / SDPA_QK;
+        const int32_t off = qd_fast_off(w->k_type);
         int32_t *qo = (int32_t *)(void *)(*alpha + sdpa_round16(w->rows));
         float *qm = *alpha + sdpa_round16(w->rows) + sdpa_round16(w->rows * nbk);
         for (size_t r = 0; r < w->rows; r++)
             for (size_t b = 0; b < nbk; b++) {
                 int32_t sum = 0;
                 for (size_t e = 0; e < SDPA_QK; e++) sum += w->qq[r * w->d + b * SDPA_QK + e];
-                qo[r * nbk + b] = -qd_fast_off(w->k_type) * sum;
+                qo[r * nbk + b] = -off * sum;
                 qm[r * nbk + b] = w->qd[r * nbk + b] * (float)sum;
             }
         c->qo = qo;

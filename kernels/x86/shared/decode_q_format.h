@@ -62,21 +62,26 @@ SDPA_INLINE __m256i qd_high_bits32(uint32_t h)
 #endif
 }
 
+/* The 32 quants n of the q5_0 or q5_1 block at b, with their 5th bit, unsigned (0..31). */
+SDPA_INLINE __m256i qd_quants32_n5(sdpa_dtype kt, const unsigned char *b)
+{
+    const size_t h = kt == SDPA_Q5_1 ? 4 : 2; /* the 5th bits' offset; the nibbles follow */
+    return _mm256_or_si256(qd_nibbles32(b + h + 4), qd_high_bits32(qd_u32(b + h)));
+}
+
 /* The 32 integer quants of a block as int8, element order (sdpa_block_quants'). */
 SDPA_INLINE __m256i qd_quants32(sdpa_dtype type, const unsigned char *b)
 {
     if (type == SDPA_Q8_0) return _mm256_loadu_si256((const __m256i *)(const void *)(b + 2));
     if (type == SDPA_Q4_1) return qd_nibbles32(b + 4);
-    if (type == SDPA_Q5_1)
-        return _mm256_or_si256(qd_nibbles32(b + 8), qd_high_bits32(qd_u32(b + 4)));
+    if (type == SDPA_Q5_1) return qd_quants32_n5(type, b);
     if (type == SDPA_Q5_0) {
-        const __m256i n = qd_nibbles32(b + 6);
 #if defined(__AVX512BW__) && defined(__AVX512VL__)
         /* n - 16 where the 5th bit is clear, n where it is set */
+        const __m256i n = qd_nibbles32(b + 6);
         return _mm256_mask_sub_epi8(n, (__mmask32)~qd_u32(b + 2), n, _mm256_set1_epi8(16));
 #else
-        return _mm256_sub_epi8(_mm256_or_si256(n, qd_high_bits32(qd_u32(b + 2))),
-                               _mm256_set1_epi8(16));
+        return _mm256_sub_epi8(qd_quants32_n5(type, b), _mm256_set1_epi8(16));
 #endif
     }
     if (type == SDPA_IQ4_NL) {

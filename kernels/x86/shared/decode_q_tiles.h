@@ -142,14 +142,14 @@ SDPA_INLINE void qd_tile_store(int R, int NK, __m256 v, size_t n, float *S, size
 #endif
 }
 
-/* Fast scores with the keys in lanes: K is turned once per tile of 16 keys so that byte group
-   c (elements 4c..4c+3) of key l's block sits in lane l of vector c, and each row's four query
-   bytes of a group, broadcast, meet all 16 keys in one int8 dot product. A block then costs a
-   row 8 dot products and one scaling for 16 keys, where the layout with a block's elements in
-   lanes paid a conversion and scaling per key. The key bytes are unsigned, k + QD_OFF (or |k|
-   for q8_0 and iq4_nl without VNNI, whose pair sums would overflow pmaddubsw's int16); the
-   row's -QD_OFF sum(q) of the block (qo, made by loop_begin) starts each int32 sum, so the dot
-   product is exact. */
+/* Fast scores with the keys in lanes: K is turned once per tile of keys (16 on AVX-512, 8 on
+   AVX2) so that byte group c (elements 4c..4c+3) of key l's block sits in lane l of vector c,
+   and each row's four query bytes of a group, broadcast, meet all the tile's keys in one int8
+   dot product. A block then costs a row 8 dot products and one scaling for the tile, where the
+   layout with a block's elements in lanes paid a conversion and scaling per key. The key bytes
+   are unsigned, k + qd_fast_off (or |k| for q8_0 and iq4_nl without VNNI, whose pair sums would
+   overflow pmaddubsw's int16); the row's -qd_fast_off sum(q) of the block (qo, made by
+   loop_begin) starts each int32 sum, so the dot product is exact. */
 
 /* The offset that makes a format's key bytes unsigned: q8_0 and iq4_nl 128 (with VNNI; without,
    0 and |k|), q4_0 8 and q5_0 16 (their n), q4_1 and q5_1 0 (n already). */
@@ -211,10 +211,8 @@ SDPA_INLINE void qd_keys_fast_y(sdpa_dtype kt, const unsigned char *const *x, si
         }
         return;
     }
-    __m256i y[8]; /* n with its 5th bit */
-    const size_t h = kt == SDPA_Q5_1 ? 4 : 2;
-    SDPA_UNROLL for (int l = 0; l < 8; l++) y[l] =
-        _mm256_or_si256(qd_nibbles32(x[l] + o + h + 4), qd_high_bits32(qd_u32(x[l] + o + h)));
+    __m256i y[8];
+    SDPA_UNROLL for (int l = 0; l < 8; l++) y[l] = qd_quants32_n5(kt, x[l] + o);
     qd_transpose8x8(y, t);
 }
 
@@ -368,6 +366,19 @@ SDPA_INLINE __m512i qd_dword_keys(const unsigned char *const *x, size_t o)
 #undef QD_W
 }
 
+/* Signed key bytes k of q8_0 or iq4_nl as the fast scores' unsigned ones: k + 128 with VNNI;
+   without, |k|, and k's signs in *neg. */
+SDPA_INLINE __m512i qd_keys_unsigned(__m512i k, __mmask64 *neg)
+{
+#if SDPA_QD_VNNI
+    (void)neg;
+    return _mm512_xor_si512(k, _mm512_set1_epi8((char)0x80));
+#else
+    *neg = _mm512_movepi8_mask(k);
+    return _mm512_abs_epi8(k);
+#endif
+}
+
 /* Block b of 16 keys (rows x[l]) as the fast scores' key bytes, byte group c in t[c]; neg[c] the
    signs of k where the bytes are |k| (q8_0 and iq4_nl without VNNI). */
 SDPA_INLINE void qd_keys_fast(sdpa_dtype kt, const unsigned char *const *x, size_t o, __m512i *t,
@@ -385,16 +396,8 @@ SDPA_INLINE void qd_keys_fast(sdpa_dtype kt, const unsigned char *const *x, size
         if (kt == SDPA_IQ4_NL) {
             const __m512i v = _mm512_broadcast_i32x4(
                 _mm_loadu_si128((const __m128i *)(const void *)sdpa_iq4nl_values));
-            SDPA_UNROLL for (int c = 0; c < 8; c++)
-            {
-                const __m512i k = _mm512_shuffle_epi8(v, t[c]);
-#if SDPA_QD_VNNI
-                t[c] = _mm512_xor_si512(k, _mm512_set1_epi8((char)0x80));
-#else
-                neg[c] = _mm512_movepi8_mask(k);
-                t[c] = _mm512_abs_epi8(k);
-#endif
-            }
+            SDPA_UNROLL for (int c = 0; c < 8; c++) t[c] =
+                qd_keys_unsigned(_mm512_shuffle_epi8(v, t[c]), &neg[c]);
         }
         return;
     }
@@ -402,27 +405,17 @@ SDPA_INLINE void qd_keys_fast(sdpa_dtype kt, const unsigned char *const *x, size
     if (kt == SDPA_Q8_0) {
         SDPA_UNROLL for (int l = 0; l < 16; l++) y[l] =
             _mm256_loadu_si256((const __m256i *)(const void *)(x[l] + o + 2));
-    } else { /* q5_0, q5_1: n with its 5th bit, unsigned */
-        const size_t h = kt == SDPA_Q5_1 ? 4 : 2;
-        SDPA_UNROLL for (int l = 0; l < 16; l++) y[l] =
-            _mm256_or_si256(qd_nibbles32(x[l] + o + h + 4), qd_high_bits32(qd_u32(x[l] + o + h)));
+    } else {
+        SDPA_UNROLL for (int l = 0; l < 16; l++) y[l] = qd_quants32_n5(kt, x[l] + o);
     }
     qd_transpose16x8(y, t);
-    if (kt == SDPA_Q8_0) SDPA_UNROLL for (int c = 0; c < 8; c++)
-        {
-#if SDPA_QD_VNNI
-            t[c] = _mm512_xor_si512(t[c], _mm512_set1_epi8((char)0x80));
-#else
-            neg[c] = _mm512_movepi8_mask(t[c]);
-            t[c] = _mm512_abs_epi8(t[c]);
-#endif
-        }
-    (void)neg;
+    if (kt == SDPA_Q8_0)
+        SDPA_UNROLL for (int c = 0; c < 8; c++) t[c] = qd_keys_unsigned(t[c], &neg[c]);
 }
 
 /* Fast scores of R rows against keys [j0, j0 + nb), tiles of 16 keys, row r's scores of a tile
    in one vector: per block, the exact int32 dot products of the row's quants (w->qq) with the
-   16 keys' from qo[r][b] (-QD_OFF sum(q)), scaled by the key's d times the row's qd, plus for
+   16 keys' from qo[r][b] (-qd_fast_off sum(q)), scaled by the key's d times the row's qd, plus for
    q4_1 and q5_1 the key's m times qm[r][b] (qd sum(q)). Without VNNI, pmaddubsw's int16 pair
    sums are added in int16 over 8 groups for 4-bit keys (8 x 2 x 15 x 128 < 2^15), 4 for 5-bit
    ones, 1 for |k|. */
