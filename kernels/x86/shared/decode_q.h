@@ -69,8 +69,10 @@ static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t
     }
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
     for (size_t j = w->kv_begin; j < w->kv_begin + DECODE_Q_PF_KEYS && j < kend; j++) {
-        qd_request_row(qd_key_row(w, 0, w->k_type, j), w->k_type, w->d);
-        qd_request_row(qd_key_row(w, 1, w->v_type, j), w->v_type, w->dv);
+        qd_request_row(qd_key_row(w, 0, w->k_type, j),
+                       (size_t)sdpa_off_bytes(w->k_type, (ptrdiff_t)w->d));
+        qd_request_row(qd_key_row(w, 1, w->v_type, j),
+                       (size_t)sdpa_off_bytes(w->v_type, (ptrdiff_t)w->dv));
     }
     return B;
 }

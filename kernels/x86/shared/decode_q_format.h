@@ -141,11 +141,19 @@ static inline const unsigned char *qd_key_row(const sdpa_rows *w, int v, sdpa_dt
     return qd_row((v ? pg->v : pg->k)[p - pg->first], type, stride, j - (p << s));
 }
 
-/* Requests the lines of the row at r (n elements): those of its first byte, of every 64 after
-   it, and of its last byte. */
-SDPA_INLINE void qd_request_row(const unsigned char *r, sdpa_dtype type, size_t n)
+/* The bytes from one row of K (v = 0) or V to the next on an unpaged unit: row j is at
+   base + j times this (a block format's strides are whole blocks). The score tiles walk their
+   requests by it, the P·V its rows and requests: finding each row through qd_key_row (the page
+   test, a signed division by the block size, a multiply) cost more than the requests it fed. */
+static inline ptrdiff_t qd_stride_bytes(const sdpa_rows *w, int v, sdpa_dtype type)
 {
-    const size_t bytes = (size_t)sdpa_off_bytes(type, (ptrdiff_t)n);
+    return sdpa_off_bytes(type, v ? w->v_stride : w->k_stride);
+}
+
+/* Requests the lines of the row at r (`bytes` long): those of its first byte, of every 64 after
+   it, and of its last byte. */
+SDPA_INLINE void qd_request_row(const unsigned char *r, size_t bytes)
+{
     __builtin_prefetch(r, 0, 3);
     if (bytes > 64) __builtin_prefetch(r + 64, 0, 3);
     for (size_t o = 128; o < bytes; o += 64) __builtin_prefetch(r + o, 0, 3);

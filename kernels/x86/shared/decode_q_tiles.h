@@ -106,8 +106,14 @@ SDPA_INLINE size_t qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_
     SDPA_UNROLL for (int i = 0; i < NK; i++) kr[i] =
         qd_key_row(w, 0, kt, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
     const size_t pf = w->pages ? DECODE_Q_PF_PAGED : DECODE_Q_PF_KEYS;
-    for (size_t i = 0; i < n; i++)
-        if (j0 + j + i + pf < kend) qd_request_row(qd_key_row(w, 0, kt, j0 + j + i + pf), kt, w->d);
+    const size_t a = j0 + j + pf, m = kend > a ? sdpa_min(n, kend - a) : 0;
+    const size_t bytes = (size_t)sdpa_off_bytes(kt, (ptrdiff_t)w->d);
+    if (!w->pages && m) { /* requests walked (qd_stride_bytes) */
+        const ptrdiff_t sb = qd_stride_bytes(w, 0, kt);
+        const unsigned char *r = (const unsigned char *)w->k + (ptrdiff_t)a * sb;
+        for (size_t i = 0; i < m; i++, r += sb) qd_request_row(r, bytes);
+    } else if (w->pages)
+        for (size_t i = 0; i < m; i++) qd_request_row(qd_key_row(w, 0, kt, a + i), bytes);
     return n;
 }
 
@@ -661,13 +667,21 @@ SDPA_INLINE void qd_values_r(int R, sdpa_dtype vt, const sdpa_rows *w, float *ac
     const size_t dv = w->dv;
     const unsigned char *rv[DECODE_Q_PV_KB];
     const size_t pf = w->pages ? DECODE_Q_PF_PAGED : DECODE_Q_PF_KEYS;
+    const size_t bytes = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)dv);
     for (size_t g = 0; g < n; g += DECODE_Q_PV_KB) {
         const size_t ng = n - g < DECODE_Q_PV_KB ? n - g : DECODE_Q_PV_KB;
-        for (size_t j = 0; j < ng; j++) {
-            rv[j] = qd_key_row(w, 1, vt, j0 + g + j);
-            if (j0 + g + j + pf < kend)
-                qd_request_row(qd_key_row(w, 1, vt, j0 + g + j + pf), vt, dv);
-        }
+        const size_t a = j0 + g + pf, m = kend > a ? sdpa_min(ng, kend - a) : 0;
+        if (!w->pages) { /* rows and requests walked (qd_stride_bytes) */
+            const ptrdiff_t sb = qd_stride_bytes(w, 1, vt);
+            const unsigned char *r = (const unsigned char *)w->v + (ptrdiff_t)(j0 + g) * sb;
+            for (size_t j = 0; j < ng; j++) rv[j] = r + (ptrdiff_t)j * sb;
+            if (m) r += (ptrdiff_t)pf * sb; /* a request row, in bounds */
+            for (size_t j = 0; j < m; j++, r += sb) qd_request_row(r, bytes);
+        } else
+            for (size_t j = 0; j < ng; j++) {
+                rv[j] = qd_key_row(w, 1, vt, j0 + g + j);
+                if (j < m) qd_request_row(qd_key_row(w, 1, vt, a + j), bytes);
+            }
         const float *al = g == 0 ? alpha : ones;
         if (sdpa_dtype_quantized(vt)) {
 #ifdef __AVX512F__
