@@ -406,10 +406,11 @@ void register_scaling_floor(const char *isa, bench_floor_fn *fn, const Shape &s)
 // conversion per vector of K feeding 4 FMAs (bench_mix_<isa>), judged against that ISA's FMA
 // peak measured with it: the most a decode in that K/V format can reach of the roofline's
 // compute term on this core, whatever else the kernel does. Names: mix/<isa>/<format>_rows4
-// (AVX-512: f16, bf16, q8_0, q4_0; AVX2: f16, bf16).
+// (AVX-512: f16, bf16, q8_0, q4_0, f16_tree, and q4_0_pv: a 4-bit V's P·V loop with its
+// per-block tables; AVX2: f16, bf16).
 void register_mix(const char *isa, double (*fn)(int, uint64_t, float *), int fmt)
 {
-    static const char *const names[] = {"f16", "bf16", "q8_0", "q4_0", "f16_tree"};
+    static const char *const names[] = {"f16", "bf16", "q8_0", "q4_0", "f16_tree", "q4_0_pv"};
     const std::string name = std::string("mix/") + isa + "/" + names[fmt] + "_rows4" + "/threads:1";
     benchmark::RegisterBenchmark(
         name.c_str(),

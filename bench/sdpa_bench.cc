@@ -230,7 +230,7 @@ int main(int argc, char **argv)
             for (size_t pf : {size_t(0), size_t(32)})
                 register_pattern(decode_shapes()[0], order, pf);
     if (a512 && sdpa_impl_supported(a512))
-        for (int fmt = 0; fmt < 5; fmt++) register_mix(BENCH_HAVE_AVX512, bench_mix_avx512, fmt);
+        for (int fmt = 0; fmt < 6; fmt++) register_mix(BENCH_HAVE_AVX512, bench_mix_avx512, fmt);
     const sdpa_impl *a2 = sdpa_impl_find(BENCH_HAVE_AVX2);
     if (a2 && sdpa_impl_supported(a2))
         for (int fmt = 0; fmt < 2; fmt++) register_mix(BENCH_HAVE_AVX2, bench_mix_avx2, fmt);
