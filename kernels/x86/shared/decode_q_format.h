@@ -122,10 +122,12 @@ SDPA_INLINE __m256 qd_reduce8(const __m256 a[8])
                          _mm256_permute2f128_ps(t0, t1, 0x31));
 }
 
+/* Row j of a view at base: j times the stride's bytes (a block format's strides are whole
+   blocks), so that the division by the block size is the stride's, the same for every row. */
 static inline const unsigned char *qd_row(const void *base, sdpa_dtype type, ptrdiff_t stride,
                                           size_t j)
 {
-    return (const unsigned char *)base + sdpa_off_bytes(type, sdpa_row_off(stride, j));
+    return (const unsigned char *)base + (ptrdiff_t)j * sdpa_off_bytes(type, stride);
 }
 
 /* K's (v = 0) or V's row j of the view w: its own, or on a paged unit (w->pages, whose pages
