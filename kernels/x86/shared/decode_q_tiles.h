@@ -95,6 +95,14 @@ SDPA_INLINE __m256 qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *
     return qd_reduce8(a);
 }
 
+/* How many keys ahead the tiles request rows: DECODE_Q_PF_PAGED on a paged unit (short pages,
+   a whole block through them) and on a long page's piece (each page a new stream, on which the
+   core's own prefetcher starts late), DECODE_Q_PF_KEYS on contiguous rows. */
+static inline size_t qd_pf_keys(const sdpa_rows *w)
+{
+    return w->pages || w->piece_of ? DECODE_Q_PF_PAGED : DECODE_Q_PF_KEYS;
+}
+
 /* The rows of a score tile's keys j0 + j + i, i < NK, of the nb from j0 (a tail tile of n < NK
    keys repeats its last, in bounds), and the rows DECODE_Q_PF_KEYS keys ahead of its real ones
    requested (none at or past the keys any row sees). Returns n, the tile's real keys. */
@@ -105,7 +113,7 @@ SDPA_INLINE size_t qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
     SDPA_UNROLL for (int i = 0; i < NK; i++) kr[i] =
         qd_key_row(w, 0, kt, j0 + j + ((size_t)i < n ? (size_t)i : n - 1));
-    const size_t pf = w->pages ? DECODE_Q_PF_PAGED : DECODE_Q_PF_KEYS;
+    const size_t pf = qd_pf_keys(w);
     const size_t a = j0 + j + pf, m = kend > a ? sdpa_min(n, kend - a) : 0;
     const size_t bytes = (size_t)sdpa_off_bytes(kt, (ptrdiff_t)w->d);
     if (!w->pages && m) { /* requests walked (qd_stride_bytes) */
@@ -666,7 +674,7 @@ SDPA_INLINE void qd_values_r(int R, sdpa_dtype vt, const sdpa_rows *w, float *ac
     static const float ones[8] = {1, 1, 1, 1, 1, 1, 1, 1};
     const size_t dv = w->dv;
     const unsigned char *rv[DECODE_Q_PV_KB];
-    const size_t pf = w->pages ? DECODE_Q_PF_PAGED : DECODE_Q_PF_KEYS;
+    const size_t pf = qd_pf_keys(w);
     const size_t bytes = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)dv);
     for (size_t g = 0; g < n; g += DECODE_Q_PV_KB) {
         const size_t ng = n - g < DECODE_Q_PV_KB ? n - g : DECODE_Q_PV_KB;
