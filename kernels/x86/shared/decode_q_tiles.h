@@ -104,7 +104,7 @@ static inline size_t qd_pf_keys(const sdpa_rows *w)
 }
 
 /* The rows of a score tile's keys j0 + j + i, i < NK, of the nb from j0 (a tail tile of n < NK
-   keys repeats its last, in bounds), and the rows DECODE_Q_PF_KEYS keys ahead of its real ones
+   keys repeats its last, in bounds), and the rows qd_pf_keys keys ahead of its real ones
    requested (none at or past the keys any row sees). Returns n, the tile's real keys. */
 SDPA_INLINE size_t qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_t j0, size_t j,
                                 size_t nb, const unsigned char **kr)
