@@ -133,9 +133,10 @@ typedef struct sdpa_rows {
        SDPA_LOOP_AHEAD_ROWS (rows_loop.h): ahead_n rows of a later page, from ahead_row, the
        array's stride apart, that the hook requests while it runs, spread over its work (K rows
        in loop_scores, V rows in loop_values): the rows its own stream, ending at its page's
-       end, cannot reach. */
+       end, cannot reach. ahead_first: the key, counted as the piece's keys are, of ahead_row
+       (past the piece's end, in a later page). */
     const void *ahead_row;
-    size_t ahead_n;
+    size_t ahead_n, ahead_first;
     /* NULL: the unit is not a page's piece. Else it is a piece of the paged unit piece_of
        (rows_loop.h), its key j being piece_of's key piece_base + j: a hook may read that
        unit's later pages through it. */

@@ -80,7 +80,8 @@
    (SDPA_LOOP_AHEAD_TOUCH: the core's prefetcher takes the rest), else requested here at once. */
 #if defined(SDPA_LOOP_AHEAD_ROWS)
 #define SDPA_LOOP_PAGE_AHEAD(w, v, a, b)                                                           \
-    (sdpa_page_touch(w, v, e, b), sdpa_page_run(w, v, a, b, &u.ahead_row, &u.ahead_n))
+    (sdpa_page_touch(w, v, e, b), sdpa_page_run(w, v, a, b, &u.ahead_row, &u.ahead_n),             \
+     u.ahead_first = (a)-u.piece_base)
 #elif defined(SDPA_LOOP_AHEAD_TOUCH)
 #define SDPA_LOOP_PAGE_AHEAD(w, v, a, b) ((void)(a), sdpa_page_touch(w, v, e, b))
 #else

@@ -200,6 +200,7 @@ static inline void loop_values(qd_ctx *c, const sdpa_rows *w, size_t r0, size_t 
 #define SDPA_LOOP_CTX             qd_ctx
 #define SDPA_LOOP_SCORES_PAGED(c) ((c)->whole)
 #define SDPA_LOOP_VALUES_PAGED(c) ((c)->whole)
+#define SDPA_LOOP_AHEAD_ROWS      1 /* a long page's piece requests the next page's rows itself */
 #include "rows_loop.h"
 #endif /* SDPA_QD_PART != 1 */
 #undef QD_SCORES_FN

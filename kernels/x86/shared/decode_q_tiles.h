@@ -103,9 +103,21 @@ static inline size_t qd_pf_keys(const sdpa_rows *w)
     return w->pages || w->piece_of ? DECODE_Q_PF_PAGED : DECODE_Q_PF_KEYS;
 }
 
+/* Requests the rows of keys [a, e) past a page's piece's end that lie in its rows ahead
+   (sdpa_rows.ahead_row, keys ahead_first on, the array's stride sb apart): the rows a piece
+   requests run on into the next page as on contiguous rows, rather than stop at its end. */
+SDPA_INLINE void qd_request_ahead(const sdpa_rows *w, ptrdiff_t sb, size_t a, size_t e,
+                                  size_t bytes)
+{
+    const size_t f = w->ahead_first, hi = sdpa_min(e, f + w->ahead_n);
+    for (size_t x = a > f ? a : f; x < hi; x++)
+        qd_request_row((const unsigned char *)w->ahead_row + (ptrdiff_t)(x - f) * sb, bytes);
+}
+
 /* The rows of a score tile's keys j0 + j + i, i < NK, of the nb from j0 (a tail tile of n < NK
    keys repeats its last, in bounds), and the rows qd_pf_keys keys ahead of its real ones
-   requested (none at or past the keys any row sees). Returns n, the tile's real keys. */
+   requested (none at or past the keys any row sees; past a page's piece's end, its rows ahead).
+   Returns n, the tile's real keys. */
 SDPA_INLINE size_t qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_t j0, size_t j,
                                 size_t nb, const unsigned char **kr)
 {
@@ -122,6 +134,8 @@ SDPA_INLINE size_t qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_
         for (size_t i = 0; i < m; i++, r += sb) qd_request_row(r, bytes);
     } else if (w->pages)
         for (size_t i = 0; i < m; i++) qd_request_row(qd_key_row(w, 0, kt, a + i), bytes);
+    if (m < n && w->ahead_n) /* a page's piece near its end */
+        qd_request_ahead(w, qd_stride_bytes(w, 0, kt), a + m, a + n, bytes);
     return n;
 }
 
@@ -685,6 +699,7 @@ SDPA_INLINE void qd_values_r(int R, sdpa_dtype vt, const sdpa_rows *w, float *ac
             for (size_t j = 0; j < ng; j++) rv[j] = r + (ptrdiff_t)j * sb;
             if (m) r += (ptrdiff_t)pf * sb; /* a request row, in bounds */
             for (size_t j = 0; j < m; j++, r += sb) qd_request_row(r, bytes);
+            if (m < ng && w->ahead_n) qd_request_ahead(w, sb, a + m, a + ng, bytes);
         } else
             for (size_t j = 0; j < ng; j++) {
                 rv[j] = qd_key_row(w, 1, vt, j0 + g + j);
