@@ -68,11 +68,12 @@ static inline size_t loop_begin(qd_ctx *c, const sdpa_rows *w, float **S, size_t
         c->qm = qm;
     }
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
-    for (size_t j = w->kv_begin; j < w->kv_begin + DECODE_Q_PF_KEYS && j < kend; j++) {
-        qd_request_row(qd_key_row(w, 0, w->k_type, j),
-                       (size_t)sdpa_off_bytes(w->k_type, (ptrdiff_t)w->d));
-        qd_request_row(qd_key_row(w, 1, w->v_type, j),
-                       (size_t)sdpa_off_bytes(w->v_type, (ptrdiff_t)w->dv));
+    if (kend > w->kv_begin) { /* w is never paged here: rows_loop.h begins on a page's piece */
+        const size_t n = sdpa_min(DECODE_Q_PF_KEYS, kend - w->kv_begin);
+        qd_request_rows(qd_key_row(w, 0, w->k_type, w->kv_begin), qd_stride_bytes(w, 0, w->k_type),
+                        n, (size_t)sdpa_off_bytes(w->k_type, (ptrdiff_t)w->d));
+        qd_request_rows(qd_key_row(w, 1, w->v_type, w->kv_begin), qd_stride_bytes(w, 1, w->v_type),
+                        n, (size_t)sdpa_off_bytes(w->v_type, (ptrdiff_t)w->dv));
     }
     return B;
 }

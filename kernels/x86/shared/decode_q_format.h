@@ -162,6 +162,27 @@ SDPA_INLINE void qd_request_row(const unsigned char *r, size_t bytes)
     __builtin_prefetch(r + bytes - 1, 0, 3);
 }
 
+/* Requests each line of the bytes [r, r + len) once. Rows of a block format are rarely a whole
+   number of lines long (q8_0: 136 bytes a row at d = 128), so that requesting row by row asks
+   for the line two rows share twice, and a second request for a line still in flight from
+   memory costs about as much as the first. */
+SDPA_INLINE void qd_request_span(const unsigned char *r, size_t len)
+{
+    const uintptr_t last = (uintptr_t)r + len - 1;
+    for (uintptr_t l = (uintptr_t)r & ~(uintptr_t)63; l <= last; l += 64)
+        __builtin_prefetch((const void *)l, 0, 3);
+}
+
+/* Requests the m rows from r, sb bytes apart, of `bytes` each (m >= 1): rows laid end to end as
+   one span, others row by row. */
+SDPA_INLINE void qd_request_rows(const unsigned char *r, ptrdiff_t sb, size_t m, size_t bytes)
+{
+    if (sb == (ptrdiff_t)bytes)
+        qd_request_span(r, m * bytes);
+    else
+        for (size_t i = 0; i < m; i++, r += sb) qd_request_row(r, bytes);
+}
+
 /* A block's scale d in every lane, and c: for q4_1 and q5_1 the minimum m, for q4_0, q5_0 and
    iq4_nl -0 (qd_x8 takes fma(q, d, c): d q + -0 is d q, its sign of zero too); unused for
    q8_0. */

@@ -109,9 +109,23 @@ static inline size_t qd_pf_keys(const sdpa_rows *w)
 SDPA_INLINE void qd_request_ahead(const sdpa_rows *w, ptrdiff_t sb, size_t a, size_t e,
                                   size_t bytes)
 {
-    const size_t f = w->ahead_first, hi = sdpa_min(e, f + w->ahead_n);
-    for (size_t x = a > f ? a : f; x < hi; x++)
-        qd_request_row((const unsigned char *)w->ahead_row + (ptrdiff_t)(x - f) * sb, bytes);
+    const size_t f = w->ahead_first, lo = a > f ? a : f, hi = sdpa_min(e, f + w->ahead_n);
+    if (lo < hi)
+        qd_request_rows((const unsigned char *)w->ahead_row + (ptrdiff_t)(lo - f) * sb, sb, hi - lo,
+                        bytes);
+}
+
+/* Requests the rows of keys [a, a + m) of a paged unit's K (v = 0) or V, page by page (pages of a
+   power of two keys, qd_key_row). */
+SDPA_INLINE void qd_request_paged(const sdpa_rows *w, int v, sdpa_dtype t, size_t a, size_t m,
+                                  size_t bytes)
+{
+    const size_t mask = w->pages->size - 1;
+    const ptrdiff_t sb = qd_stride_bytes(w, v, t);
+    for (size_t x = a, e = a + m, n; x < e; x += n) {
+        n = sdpa_min(e, (x | mask) + 1) - x; /* to x's page end */
+        qd_request_rows(qd_key_row(w, v, t, x), sb, n, bytes);
+    }
 }
 
 /* The rows of a score tile's keys j0 + j + i, i < NK, of the nb from j0 (a tail tile of n < NK
@@ -130,10 +144,9 @@ SDPA_INLINE size_t qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_
     const size_t bytes = (size_t)sdpa_off_bytes(kt, (ptrdiff_t)w->d);
     if (!w->pages && m) { /* requests walked (qd_stride_bytes) */
         const ptrdiff_t sb = qd_stride_bytes(w, 0, kt);
-        const unsigned char *r = (const unsigned char *)w->k + (ptrdiff_t)a * sb;
-        for (size_t i = 0; i < m; i++, r += sb) qd_request_row(r, bytes);
+        qd_request_rows((const unsigned char *)w->k + (ptrdiff_t)a * sb, sb, m, bytes);
     } else if (w->pages)
-        for (size_t i = 0; i < m; i++) qd_request_row(qd_key_row(w, 0, kt, a + i), bytes);
+        qd_request_paged(w, 0, kt, a, m, bytes);
     if (m < n && w->ahead_n) /* a page's piece near its end */
         qd_request_ahead(w, qd_stride_bytes(w, 0, kt), a + m, a + n, bytes);
     return n;
@@ -697,14 +710,12 @@ SDPA_INLINE void qd_values_r(int R, sdpa_dtype vt, const sdpa_rows *w, float *ac
             const ptrdiff_t sb = qd_stride_bytes(w, 1, vt);
             const unsigned char *r = (const unsigned char *)w->v + (ptrdiff_t)(j0 + g) * sb;
             for (size_t j = 0; j < ng; j++) rv[j] = r + (ptrdiff_t)j * sb;
-            if (m) r += (ptrdiff_t)pf * sb; /* a request row, in bounds */
-            for (size_t j = 0; j < m; j++, r += sb) qd_request_row(r, bytes);
+            if (m) qd_request_rows(r + (ptrdiff_t)pf * sb, sb, m, bytes);
             if (m < ng && w->ahead_n) qd_request_ahead(w, sb, a + m, a + ng, bytes);
-        } else
-            for (size_t j = 0; j < ng; j++) {
-                rv[j] = qd_key_row(w, 1, vt, j0 + g + j);
-                if (j < m) qd_request_row(qd_key_row(w, 1, vt, a + j), bytes);
-            }
+        } else {
+            for (size_t j = 0; j < ng; j++) rv[j] = qd_key_row(w, 1, vt, j0 + g + j);
+            qd_request_paged(w, 1, vt, a, m, bytes);
+        }
         const float *al = g == 0 ? alpha : ones;
         if (sdpa_dtype_quantized(vt)) {
 #ifdef __AVX512F__
