@@ -41,7 +41,7 @@
 #define PREFILL_PF_LINES 8  /* lines of the hint (sdpa_rows.pf) requested per score tile */
 /* the block-format decode path (shared/decode_q.h) */
 #define DECODE_Q_BLOCK    256 /* keys per block (at most: the driver's hint rules) */
-#define DECODE_Q_PF_KEYS  16  /* prefetch distance of its K and V rows */
+#define DECODE_Q_PF_KEYS  32  /* prefetch distance of its K and V rows */
 #define DECODE_Q_PF_PAGED 32  /* ... on pages (qd_pf_keys) */
 #define DECODE_Q_PV_KB    32  /* keys per P·V sub-block: their V rows stay in L1 */
 

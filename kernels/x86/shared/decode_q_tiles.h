@@ -97,7 +97,8 @@ SDPA_INLINE __m256 qd_score_tile_i8(int R, int NK, sdpa_dtype kt, const int8_t *
 
 /* How many keys ahead the tiles request rows: DECODE_Q_PF_PAGED on a paged unit (short pages,
    a whole block through them) and on a long page's piece (each page a new stream, on which the
-   core's own prefetcher starts late), DECODE_Q_PF_KEYS on contiguous rows. */
+   core's own prefetcher starts late), DECODE_Q_PF_KEYS on contiguous rows. Two knobs, tuned
+   apart (equal on the machines measured so far). */
 static inline size_t qd_pf_keys(const sdpa_rows *w)
 {
     return w->pages || w->piece_of ? DECODE_Q_PF_PAGED : DECODE_Q_PF_KEYS;
