@@ -153,7 +153,8 @@ static inline ptrdiff_t qd_stride_bytes(const sdpa_rows *w, int v, sdpa_dtype ty
 }
 
 /* Requests the lines of the row at r (`bytes` long): those of its first byte, of every 64 after
-   it, and of its last byte. */
+   it, and of its last byte. A fixed pattern, though it may ask for the last line twice: a loop
+   over exactly the row's lines, whose trip count follows the row's alignment, mispredicts. */
 SDPA_INLINE void qd_request_row(const unsigned char *r, size_t bytes)
 {
     __builtin_prefetch(r, 0, 3);
