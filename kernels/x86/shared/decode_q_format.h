@@ -163,15 +163,47 @@ SDPA_INLINE void qd_request_row(const unsigned char *r, size_t bytes)
     __builtin_prefetch(r + bytes - 1, 0, 3);
 }
 
+/* The lines of a span still to request, first to last: requests spread among the arithmetic
+   rather than issued at once (a burst holds the core's few line-fill buffers while no
+   arithmetic runs). Empty when l > last. */
+typedef struct qd_req {
+    uintptr_t l, last;
+} qd_req;
+
+SDPA_INLINE qd_req qd_req_span(const unsigned char *r, size_t len)
+{
+    const qd_req c = {(uintptr_t)r & ~(uintptr_t)63, (uintptr_t)r + len - 1};
+    return c;
+}
+
+/* A cursor with no lines. */
+SDPA_INLINE qd_req qd_req_empty(void)
+{
+    const qd_req c = {1, 0};
+    return c;
+}
+
+/* Requests the next k lines of c (fewer at its end). */
+SDPA_INLINE void qd_req_take(qd_req *c, int k)
+{
+    for (int i = 0; i < k && c->l <= c->last; i++, c->l += 64)
+        __builtin_prefetch((const void *)c->l, 0, 3);
+}
+
+/* Lines left in c. */
+SDPA_INLINE size_t qd_req_left(const qd_req *c)
+{
+    return c->l <= c->last ? (size_t)((c->last - c->l) / 64 + 1) : 0;
+}
+
 /* Requests each line of the bytes [r, r + len) once. Rows of a block format are rarely a whole
    number of lines long (q8_0: 136 bytes a row at d = 128), so that requesting row by row asks
    for the line two rows share twice, and a second request for a line still in flight from
    memory costs about as much as the first. */
 SDPA_INLINE void qd_request_span(const unsigned char *r, size_t len)
 {
-    const uintptr_t last = (uintptr_t)r + len - 1;
-    for (uintptr_t l = (uintptr_t)r & ~(uintptr_t)63; l <= last; l += 64)
-        __builtin_prefetch((const void *)l, 0, 3);
+    qd_req c = qd_req_span(r, len);
+    qd_req_take(&c, (int)qd_req_left(&c));
 }
 
 /* Requests the m rows from r, sb bytes apart, of `bytes` each (m >= 1): rows laid end to end as

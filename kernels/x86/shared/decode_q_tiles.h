@@ -134,7 +134,7 @@ SDPA_INLINE void qd_request_paged(const sdpa_rows *w, int v, sdpa_dtype t, size_
    requested (none at or past the keys any row sees; past a page's piece's end, its rows ahead).
    Returns n, the tile's real keys. */
 SDPA_INLINE size_t qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_t j0, size_t j,
-                                size_t nb, const unsigned char **kr)
+                                size_t nb, const unsigned char **kr, qd_req *rq)
 {
     const size_t n = nb - j < (size_t)NK ? nb - j : (size_t)NK;
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]);
@@ -145,7 +145,10 @@ SDPA_INLINE size_t qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_
     const size_t bytes = (size_t)sdpa_off_bytes(kt, (ptrdiff_t)w->d);
     if (!w->pages && m) { /* requests walked (qd_stride_bytes) */
         const ptrdiff_t sb = qd_stride_bytes(w, 0, kt);
-        qd_request_rows((const unsigned char *)w->k + (ptrdiff_t)a * sb, sb, m, bytes);
+        if (rq && sb == (ptrdiff_t)bytes)
+            *rq = qd_req_span((const unsigned char *)w->k + (ptrdiff_t)a * sb, m * bytes);
+        else
+            qd_request_rows((const unsigned char *)w->k + (ptrdiff_t)a * sb, sb, m, bytes);
     } else if (w->pages)
         qd_request_paged(w, 0, kt, a, m, bytes);
     if (m < n && w->ahead_n) /* a page's piece near its end */
@@ -268,7 +271,7 @@ SDPA_INLINE void qd_scores_fast_y(int R, sdpa_dtype kt, const sdpa_rows *w, cons
     const int off = qd_fast_off(kt), G = kt == SDPA_Q5_0 || kt == SDPA_Q5_1 ? 4 : 8;
     for (size_t j = 0; j < nb; j += 8) {
         const unsigned char *kr[8];
-        const size_t n = qd_tile_keys(8, kt, w, j0, j, nb, kr);
+        const size_t n = qd_tile_keys(8, kt, w, j0, j, nb, kr, NULL);
         __m256 a[8];
         SDPA_UNROLL for (int r = 0; r < R; r++) a[r] = _mm256_setzero_ps();
         for (size_t b = 0; b < nbk; b++) {
@@ -338,12 +341,16 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
     for (int r = 0; r < R; r++) qr[r] = w->q + (size_t)r * d;
     for (size_t j = 0; j < nb; j += (size_t)NK) {
         const unsigned char *kr[16];
-        const size_t n = qd_tile_keys(NK, kt, w, j0, j, nb, kr);
+        qd_req rq = qd_req_empty();
+        const size_t n = qd_tile_keys(NK, kt, w, j0, j, nb, kr, &rq);
+        const size_t steps = (size_t)NK * (d / SDPA_QK);
+        const int rate = (int)((qd_req_left(&rq) + steps - 1) / steps);
         __m512 a[16];
         SDPA_UNROLL for (int i = 0; i < 16; i++) a[i] = _mm512_setzero_ps();
         for (size_t b = 0; b < d / SDPA_QK; b++) {
             SDPA_UNROLL for (int i = 0; i < NK; i++)
             {
+                qd_req_take(&rq, rate);
                 const qd_blk16 kb = qd_block16(kt, kr[i] + b * bb);
                 SDPA_UNROLL for (int h = 0; h < 2; h++)
                 {
@@ -356,6 +363,7 @@ SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0
                 }
             }
         }
+        qd_req_take(&rq, (int)qd_req_left(&rq));
         store_tile16(R, NK, reduce16(a), n, S, lds, j);
     }
 }
@@ -473,7 +481,9 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
 #endif
     for (size_t j = 0; j < nb; j += 16) {
         const unsigned char *kr[16];
-        const size_t n = qd_tile_keys(16, kt, w, j0, j, nb, kr);
+        qd_req rq = qd_req_empty();
+        const size_t n = qd_tile_keys(16, kt, w, j0, j, nb, kr, &rq);
+        const int rate = (int)((qd_req_left(&rq) + (size_t)R * nbk - 1) / ((size_t)R * nbk));
         __m512 a[8];
         SDPA_UNROLL for (int r = 0; r < R; r++) a[r] = _mm512_setzero_ps();
         for (size_t b = 0; b < nbk; b++) {
@@ -488,6 +498,7 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
                     : dk;
             SDPA_UNROLL for (int r = 0; r < R; r++)
             {
+                qd_req_take(&rq, rate);
                 const int8_t *q = w->qq + (size_t)r * d + b * SDPA_QK;
                 __m512i s0 =
                     off ? _mm512_set1_epi32(qo[(size_t)r * nbk + b]) : _mm512_setzero_si512();
@@ -526,6 +537,7 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
                     a[r] = _mm512_fmadd_ps(mk, _mm512_set1_ps(qm[(size_t)r * nbk + b]), a[r]);
             }
         }
+        qd_req_take(&rq, (int)qd_req_left(&rq));
         const __mmask16 live = (__mmask16)((1u << n) - 1);
         SDPA_UNROLL for (int r = 0; r < R; r++)
             _mm512_mask_storeu_ps(S + (size_t)r * lds + j, live, a[r]);
@@ -537,7 +549,7 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
    key's weights broadcast once for its NB blocks. */
 SDPA_INLINE void qd_pv_block_z(int R, int NB, sdpa_dtype vt, float *acc, size_t dv, const float *al,
                                const float *P, size_t lds, const unsigned char *const *rv, size_t n,
-                               size_t c0)
+                               size_t c0, qd_req *rq, int rate)
 {
     __m512 a[16];
     SDPA_UNROLL for (int r = 0; r < R; r++)
@@ -548,6 +560,7 @@ SDPA_INLINE void qd_pv_block_z(int R, int NB, sdpa_dtype vt, float *acc, size_t 
     }
     const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)c0), bb = sdpa_block_bytes(vt);
     for (size_t j = 0; j < n; j++) {
+        qd_req_take(rq, rate);
         __m512 x[4];
         SDPA_UNROLL for (int e = 0; e < NB; e++)
         {
@@ -592,7 +605,7 @@ SDPA_INLINE void qd_scores_r(int R, sdpa_dtype kt, const sdpa_rows *w, const int
 #endif
     for (size_t j = 0; j < nb; j += (size_t)NK) {
         const unsigned char *kr[8];
-        const size_t n = qd_tile_keys(NK, kt, w, j0, j, nb, kr);
+        const size_t n = qd_tile_keys(NK, kt, w, j0, j, nb, kr, NULL);
         const __m256 v = w->qq && sdpa_dtype_quantized(kt) /* q8_0, iq4_nl on AVX2 */
                              ? qd_score_tile_i8(R, NK, kt, w->qq, w->qd, w->d, kr)
                              : qd_score_tile(R, NK, kt, w->q, w->d, kr);
@@ -657,7 +670,8 @@ typedef struct qd_stash {
    (the first panel), ST 2 reads it (the others), ST 0 neither (a panel over the whole block). */
 SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, int ST, sdpa_dtype vt, float *acc, size_t dv,
                                const float *al, const float *P, size_t lds,
-                               const unsigned char *const *rv, size_t n, size_t c0, qd_stash *st)
+                               const unsigned char *const *rv, size_t n, size_t c0, qd_stash *st,
+                               qd_req *rq, int rate)
 {
     __m256 a[16];
     SDPA_UNROLL for (int r = 0; r < R; r++)
@@ -668,6 +682,7 @@ SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, int ST, sdpa_dtype vt, flo
     }
     const size_t bo = (size_t)sdpa_off_bytes(vt, (ptrdiff_t)(c0 / SDPA_QK * SDPA_QK));
     for (size_t j = 0; j < n; j++) {
+        qd_req_take(rq, rate);
         const unsigned char *b = rv[j] + bo;
         __m256 dv8, cv8;
         qd_src src;
@@ -707,11 +722,15 @@ SDPA_INLINE void qd_values_r(int R, sdpa_dtype vt, const sdpa_rows *w, float *ac
     for (size_t g = 0; g < n; g += DECODE_Q_PV_KB) {
         const size_t ng = n - g < DECODE_Q_PV_KB ? n - g : DECODE_Q_PV_KB;
         const size_t a = j0 + g + pf, m = kend > a ? sdpa_min(ng, kend - a) : 0;
+        qd_req rq = qd_req_empty();
         if (!w->pages) { /* rows and requests walked (qd_stride_bytes) */
             const ptrdiff_t sb = qd_stride_bytes(w, 1, vt);
             const unsigned char *r = (const unsigned char *)w->v + (ptrdiff_t)(j0 + g) * sb;
             for (size_t j = 0; j < ng; j++) rv[j] = r + (ptrdiff_t)j * sb;
-            if (m) qd_request_rows(r + (ptrdiff_t)pf * sb, sb, m, bytes);
+            if (m && sb == (ptrdiff_t)bytes && sdpa_dtype_quantized(vt))
+                rq = qd_req_span(r + (ptrdiff_t)pf * sb, m * bytes);
+            else if (m)
+                qd_request_rows(r + (ptrdiff_t)pf * sb, sb, m, bytes);
             if (m < ng && w->ahead_n) qd_request_ahead(w, sb, a + m, a + ng, bytes);
         } else {
             for (size_t j = 0; j < ng; j++) rv[j] = qd_key_row(w, 1, vt, j0 + g + j);
@@ -722,28 +741,42 @@ SDPA_INLINE void qd_values_r(int R, sdpa_dtype vt, const sdpa_rows *w, float *ac
 #ifdef __AVX512F__
             /* two blocks a pass with at most 4 rows (16 accumulators), else one */
             size_t c = 0;
+            const size_t steps = ng * (R <= 4 ? dv / 64 + (dv % 64 ? 1 : 0) : dv / 32);
+            const int rate = (int)((qd_req_left(&rq) + steps - 1) / steps);
             if (R <= 4)
                 for (; c + 64 <= dv; c += 64)
-                    qd_pv_block_z(R, 2, vt, acc, dv, al, P + g, lds, rv, ng, c);
-            for (; c < dv; c += 32) qd_pv_block_z(R, 1, vt, acc, dv, al, P + g, lds, rv, ng, c);
+                    qd_pv_block_z(R, 2, vt, acc, dv, al, P + g, lds, rv, ng, c, &rq, rate);
+            for (; c < dv; c += 32)
+                qd_pv_block_z(R, 1, vt, acc, dv, al, P + g, lds, rv, ng, c, &rq, rate);
+            qd_req_take(&rq, (int)qd_req_left(&rq));
             continue;
 #endif
             qd_stash st[DECODE_Q_PV_KB];
+            const size_t psteps = ng * (dv / 32) * (R <= 2 ? 1 : R <= 4 ? 2 : 4);
+            const int prate = (int)((qd_req_left(&rq) + psteps - 1) / psteps);
             if (R <= 2)
                 for (size_t c = 0; c < dv; c += 32)
-                    qd_pv_panel_q(R, 4, 0, 0, vt, acc, dv, al, P + g, lds, rv, ng, c, st);
+                    qd_pv_panel_q(R, 4, 0, 0, vt, acc, dv, al, P + g, lds, rv, ng, c, st, &rq,
+                                  prate);
             else if (R <= 4)
                 for (size_t c = 0; c < dv; c += 32) {
-                    qd_pv_panel_q(R, 2, 0, 1, vt, acc, dv, al, P + g, lds, rv, ng, c, st);
-                    qd_pv_panel_q(R, 2, 2, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 16, st);
+                    qd_pv_panel_q(R, 2, 0, 1, vt, acc, dv, al, P + g, lds, rv, ng, c, st, &rq,
+                                  prate);
+                    qd_pv_panel_q(R, 2, 2, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 16, st, &rq,
+                                  prate);
                 }
             else
                 for (size_t c = 0; c < dv; c += 32) {
-                    qd_pv_panel_q(R, 1, 0, 1, vt, acc, dv, al, P + g, lds, rv, ng, c, st);
-                    qd_pv_panel_q(R, 1, 1, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 8, st);
-                    qd_pv_panel_q(R, 1, 2, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 16, st);
-                    qd_pv_panel_q(R, 1, 3, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 24, st);
+                    qd_pv_panel_q(R, 1, 0, 1, vt, acc, dv, al, P + g, lds, rv, ng, c, st, &rq,
+                                  prate);
+                    qd_pv_panel_q(R, 1, 1, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 8, st, &rq,
+                                  prate);
+                    qd_pv_panel_q(R, 1, 2, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 16, st, &rq,
+                                  prate);
+                    qd_pv_panel_q(R, 1, 3, 2, vt, acc, dv, al, P + g, lds, rv, ng, c + 24, st, &rq,
+                                  prate);
                 }
+            qd_req_take(&rq, (int)qd_req_left(&rq));
             continue;
         }
         /* an element-type V beside a quantized K: 16 columns per pass with at most 4 rows, 8
