@@ -132,7 +132,8 @@ SDPA_INLINE void qd_request_paged(const sdpa_rows *w, int v, sdpa_dtype t, size_
 /* The rows of a score tile's keys j0 + j + i, i < NK, of the nb from j0 (a tail tile of n < NK
    keys repeats its last, in bounds), and the rows qd_pf_keys keys ahead of its real ones
    requested (none at or past the keys any row sees; past a page's piece's end, its rows ahead).
-   Returns n, the tile's real keys. */
+   With rq (not NULL), rows laid end to end are left in *rq for the tile to take a share at a
+   time, the others requested here. Returns n, the tile's real keys. */
 SDPA_INLINE size_t qd_tile_keys(int NK, sdpa_dtype kt, const sdpa_rows *w, size_t j0, size_t j,
                                 size_t nb, const unsigned char **kr, qd_req *rq)
 {
@@ -546,7 +547,7 @@ SDPA_INLINE void qd_scores_fast_z(int R, sdpa_dtype kt, const sdpa_rows *w, cons
 
 /* acc[r][c0, c0 + 32 NB) = al[r] acc + sum_j P[r][j] v_j over keys [0, n) (rows rv[j], every
    row sees them): NB blocks of a quantized V (R NB <= 8), two vectors per row and block, each
-   key's weights broadcast once for its NB blocks. */
+   key's weights broadcast once for its NB blocks; rate lines of rq requested per key. */
 SDPA_INLINE void qd_pv_block_z(int R, int NB, sdpa_dtype vt, float *acc, size_t dv, const float *al,
                                const float *P, size_t lds, const unsigned char *const *rv, size_t n,
                                size_t c0, qd_req *rq, int rate)
@@ -667,7 +668,8 @@ typedef struct qd_stash {
 
 /* The same for a quantized V whose dv is a multiple of 32: whole vectors, no element type. The
    panels over one 32-column block share each key's decoded block through st[j]: ST 1 writes it
-   (the first panel), ST 2 reads it (the others), ST 0 neither (a panel over the whole block). */
+   (the first panel), ST 2 reads it (the others), ST 0 neither (a panel over the whole block).
+   rate lines of rq are requested per key. */
 SDPA_INLINE void qd_pv_panel_q(int R, int NC, int T0, int ST, sdpa_dtype vt, float *acc, size_t dv,
                                const float *al, const float *P, size_t lds,
                                const unsigned char *const *rv, size_t n, size_t c0, qd_stash *st,
@@ -722,6 +724,7 @@ SDPA_INLINE void qd_values_r(int R, sdpa_dtype vt, const sdpa_rows *w, float *ac
     for (size_t g = 0; g < n; g += DECODE_Q_PV_KB) {
         const size_t ng = n - g < DECODE_Q_PV_KB ? n - g : DECODE_Q_PV_KB;
         const size_t a = j0 + g + pf, m = kend > a ? sdpa_min(ng, kend - a) : 0;
+        /* the next rows laid end to end, requested a share a key by the P·V loops */
         qd_req rq = qd_req_empty();
         if (!w->pages) { /* rows and requests walked (qd_stride_bytes) */
             const ptrdiff_t sb = qd_stride_bytes(w, 1, vt);
