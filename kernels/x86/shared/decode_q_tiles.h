@@ -737,6 +737,31 @@ SDPA_INLINE void qd_values_r(int R, sdpa_dtype vt, const sdpa_rows *w, float *ac
             if (m < ng && w->ahead_n) qd_request_ahead(w, sb, a + m, a + ng, bytes);
         } else {
             for (size_t j = 0; j < ng; j++) rv[j] = qd_key_row(w, 1, vt, j0 + g + j);
+#ifdef __AVX512F__
+            /* rows on at most two pages, each laid end to end: a span each, the first taken by
+               the passes over the first half of the columns, the second by the rest */
+            const size_t mask = w->pages->size - 1, m1 = sdpa_min(m, mask + 1 - (a & mask));
+            if (m && sdpa_dtype_quantized(vt) && qd_stride_bytes(w, 1, vt) == (ptrdiff_t)bytes &&
+                m - m1 <= mask + 1) {
+                const float *al = g == 0 ? alpha : ones;
+                qd_req rh[2] = {qd_req_span(qd_key_row(w, 1, vt, a), m1 * bytes), qd_req_empty()};
+                if (m > m1) rh[1] = qd_req_span(qd_key_row(w, 1, vt, a + m1), (m - m1) * bytes);
+                const size_t hs = ng * (R <= 4 ? (dv + 127) / 128 : (dv + 63) / 64);
+                const int rate[2] = {(int)((qd_req_left(&rh[0]) + hs - 1) / hs),
+                                     (int)((qd_req_left(&rh[1]) + hs - 1) / hs)};
+                size_t c = 0;
+                if (R <= 4)
+                    for (; c + 64 <= dv; c += 64)
+                        qd_pv_block_z(R, 2, vt, acc, dv, al, P + g, lds, rv, ng, c,
+                                      &rh[2 * c >= dv], rate[2 * c >= dv]);
+                for (; c < dv; c += 32)
+                    qd_pv_block_z(R, 1, vt, acc, dv, al, P + g, lds, rv, ng, c, &rh[2 * c >= dv],
+                                  rate[2 * c >= dv]);
+                qd_req_take(&rh[0], (int)qd_req_left(&rh[0]));
+                qd_req_take(&rh[1], (int)qd_req_left(&rh[1]));
+                continue;
+            }
+#endif
             qd_request_paged(w, 1, vt, a, m, bytes);
         }
         const float *al = g == 0 ? alpha : ones;
