@@ -2,6 +2,7 @@
 #ifndef SDPA_DRIVER_H
 #define SDPA_DRIVER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -64,9 +65,11 @@ typedef struct plan {
     size_t ptab_off;   /* from stage_off: the page lists of a unit the kernel pages itself */
     size_t partial_off; /* where the split-K partial states start, after the workspaces */
     size_t seq_off;     /* where the sequence table starts, after the partial states */
+    size_t done_off;    /* where the merge groups' finished-chunk counters start, after it */
     float *ws;          /* n_threads * ws_stride floats, 64-byte aligned */
     float *partial;     /* per split item, m[R] l[R] acc[R * Dv] */
     seqinfo *seq;       /* [B] */
+    atomic_uint *done;  /* [n_groups]: chunks of the group whose partial state is written */
 } plan;
 
 static inline size_t round16(size_t n) { return (n + 15) / 16 * 16; }
@@ -119,6 +122,6 @@ void sdpa_run_item(void *arg, size_t t, size_t thread); /* an sdpa_task_fn over 
 /* finish.c */
 void sdpa_finish_row(const plan *pl, const seqinfo *sq, size_t b, size_t h, size_t i, float m,
                      float l, const float *acc);
-void sdpa_merge_group(void *arg, size_t grp, size_t thread); /* an sdpa_task_fn over a plan */
+void sdpa_merge_group(void *arg, size_t grp, size_t thread); /* on thread's scratch */
 
 #endif /* SDPA_DRIVER_H */

@@ -6,6 +6,8 @@
 
 #include "driver.h"
 
+_Static_assert(sizeof(atomic_uint) % sizeof(float) == 0, "counters laid out in floats");
+
 /* Sequence b's query and key counts: packed, padded or the call's own. */
 static size_t seq_lq(const sdpa_params *p, size_t b)
 {
@@ -193,7 +195,9 @@ sdpa_status sdpa_make_plan(const sdpa_impl *impl, const sdpa_params *p, const sd
         !mul_sz(n_parts, pl->R * (pl->Dv + 2), &pf) ||
         !add_sz(ws_floats, round16(pf), &pl->seq_off) ||
         !mul_sz(pl->B, sizeof(seqinfo) / sizeof(float), &tab) ||
-        !add_sz(pl->seq_off, tab, floats) || *floats > SIZE_MAX / sizeof(float) - 64)
+        !add_sz(pl->seq_off, round16(tab), &pl->done_off) ||
+        !add_sz(pl->done_off, round16(n_groups * sizeof(atomic_uint) / sizeof(float)), floats) ||
+        *floats > SIZE_MAX / sizeof(float) - 64)
         return SDPA_ERR_OVERFLOW;
     pl->n_items = n_items;
     pl->n_groups = n_groups;

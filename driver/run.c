@@ -227,7 +227,15 @@ void sdpa_run_item(void *arg, size_t t, size_t thread)
         };
         sdpa_run_keys(pl, &it, &w, c0, c1, ws + pl->reb_off, ws + pl->stage_off);
     }
-    if (split) return;
+    if (split) {
+        /* the group's last chunk to finish merges it: the counter's release-acquire chain makes
+           every chunk's partial state visible to that thread, whichever it is, and the merge
+           reads the parts in chunk order, so the result is the same on any thread count */
+        const size_t grp = sq->grp0 + it.kvh;
+        if (atomic_fetch_add_explicit(&pl->done[grp], 1, memory_order_acq_rel) + 1 == sq->n_chunks)
+            sdpa_merge_group(arg, grp, thread);
+        return;
+    }
     for (size_t r = 0; r < R; r++)
         sdpa_finish_row(pl, sq, it.b, it.kvh * pl->G + r % pl->G, it.i0 + r / pl->G, m[r], l[r],
                         acc + r * Dv);
@@ -272,8 +280,10 @@ void sdpa_attach_workspace(plan *pl, float *ws)
     pl->ws = ws;
     pl->partial = pl->ws + pl->partial_off;
     pl->seq = (seqinfo *)(void *)(pl->ws + pl->seq_off);
+    pl->done = (atomic_uint *)(void *)(pl->ws + pl->done_off);
     size_t n_items, n_parts, n_groups;
     (void)sdpa_walk_seqs(pl, &n_items, &n_parts, &n_groups); /* as planned: the counts fit */
+    for (size_t g = 0; g < n_groups; g++) atomic_init(&pl->done[g], 0);
 }
 
 sdpa_status sdpa_impl_workspace_size(const sdpa_impl *impl, const sdpa_params *p,
@@ -314,8 +324,7 @@ sdpa_status sdpa_impl_forward(const sdpa_impl *impl, const sdpa_params *p, const
         ws = own;
     }
     sdpa_attach_workspace(&pl, ws);
-    run_all(p, pl.n_items, sdpa_run_item, &pl);
-    if (pl.n_groups) run_all(p, pl.n_groups, sdpa_merge_group, &pl);
+    run_all(p, pl.n_items, sdpa_run_item, &pl); /* split groups merged by their last chunk */
     free(own);
     return SDPA_OK;
 }

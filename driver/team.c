@@ -21,8 +21,6 @@
 typedef struct team_state {
     atomic_size_t next_item; /* the next work item to claim */
     char pad0[64 - sizeof(atomic_size_t)];
-    atomic_size_t next_group; /* the next merge group to claim */
-    char pad1[64 - sizeof(atomic_size_t)];
     atomic_uint arrived;  /* threads at the barrier */
     atomic_uint gen;      /* barriers passed, mod 2^32 */
     atomic_uint sleepers; /* threads asleep on gen (futex), or about to be */
@@ -127,7 +125,6 @@ sdpa_status sdpa_impl_forward_team(const sdpa_impl *impl, const sdpa_params *p,
         }
         if (t->ws) sdpa_attach_workspace(&pl, t->ws);
         atomic_store_explicit(&t->next_item, 0, memory_order_relaxed);
-        atomic_store_explicit(&t->next_group, 0, memory_order_relaxed);
     }
     barrier(t, nth);
     s = (sdpa_status)t->status;
@@ -141,12 +138,9 @@ sdpa_status sdpa_impl_forward_team(const sdpa_impl *impl, const sdpa_params *p,
         pl.ws = t->ws;
         pl.partial = pl.ws + pl.partial_off;
         pl.seq = (seqinfo *)(void *)(pl.ws + pl.seq_off);
+        pl.done = (atomic_uint *)(void *)(pl.ws + pl.done_off);
     }
-    claim_all(&t->next_item, pl.n_items, sdpa_run_item, &pl, ith);
-    if (pl.n_groups) {
-        barrier(t, nth); /* every partial state written */
-        claim_all(&t->next_group, pl.n_groups, sdpa_merge_group, &pl, ith);
-    }
+    claim_all(&t->next_item, pl.n_items, sdpa_run_item, &pl, ith); /* merges included */
     void *own = t->own;
     barrier(t, nth); /* every row written; none reads the workspace any more */
     if (ith == 0) free(own);

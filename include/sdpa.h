@@ -378,9 +378,10 @@ sdpa_status sdpa_impl_forward(const sdpa_impl *impl, const sdpa_params *p, const
    ops, an OpenMP parallel region). Each of nth threads calls sdpa_forward_team with the same
    arguments, the same team state and its own ith in [0, nth); every call returns when the
    whole attention is done, with the same status on every thread. Work is claimed from a
-   counter in the team state; the threads meet at a barrier after planning, before the split-K
-   merge and at the end, each waiting by spinning briefly, yielding the CPU a few times, then
-   sleeping until the last thread arrives (a futex, on Linux).
+   counter in the team state; the threads meet at a barrier after planning and at the end, each
+   waiting by spinning briefly, yielding the CPU a few times, then sleeping until the last
+   thread arrives (a futex, on Linux). A split KV range is merged by whichever thread finishes
+   its last chunk, with no barrier.
    - Results are bitwise those of sdpa_forward, for any nth.
    - The team state is sdpa_team_bytes() bytes, 8-byte aligned, owned by the caller and zeroed
      once before its first use; it is then reusable for any number of calls of any shape by
