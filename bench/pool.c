@@ -1,11 +1,15 @@
 /* pool.c -- a persistent pthread pool implementing sdpa_parallel_for_fn, for the benchmarks and the
  * tests */
 /*
- * The workers are created once and sleep on a condition variable between calls, so a forward
- * call pays one wake-up, not a thread creation (an engine's pool behaves the same way). The
- * caller takes part as thread 0; tasks are claimed through one atomic counter, so a slow or
- * descheduled thread simply takes fewer of them. The k-th claim runs task task_at(k): the
- * identity, its reverse or a permutation, which is how the tests vary the order.
+ * The workers are created once. Between calls each polls for the next one for spin_us
+ * microseconds, then sleeps on a condition variable; the caller, once out of tasks, polls for
+ * the workers to finish the same way. An engine's pool behaves so: ggml's polls about 6.5
+ * million pause rounds by default (poll level 50, 128 Ki rounds a level) before it sleeps, and
+ * OpenMP runtimes spin-wait a while by default. With spin_us = 0 every call pays a wake-up of
+ * sleeping threads, which in a virtual machine can cost as much as 0.1 ms. The caller takes
+ * part as thread 0; tasks are claimed through one atomic counter, so a slow or descheduled
+ * thread simply takes fewer of them. The k-th claim runs task task_at(k): the identity, its
+ * reverse or a permutation, which is how the tests vary the order.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -14,6 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "pool.h"
 
@@ -30,9 +35,10 @@ struct bench_pool {
     pthread_mutex_t mu;
     pthread_cond_t wake; /* a new generation of work, or stop */
     pthread_cond_t done; /* the last busy worker finished the generation */
-    uint64_t generation;
-    bool stop;
-    size_t busy;         /* workers still inside the current generation */
+    /* changed under mu (so that a sleeper cannot miss them), read by pollers without it */
+    _Atomic uint64_t generation;
+    atomic_bool stop;
+    atomic_size_t busy;  /* workers still inside the current generation */
     atomic_flag in_call; /* set for the length of a call: catches concurrent or nested use */
     /* the current call, written by the caller before the workers are woken */
     sdpa_task_fn fn;
@@ -114,28 +120,76 @@ static void run_claims(struct bench_pool *p, size_t thread)
     }
 }
 
+static void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* Polls until ready(p, ctx) holds or spin_us have passed (the clock read every 256 rounds);
+   returns whether it holds. Acquire loads in ready() pair with the writer's release. */
+static bool poll_for(struct bench_pool *p, bool (*ready)(struct bench_pool *, uint64_t),
+                     uint64_t ctx)
+{
+    if (ready(p, ctx)) return true;
+    if (p->opts.spin_us == 0) return false;
+    const uint64_t end = now_ns() + (uint64_t)p->opts.spin_us * 1000u;
+    for (unsigned i = 1;; i++) {
+        cpu_relax();
+        if (ready(p, ctx)) return true;
+        if (i % 256 == 0 && now_ns() >= end) return false;
+    }
+}
+
+static bool new_work(struct bench_pool *p, uint64_t seen)
+{
+    return atomic_load_explicit(&p->generation, memory_order_acquire) != seen ||
+           atomic_load_explicit(&p->stop, memory_order_acquire);
+}
+
+static bool all_done(struct bench_pool *p, uint64_t unused)
+{
+    (void)unused;
+    return atomic_load_explicit(&p->busy, memory_order_acquire) == 0;
+}
+
 static void *worker_main(void *varg)
 {
     worker_arg *wa = varg;
     struct bench_pool *p = wa->pool;
     uint64_t seen = 0;
-    pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (p->generation == seen && !p->stop) pthread_cond_wait(&p->wake, &p->mu);
-        if (p->stop) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
+        if (!poll_for(p, new_work, seen)) {
+            pthread_mutex_lock(&p->mu);
+            while (!new_work(p, seen)) pthread_cond_wait(&p->wake, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load_explicit(&p->stop, memory_order_acquire)) break;
+        seen = atomic_load_explicit(&p->generation, memory_order_acquire);
         run_claims(p, wa->index);
-        pthread_mutex_lock(&p->mu);
-        if (--p->busy == 0) pthread_cond_signal(&p->done);
+        /* release: the tasks' writes happen before the caller sees busy reach 0 */
+        if (atomic_fetch_sub_explicit(&p->busy, 1, memory_order_acq_rel) == 1) {
+            pthread_mutex_lock(&p->mu); /* a caller between its check and its wait holds mu */
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
     }
-    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
 bench_pool *bench_pool_create(size_t n_threads)
 {
-    const bench_pool_options opts = {.n_threads = n_threads};
+    const bench_pool_options opts = {.n_threads = n_threads, .spin_us = BENCH_POOL_SPIN_US};
     return bench_pool_create_opts(&opts);
 }
 
@@ -146,6 +200,9 @@ bench_pool *bench_pool_create_opts(const bench_pool_options *opts)
     if (!p) return NULL;
     p->opts = *opts;
     atomic_init(&p->next, 0);
+    atomic_init(&p->generation, 0);
+    atomic_init(&p->stop, false);
+    atomic_init(&p->busy, 0);
     atomic_init(&p->bad_thread, 0);
     atomic_init(&p->overlaps, 0);
     atomic_flag_clear(&p->in_call);
@@ -184,7 +241,7 @@ void bench_pool_destroy(bench_pool *p)
 {
     if (!p) return;
     pthread_mutex_lock(&p->mu);
-    p->stop = true;
+    atomic_store_explicit(&p->stop, true, memory_order_release);
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (size_t i = 0; i < p->started; i++) pthread_join(p->threads[i], NULL);
@@ -266,16 +323,19 @@ void bench_pool_parallel_for(void *vpool, size_t n_tasks, sdpa_task_fn task, voi
     } else if (p->started == 0 || n_tasks == 1) { /* nothing to share: no wake-up cost */
         for (size_t k = 0; k < n_tasks; k++) run_claim(p, k, 0);
     } else {
-        pthread_mutex_lock(&p->mu);
         atomic_store_explicit(&p->next, 0, memory_order_relaxed);
-        p->busy = p->started;
-        p->generation++;
-        pthread_cond_broadcast(&p->wake);
-        pthread_mutex_unlock(&p->mu); /* the unlock publishes the call to the workers */
-        run_claims(p, 0);
+        atomic_store_explicit(&p->busy, p->started, memory_order_relaxed);
         pthread_mutex_lock(&p->mu);
-        while (p->busy > 0) pthread_cond_wait(&p->done, &p->mu);
-        pthread_mutex_unlock(&p->mu); /* the workers' writes happen before this returns */
+        /* release: a poller that sees the new generation sees the call written before it */
+        atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->mu);
+        run_claims(p, 0);
+        if (!poll_for(p, all_done, 0)) {
+            pthread_mutex_lock(&p->mu);
+            while (!all_done(p, 0)) pthread_cond_wait(&p->done, &p->mu);
+            pthread_mutex_unlock(&p->mu);
+        } /* either way the workers' writes happen before this returns (acquire on busy) */
     }
 
     if (p->opts.check && !counters_all_one(p, n_tasks)) p->miscounts++;

@@ -32,7 +32,15 @@ typedef struct bench_pool_options {
     /* Checks the sdpa_parallel_for_fn contract on every call (see bench_pool_stats). */
     bool check;
     uint64_t seed; /* BENCH_POOL_SHUFFLE: the same seed gives the same orders */
+    /* Microseconds an idle worker polls for the next call, and the caller for the workers to
+       finish, before sleeping on a condition variable; 0 sleeps at once (the tests' pools, which
+       may have more threads than the machine has cores). */
+    uint32_t spin_us;
 } bench_pool_options;
+
+/* bench_pool_create's polling time: longer than a benchmark's 1-thread call, so that the paired
+   rows' N-thread call finds its workers awake, as an engine's op finds its pool mid-graph. */
+#define BENCH_POOL_SPIN_US 50000
 
 /* What a pool has seen since it was created; read between calls, from the calling thread. */
 typedef struct bench_pool_stats {
@@ -46,8 +54,8 @@ typedef struct bench_pool_stats {
                             silently */
 } bench_pool_stats;
 
-/* n_threads >= 1 counting the caller, which runs tasks as thread 0; forward order, no checks.
-   NULL on failure (nothing left running). */
+/* n_threads >= 1 counting the caller, which runs tasks as thread 0; forward order, no checks,
+   polling BENCH_POOL_SPIN_US. NULL on failure (nothing left running). */
 bench_pool *bench_pool_create(size_t n_threads);
 /* The same with every option; NULL when n_threads is 0 or on failure. */
 bench_pool *bench_pool_create_opts(const bench_pool_options *opts);

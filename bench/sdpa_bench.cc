@@ -171,12 +171,16 @@ int main(int argc, char **argv)
     argc = (int)args.size() - 1;
     argv = args.data();
     benchmark::Initialize(&argc, argv);
-    // our own flag, after google/benchmark removed its own ones
+    // our own flags, after google/benchmark removed its own ones: the read bandwidth probe's
+    // buffer, and how long the pools' idle threads poll before sleeping (bench/pool.h)
     size_t bw_mib = 512;
+    uint32_t spin_us = BENCH_POOL_SPIN_US;
     int kept = 1;
     for (int i = 1; i < argc; i++) {
         if (std::strncmp(argv[i], "--sdpa_bw_mib=", 14) == 0)
             bw_mib = (size_t)std::strtoull(argv[i] + 14, nullptr, 10);
+        else if (std::strncmp(argv[i], "--sdpa_pool_spin_us=", 20) == 0)
+            spin_us = (uint32_t)std::strtoul(argv[i] + 20, nullptr, 10);
         else
             argv[kept++] = argv[i];
     }
@@ -185,7 +189,10 @@ int main(int argc, char **argv)
     if (bw_mib < 1) bw_mib = 1;
 
     for (size_t t = 1; t <= BENCH_MAX_THREADS; t++) {
-        g_pools[t] = bench_pool_create(t);
+        bench_pool_options opts = {};
+        opts.n_threads = t;
+        opts.spin_us = spin_us;
+        g_pools[t] = bench_pool_create_opts(&opts);
         if (!g_pools[t]) {
             std::fprintf(stderr, "sdpa-bench: cannot start a %zu-thread pool\n", t);
             return 1;

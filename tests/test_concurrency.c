@@ -518,8 +518,8 @@ static void test_select_flipping(void)
 
 /* ------------------------------------------------------------------------------------------ */
 /* 3. Several callers at once, each with its own pool claiming tasks in a shuffled order (and a */
-/*    caller-owned workspace on every other call): every result is the serial one, from one     */
-/*    pool call per forward call.                                                               */
+/*    caller-owned workspace on every other call; half the pools poll between calls, half      */
+/*    sleep): every result is the serial one, from one pool call per forward call.              */
 /* ------------------------------------------------------------------------------------------ */
 enum { POOL_CALLERS = 4, POOL_CALLS = 24 };
 
@@ -572,8 +572,11 @@ static void test_pooled_calls(const sdpa_impl *impl)
     largest_problem(&max_o, &max_rows);
     pthread_barrier_init(&pool_go, NULL, POOL_CALLERS);
     for (size_t c = 0; c < POOL_CALLERS; c++) {
-        const bench_pool_options opts = {
-            .n_threads = 2 + c % 2, .order = BENCH_POOL_SHUFFLE, .check = true, .seed = 101 + c};
+        const bench_pool_options opts = {.n_threads = 2 + c % 2,
+                                         .order = BENCH_POOL_SHUFFLE,
+                                         .check = true,
+                                         .seed = 101 + c,
+                                         .spin_us = c / 2 ? 200 : 0};
         pc[c].id = c;
         pc[c].impl = impl;
         pc[c].pool = bench_pool_create_opts(&opts);
