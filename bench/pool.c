@@ -35,7 +35,8 @@ struct bench_pool {
     pthread_mutex_t mu;
     pthread_cond_t wake; /* a new generation of work, or stop */
     pthread_cond_t done; /* the last busy worker finished the generation */
-    /* changed under mu (so that a sleeper cannot miss them), read by pollers without it */
+    /* generation and stop change under mu, so that a sleeper cannot miss them; busy falls
+       without it, and its last decrement signals done under mu. Pollers read all three bare. */
     _Atomic uint64_t generation;
     atomic_bool stop;
     atomic_size_t busy;  /* workers still inside the current generation */
