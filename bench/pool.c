@@ -188,12 +188,6 @@ static void *worker_main(void *varg)
     return NULL;
 }
 
-bench_pool *bench_pool_create(size_t n_threads)
-{
-    const bench_pool_options opts = {.n_threads = n_threads, .spin_us = BENCH_POOL_SPIN_US};
-    return bench_pool_create_opts(&opts);
-}
-
 bench_pool *bench_pool_create_opts(const bench_pool_options *opts)
 {
     if (!opts || opts->n_threads < 1) return NULL;

@@ -38,8 +38,9 @@ typedef struct bench_pool_options {
     uint32_t spin_us;
 } bench_pool_options;
 
-/* bench_pool_create's polling time: longer than a benchmark's 1-thread call, so that the paired
-   rows' N-thread call finds its workers awake, as an engine's op finds its pool mid-graph. */
+/* sdpa-bench's polling time (--sdpa_pool_spin_us): longer than a benchmark's 1-thread call, so
+   that the paired rows' N-thread call finds its workers awake, as an engine's op finds its pool
+   mid-graph. */
 #define BENCH_POOL_SPIN_US 50000
 
 /* What a pool has seen since it was created; read between calls, from the calling thread. */
@@ -54,10 +55,8 @@ typedef struct bench_pool_stats {
                             silently */
 } bench_pool_stats;
 
-/* n_threads >= 1 counting the caller, which runs tasks as thread 0; forward order, no checks,
-   polling BENCH_POOL_SPIN_US. NULL on failure (nothing left running). */
-bench_pool *bench_pool_create(size_t n_threads);
-/* The same with every option; NULL when n_threads is 0 or on failure. */
+/* A pool of opts->n_threads >= 1 threads counting the caller, which runs tasks as thread 0;
+   NULL when n_threads is 0 or on failure (nothing left running). */
 bench_pool *bench_pool_create_opts(const bench_pool_options *opts);
 /* Stops and joins the workers and frees the pool; NULL is a no-op. Not during a call. */
 void bench_pool_destroy(bench_pool *pool);

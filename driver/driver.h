@@ -107,7 +107,7 @@ sdpa_status sdpa_make_plan(const sdpa_impl *impl, const sdpa_params *p, const sd
                            const sdpa_tensor *k, const sdpa_tensor *v, const sdpa_tensor *o,
                            size_t threads, plan *pl, size_t *floats);
 bool sdpa_walk_seqs(plan *pl, size_t *n_items, size_t *n_parts, size_t *n_groups);
-size_t sdpa_seq_of(const plan *pl, size_t t, bool groups);
+size_t sdpa_seq_of(const plan *pl, size_t t);
 item sdpa_item_at(const plan *pl, size_t t);
 /* keys.c */
 void sdpa_run_keys(const plan *pl, const item *it, sdpa_rows *w, size_t c0, size_t c1, float *reb,
@@ -118,10 +118,12 @@ sdpa_status sdpa_setup_call(const sdpa_impl *impl, const sdpa_params *p, const s
                             size_t threads, plan *pl, size_t *bytes);
 float *sdpa_caller_workspace(const sdpa_params *p, size_t bytes);
 void sdpa_attach_workspace(plan *pl, float *ws);
+void sdpa_plan_views(plan *pl, float *ws);
 void sdpa_run_item(void *arg, size_t t, size_t thread); /* an sdpa_task_fn over a plan */
 /* finish.c */
 void sdpa_finish_row(const plan *pl, const seqinfo *sq, size_t b, size_t h, size_t i, float m,
                      float l, const float *acc);
-void sdpa_merge_group(void *arg, size_t grp, size_t thread); /* on thread's scratch */
+/* KV head kvh of split sequence b, on thread's scratch */
+void sdpa_merge_group(const plan *pl, size_t b, size_t kvh, size_t thread);
 
 #endif /* SDPA_DRIVER_H */

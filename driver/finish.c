@@ -103,12 +103,10 @@ void sdpa_finish_row(const plan *pl, const seqinfo *sq, size_t b, size_t h, size
    m = max m_c, l = sum l_c e^(m_c - m), the same for acc. A chunk's state says what it saw:
    l = 0, nothing (whatever m is); l or m NaN, a NaN score (some kernels keep NaN out of m and
    carry it in l only), which makes the whole row NaN. */
-void sdpa_merge_group(void *arg, size_t grp, size_t thread)
+void sdpa_merge_group(const plan *pl, size_t b, size_t kvh, size_t thread)
 {
-    const plan *pl = arg;
-    const size_t b = sdpa_seq_of(pl, grp, true);
     const seqinfo *sq = &pl->seq[b];
-    const size_t kvh = grp - sq->grp0, nc = sq->n_chunks;
+    const size_t nc = sq->n_chunks;
     const size_t R = sq->lq * pl->G, Dv = pl->Dv, stride = pl->R * (Dv + 2);
     const float *st = pl->partial + (sq->part0 + kvh * nc) * stride;
     float *ws = pl->ws + thread * pl->ws_stride;

@@ -18,14 +18,14 @@ static size_t seq_lk(const sdpa_params *p, size_t b)
     return p->cu_kv ? p->cu_kv[b + 1] - p->cu_kv[b] : p->kv_lens ? p->kv_lens[b] : p->kv_len;
 }
 
-/* The last sequence whose first entry (an item or a merge group) is <= t: the one holding t,
-   since a sequence with none shares its first entry with the next. */
-size_t sdpa_seq_of(const plan *pl, size_t t, bool groups)
+/* The last sequence whose first item is <= t: the one holding item t, since a sequence with
+   none shares its first item with the next. */
+size_t sdpa_seq_of(const plan *pl, size_t t)
 {
     size_t lo = 0, hi = pl->B - 1;
     while (lo < hi) {
         const size_t mid = lo + (hi - lo + 1) / 2;
-        if ((groups ? pl->seq[mid].grp0 : pl->seq[mid].item0) <= t)
+        if (pl->seq[mid].item0 <= t)
             lo = mid;
         else
             hi = mid - 1;
@@ -37,7 +37,7 @@ size_t sdpa_seq_of(const plan *pl, size_t t, bool groups)
 item sdpa_item_at(const plan *pl, size_t t)
 {
     item it;
-    it.b = sdpa_seq_of(pl, t, false);
+    it.b = sdpa_seq_of(pl, t);
     it.sq = &pl->seq[it.b];
     it.local = t - it.sq->item0;
     size_t u = it.local;

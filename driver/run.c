@@ -231,9 +231,9 @@ void sdpa_run_item(void *arg, size_t t, size_t thread)
         /* the group's last chunk to finish merges it: the counter's release-acquire chain makes
            every chunk's partial state visible to that thread, whichever it is, and the merge
            reads the parts in chunk order, so the result is the same on any thread count */
-        const size_t grp = sq->grp0 + it.kvh;
-        if (atomic_fetch_add_explicit(&pl->done[grp], 1, memory_order_acq_rel) + 1 == sq->n_chunks)
-            sdpa_merge_group(arg, grp, thread);
+        if (atomic_fetch_add_explicit(&pl->done[sq->grp0 + it.kvh], 1, memory_order_acq_rel) + 1 ==
+            sq->n_chunks)
+            sdpa_merge_group(pl, it.b, it.kvh, thread);
         return;
     }
     for (size_t r = 0; r < R; r++)
@@ -274,13 +274,21 @@ float *sdpa_caller_workspace(const sdpa_params *p, size_t bytes)
     return p->workspace_bytes >= pad && p->workspace_bytes - pad >= bytes ? (float *)base : NULL;
 }
 
-/* Lays a plan's scratch out in ws (64-byte aligned) and writes its sequence table there. */
-void sdpa_attach_workspace(plan *pl, float *ws)
+/* Points a plan's views (partial states, sequence table, merge counters) into its scratch ws,
+   laid out as planned. */
+void sdpa_plan_views(plan *pl, float *ws)
 {
     pl->ws = ws;
     pl->partial = pl->ws + pl->partial_off;
     pl->seq = (seqinfo *)(void *)(pl->ws + pl->seq_off);
     pl->done = (atomic_uint *)(void *)(pl->ws + pl->done_off);
+}
+
+/* Lays a plan's scratch out in ws (64-byte aligned), writes its sequence table there and zeroes
+   its merge counters. */
+void sdpa_attach_workspace(plan *pl, float *ws)
+{
+    sdpa_plan_views(pl, ws);
     size_t n_items, n_parts, n_groups;
     (void)sdpa_walk_seqs(pl, &n_items, &n_parts, &n_groups); /* as planned: the counts fit */
     for (size_t g = 0; g < n_groups; g++) atomic_init(&pl->done[g], 0);

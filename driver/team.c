@@ -134,11 +134,8 @@ sdpa_status sdpa_impl_forward_team(const sdpa_impl *impl, const sdpa_params *p,
         return s;
     }
     if (ith != 0) {
-        /* the layout is the same on every thread; the sequence table is thread 0's */
-        pl.ws = t->ws;
-        pl.partial = pl.ws + pl.partial_off;
-        pl.seq = (seqinfo *)(void *)(pl.ws + pl.seq_off);
-        pl.done = (atomic_uint *)(void *)(pl.ws + pl.done_off);
+        /* the layout is the same on every thread; the sequence table and counters are thread 0's */
+        sdpa_plan_views(&pl, t->ws);
     }
     claim_all(&t->next_item, pl.n_items, sdpa_run_item, &pl, ith); /* merges included */
     void *own = t->own;
