@@ -22,6 +22,9 @@
 #ifndef DECODE_PV_KB
 #define DECODE_PV_KB 0
 #endif
+#ifndef DECODE_ILV_TURN
+#define DECODE_ILV_TURN 0
+#endif
 #ifndef DECODE_Q_BLOCK
 #define DECODE_Q_BLOCK 0
 #endif
@@ -105,6 +108,7 @@
                .decode_block_few = DECODE_BLOCK_FEW,                                               \
                .decode_pf_keys = DECODE_PF_KEYS,                                                   \
                .decode_pv_kb = DECODE_PV_KB,                                                       \
+               .decode_ilv_turn = DECODE_ILV_TURN,                                                 \
                .decode_q_block = DECODE_Q_BLOCK,                                                   \
                .decode_q_pf_keys = DECODE_Q_PF_KEYS,                                               \
                .decode_q_pf_paged = DECODE_Q_PF_PAGED,                                             \

@@ -22,6 +22,10 @@
 #define DECODE_PF_KEYS                                                                             \
     32 /* prefetch distance: far enough to cover memory latency, near enough for L1 */
 #define DECODE_PV_KB 32 /* keys per P·V sub-block: their V rows stay in L1 across column passes */
+/* keys per turn of decode_values_ilv over contiguous rows (paged units turn a sub-block):
+   shorter than a sub-block, so that K and V requests alternate in finer steps and the rows
+   requested a turn ahead take less of L1 */
+#define DECODE_ILV_TURN 16
 /* most rows per KV head whose decode scores the next block among a block's P·V
    (decode_values_ilv): counts bound by memory, where K and V streaming together pays */
 #define DECODE_ILV_ROWS 4

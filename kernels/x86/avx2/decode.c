@@ -9,7 +9,7 @@
  * place, converted in registers, and every load is shared by all rows: scores as dot products
  * along d (rows x keys accumulators, reduced at the end), values as rows x columns accumulators
  * over the block's keys. With at most DECODE_ILV_ROWS rows the P·V of a block and the scores of
- * the next go in alternating turns of DECODE_PV_KB keys, so that both arrays stream together
+ * the next go in alternating turns of DECODE_ILV_TURN keys, so that both arrays stream together
  * (decode_values_ilv).
  */
 
@@ -455,7 +455,7 @@ DECODE_FNS(PV_DECODE_FN)
 static pv_avx2_decode_fn *const pv_avx2_decode_fns[3][DECODE_MAX_ROWS + 1] =
     DECODE_TABLE(pv_avx2_decode);
 
-/* A P·V turn of decode_values_ilv (R <= DECODE_ILV_ROWS): one sub-block (nb <= DECODE_PV_KB
+/* A P·V turn of decode_values_ilv (R <= DECODE_ILV_ROWS): one turn (nb <= DECODE_PV_KB
    keys) in the column panels of pv_avx2_decode_block, the runs of ip its only requests (pf.end
    0: none of the tiles' own), a share per column pass; with pages vp, V through a paged unit's
    pages (see pv_avx2_decode_tile), a turn of any length. */
@@ -692,6 +692,13 @@ static void decode_values_pages(decode_ctx *c, const sdpa_rows *w, size_t r0, si
     }
 }
 
+/* Keys per turn of decode_values_ilv: DECODE_ILV_TURN over a view's own rows; a paged unit's
+   pieces keep turns of a sub-block, two 16-key pages (decode_values_pages). */
+static inline size_t ilv_turn(const sdpa_rows *w)
+{
+    return w->piece_of ? DECODE_PV_KB : DECODE_ILV_TURN;
+}
+
 static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
                                const float *alpha, const float *S, size_t lds)
 {
@@ -702,7 +709,7 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]), o = (size_t)(S - c->S);
     sdpa_ilv_keys x;
     size_t a0, jn, nbn;
-    if (sdpa_ilv_plan(w, j0, nb, o, c->B, kend, DECODE_PV_KB, &c->pre, &x, &a0, &jn, &nbn) &&
+    if (sdpa_ilv_plan(w, j0, nb, o, c->B, kend, ilv_turn(w), &c->pre, &x, &a0, &jn, &nbn) &&
         c->ilv && r0 == 0 && sdpa_visible(w, 0, j0, nb) == nb) {
         decode_values_ilv(w, &x, j0, a0, nb, jn, nbn, c->S + o, alpha, lds);
         sdpa_ilv_scored(&c->pre, w, o, jn, nbn);

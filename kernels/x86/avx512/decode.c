@@ -13,7 +13,7 @@
  * each V vector converted once in a register and used by every row, the accumulators of R rows
  * x NV column vectors in registers (decode_pv.h). K and V are requested ahead of their use, in
  * address order (decode_pf.h); with at most DECODE_ILV_ROWS rows the P·V of a block and the
- * scores of the next go in alternating turns of DECODE_PV_KB keys, so that both arrays stream
+ * scores of the next go in alternating turns of DECODE_ILV_TURN keys, so that both arrays stream
  * together (decode_values_ilv).
  */
 
@@ -72,12 +72,12 @@ static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, si
     c->qpk = *S + R * DECODE_LDS;  /* aligned */
     c->S = *S;
     c->ilv = R <= DECODE_ILV_ROWS && !sdpa_is_variant(w);
-    c->ilv_pages = c->ilv && w->piece_of && sdpa_ilv_pages_ok(w->piece_of, DECODE_PV_KB);
+    c->ilv_pages = c->ilv && w->piece_of && sdpa_ilv_pages_ok(w->piece_of, DECODE_ILV_TURN);
     /* a paged block's P·V in sub-blocks over two pages, rather than a call per 16-key page
        (each reloading and storing the rows' accumulators); with one or two rows outside the
        turns the scores already request each page's V rows, and the call per page is kept */
     c->pv_pages =
-        (c->ilv || !c->other) && w->piece_of && 2 * w->piece_of->pages->size == DECODE_PV_KB;
+        (c->ilv || !c->other) && w->piece_of && 2 * w->piece_of->pages->size == DECODE_ILV_TURN;
     c->pre.n = 0;
     for (size_t r = 0; r < DECODE_MAX_ROWS; r++) c->qr[r] = w->q + sdpa_min(r, R - 1) * d;
     const size_t RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8;
@@ -184,16 +184,18 @@ static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, const sdpa_ilv_
     }
 }
 
-/* The P·V of a paged unit's block, keys [j0, j0 + nb) of w (pages of DECODE_PV_KB / 2 keys), in
-   one pass through the pages rather than a call per page: with the turns (c->ilv) as
-   decode_values_ilv's turns of DECODE_PV_KB keys, each scoring the next block's keys at the same
+/* The P·V of a paged unit's block, keys [j0, j0 + nb) of w (pages of DECODE_ILV_TURN / 2 keys),
+   in one pass through the pages rather than a call per page: with the turns (c->ilv) as
+   decode_values_ilv's turns of DECODE_ILV_TURN keys, each scoring the next block's keys at the same
    place, when the next block lies whole before the rows' end and every row sees this one (all
    but a unit's last block); else in sub-blocks of DECODE_PV_KB keys, each requesting the V rows
    of the next. The results are bitwise those of the call per page. */
+/* its sub-blocks are turns, and decode_pv.h cuts a block's P·V at both */
+_Static_assert(DECODE_ILV_TURN == DECODE_PV_KB, "AVX-512 turns are P·V sub-blocks");
 static void decode_values_pages(decode_ctx *c, const sdpa_rows *w, size_t j0, size_t nb,
                                 const float *alpha, size_t *valid)
 {
-    const size_t R = w->rows, T = DECODE_PV_KB;
+    const size_t R = w->rows, T = DECODE_ILV_TURN;
     const sdpa_ilv_keys x = {w->pages, NULL, NULL, c->kend, T};
     const size_t jn = j0 + nb, nbn = jn < c->kend ? sdpa_page_block(w, jn, c->NB) : 0;
     c->pre.n = 0;
@@ -224,7 +226,7 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     }
     sdpa_ilv_keys x;
     size_t a0, jn, nbn;
-    if (sdpa_ilv_plan(w, j0, nb, o, c->NB, c->kend, DECODE_PV_KB, &c->pre, &x, &a0, &jn, &nbn) &&
+    if (sdpa_ilv_plan(w, j0, nb, o, c->NB, c->kend, DECODE_ILV_TURN, &c->pre, &x, &a0, &jn, &nbn) &&
         c->ilv && valid[0] == nb) {
         decode_values_ilv(c, w, &x, j0, a0, nb, jn, nbn, c->S + o, alpha, valid);
         sdpa_ilv_scored(&c->pre, w, o, jn, nbn);
