@@ -21,8 +21,11 @@
 #define QUANT_ROWS      DECODE_MAX_ROWS /* K or V in a block format in place: decode_q.h */
 #define DECODE_PF_KEYS                                                                             \
     32 /* prefetch distance: far enough to cover memory latency, near enough for L1 */
-#define DECODE_PV_KB    32 /* keys per P·V sub-block: their V rows (a few KB) stay in L1 */
-#define DECODE_ILV_TURN DECODE_PV_KB /* keys per turn of decode_values_ilv: a sub-block */
+#define DECODE_PV_KB 32 /* keys per P·V sub-block: their V rows (a few KB) stay in L1 */
+/* keys per turn of decode_values_ilv over contiguous f32 or f16 V (bf16 V and paged units turn
+   a sub-block): K and V requests alternate in finer steps, and the rows requested a turn ahead
+   take less of L1 */
+#define DECODE_ILV_TURN 16
 /* most rows per KV head whose decode scores the next block among a block's P·V
    (decode_values_ilv): memory-bound counts, where K and V streaming together pays; with more
    rows the FMAs bind and the turns cost more than they give */

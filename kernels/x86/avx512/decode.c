@@ -72,12 +72,12 @@ static inline size_t loop_begin(decode_ctx *c, const sdpa_rows *w, float **S, si
     c->qpk = *S + R * DECODE_LDS;  /* aligned */
     c->S = *S;
     c->ilv = R <= DECODE_ILV_ROWS && !sdpa_is_variant(w);
-    c->ilv_pages = c->ilv && w->piece_of && sdpa_ilv_pages_ok(w->piece_of, DECODE_ILV_TURN);
+    c->ilv_pages = c->ilv && w->piece_of && sdpa_ilv_pages_ok(w->piece_of, DECODE_PV_KB);
     /* a paged block's P·V in sub-blocks over two pages, rather than a call per 16-key page
        (each reloading and storing the rows' accumulators); with one or two rows outside the
        turns the scores already request each page's V rows, and the call per page is kept */
     c->pv_pages =
-        (c->ilv || !c->other) && w->piece_of && 2 * w->piece_of->pages->size == DECODE_ILV_TURN;
+        (c->ilv || !c->other) && w->piece_of && 2 * w->piece_of->pages->size == DECODE_PV_KB;
     c->pre.n = 0;
     for (size_t r = 0; r < DECODE_MAX_ROWS; r++) c->qr[r] = w->q + sdpa_min(r, R - 1) * d;
     const size_t RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8;
@@ -190,12 +190,10 @@ static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, const sdpa_ilv_
    place, when the next block lies whole before the rows' end and every row sees this one (all
    but a unit's last block); else in sub-blocks of DECODE_PV_KB keys, each requesting the V rows
    of the next. The results are bitwise those of the call per page. */
-/* its sub-blocks are turns, and decode_pv.h cuts a block's P·V at both */
-_Static_assert(DECODE_ILV_TURN == DECODE_PV_KB, "AVX-512 turns are P·V sub-blocks");
 static void decode_values_pages(decode_ctx *c, const sdpa_rows *w, size_t j0, size_t nb,
                                 const float *alpha, size_t *valid)
 {
-    const size_t R = w->rows, T = DECODE_ILV_TURN;
+    const size_t R = w->rows, T = DECODE_PV_KB;
     const sdpa_ilv_keys x = {w->pages, NULL, NULL, c->kend, T};
     const size_t jn = j0 + nb, nbn = jn < c->kend ? sdpa_page_block(w, jn, c->NB) : 0;
     c->pre.n = 0;
@@ -212,6 +210,15 @@ static void decode_values_pages(decode_ctx *c, const sdpa_rows *w, size_t j0, si
     }
 }
 
+/* Keys per turn of decode_values_ilv: DECODE_ILV_TURN over a view's own rows, else a P·V
+   sub-block: through a paged unit's pages (decode_values_pages), and for bf16 V, whose P·V tiles
+   permute the rows' accumulators at each call (PV_BF16_PAIRS), once per turn. */
+_Static_assert(DECODE_PV_KB % DECODE_ILV_TURN == 0, "a turn is a part of a P·V sub-block");
+static inline size_t ilv_turn(const sdpa_rows *w)
+{
+    return w->piece_of || w->v_type == SDPA_BF16 ? DECODE_PV_KB : DECODE_ILV_TURN;
+}
+
 static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
                                const float *alpha, const float *S, size_t lds)
 {
@@ -226,7 +233,7 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     }
     sdpa_ilv_keys x;
     size_t a0, jn, nbn;
-    if (sdpa_ilv_plan(w, j0, nb, o, c->NB, c->kend, DECODE_ILV_TURN, &c->pre, &x, &a0, &jn, &nbn) &&
+    if (sdpa_ilv_plan(w, j0, nb, o, c->NB, c->kend, ilv_turn(w), &c->pre, &x, &a0, &jn, &nbn) &&
         c->ilv && valid[0] == nb) {
         decode_values_ilv(c, w, &x, j0, a0, nb, jn, nbn, c->S + o, alpha, valid);
         sdpa_ilv_scored(&c->pre, w, o, jn, nbn);
