@@ -184,9 +184,9 @@ static void decode_values_ilv(decode_ctx *c, const sdpa_rows *w, const sdpa_ilv_
     }
 }
 
-/* The P·V of a paged unit's block, keys [j0, j0 + nb) of w (pages of DECODE_ILV_TURN / 2 keys),
-   in one pass through the pages rather than a call per page: with the turns (c->ilv) as
-   decode_values_ilv's turns of DECODE_ILV_TURN keys, each scoring the next block's keys at the same
+/* The P·V of a paged unit's block, keys [j0, j0 + nb) of w (pages of DECODE_PV_KB / 2 keys), in
+   one pass through the pages rather than a call per page: with the turns (c->ilv) as
+   decode_values_ilv's turns of DECODE_PV_KB keys, each scoring the next block's keys at the same
    place, when the next block lies whole before the rows' end and every row sees this one (all
    but a unit's last block); else in sub-blocks of DECODE_PV_KB keys, each requesting the V rows
    of the next. The results are bitwise those of the call per page. */
