@@ -330,14 +330,15 @@ SDPA_INLINE void qd_scores_fast_y(int R, sdpa_dtype kt, const sdpa_rows *w, cons
 /* --- 512-bit forms (the avx512 files): a block is two vectors ----------------------------- */
 
 /* Exact scores of R rows (the tile shaped for RP in {1, 2, 4, 8} rows; the padding rows' lanes
-   take no arithmetic and stay 0, never stored) against keys [j0, j0 + nb) of a quantized K,
-   tiles of NK = 16 / RP keys: 16 accumulators that one shuffle tree (reduce16, PERM16) reduces
-   to row r's score of key i in lane r NK + i, a sum of accumulator r NK + i's lanes alone. */
-SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, const sdpa_rows *w, size_t j0, size_t nb,
-                             float *S, size_t lds)
+   take no arithmetic and stay 0, never stored) against keys [j0, j0 + nb) of a quantized K of
+   head dim d, tiles of NK = 16 / RP keys: 16 accumulators that one shuffle tree (reduce16,
+   PERM16) reduces to row r's score of key i in lane r NK + i, a sum of accumulator r NK + i's
+   lanes alone. */
+SDPA_INLINE void qd_scores_z(int R, sdpa_dtype kt, size_t d, const sdpa_rows *w, size_t j0,
+                             size_t nb, float *S, size_t lds)
 {
     const int RP = R == 1 ? 1 : R == 2 ? 2 : R <= 4 ? 4 : 8, NK = 16 / RP;
-    const size_t d = w->d, bb = sdpa_block_bytes(kt);
+    const size_t bb = sdpa_block_bytes(kt);
     const float *qr[8];
     for (int r = 0; r < R; r++) qr[r] = w->q + (size_t)r * d;
     for (size_t j = 0; j < nb; j += (size_t)NK) {
@@ -600,7 +601,13 @@ SDPA_INLINE void qd_scores_r(int R, sdpa_dtype kt, const sdpa_rows *w, const int
     }
 #ifdef __AVX512F__
     if (sdpa_dtype_quantized(kt)) {
-        qd_scores_z(R, kt, w, j0, nb, S, lds);
+        /* a head dim of 128, the most common, as a constant: a key row's four blocks unrolled
+           and the query rows' vectors at constant offsets, which took 3-6 % off the exact q8_0
+           decode (the fast tiles and AVX2's gained nothing measurable) */
+        if (w->d == 128)
+            qd_scores_z(R, kt, 128, w, j0, nb, S, lds);
+        else
+            qd_scores_z(R, kt, w->d, w, j0, nb, S, lds);
         return;
     }
 #endif
