@@ -601,9 +601,10 @@ SDPA_INLINE void qd_scores_r(int R, sdpa_dtype kt, const sdpa_rows *w, const int
     }
 #ifdef __AVX512F__
     if (sdpa_dtype_quantized(kt)) {
-        /* a head dim of 128, the most common, as a constant: a key row's four blocks unrolled
-           and the query rows' vectors at constant offsets, which took 3-6 % off the exact q8_0
-           decode (the fast tiles and AVX2's gained nothing measurable) */
+        /* a head dim of 128, the most common, as a constant: a key row's four blocks unroll and
+           the query rows' vectors sit at constant offsets, so the loop no longer holds a trip
+           count and a pointer per row in registers its accumulators need (only this tile was
+           short of them) */
         if (w->d == 128)
             qd_scores_z(R, kt, 128, w, j0, nb, S, lds);
         else
