@@ -20,7 +20,7 @@ static const struct tuning_field {
     TUNING_FIELD(decode_pf_keys, "software-prefetch distance of the decode streams, in keys"),
     TUNING_FIELD(decode_pv_kb, "keys per decode P.V sub-block (their V rows stay in L1)"),
     TUNING_FIELD(decode_ilv_turn, "keys per turn of a few-row decode that alternates a block's "
-                                  "P.V with the next block's scores (contiguous K/V)"),
+                                  "P.V with the next block's scores (contiguous K/V, page pieces)"),
     TUNING_FIELD(decode_q_block, "keys per block of the block-format decode path, at most"),
     TUNING_FIELD(decode_q_pf_keys,
                  "software-prefetch distance of the block-format decode, in keys"),

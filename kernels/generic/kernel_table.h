@@ -166,8 +166,9 @@ typedef struct sdpa_tuning {
     size_t decode_pf_keys;     /* software-prefetch distance of the decode streams, in keys */
     size_t decode_pv_kb;       /* keys per decode P·V sub-block (their V rows stay in L1) */
     size_t decode_ilv_turn;    /* keys per turn when a few-row decode alternates a block's P·V
-                                  with the next block's scores over contiguous K/V
-                                  (decode_values_ilv; paged units turn a P·V sub-block) */
+                                  with the next block's scores over contiguous K/V or a page's
+                                  piece (decode_values_ilv; a 16-key-paged unit's whole block
+                                  turns a P·V sub-block, two pages) */
     size_t decode_q_block;     /* keys per block of the block-format decode path (at most) */
     size_t decode_q_pf_keys;   /* software-prefetch distance of that path, in keys */
     size_t decode_q_pf_paged;  /* ... through short pages, read a block at a time */

@@ -692,13 +692,6 @@ static void decode_values_pages(decode_ctx *c, const sdpa_rows *w, size_t r0, si
     }
 }
 
-/* Keys per turn of decode_values_ilv: DECODE_ILV_TURN over a view's own rows; a paged unit's
-   pieces keep turns of a sub-block, two 16-key pages (decode_values_pages). */
-static inline size_t ilv_turn(const sdpa_rows *w)
-{
-    return w->piece_of ? DECODE_PV_KB : DECODE_ILV_TURN;
-}
-
 static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
                                const float *alpha, const float *S, size_t lds)
 {
@@ -709,7 +702,9 @@ static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, siz
     const size_t kend = sdpa_min(w->kv_end, w->kv_limit[w->rows - 1]), o = (size_t)(S - c->S);
     sdpa_ilv_keys x;
     size_t a0, jn, nbn;
-    if (sdpa_ilv_plan(w, j0, nb, o, c->B, kend, ilv_turn(w), &c->pre, &x, &a0, &jn, &nbn) &&
+    /* turns of DECODE_ILV_TURN over a view's own rows or a page's piece (a paged unit's whole
+       block, decode_values_pages, takes turns of a sub-block: two 16-key pages) */
+    if (sdpa_ilv_plan(w, j0, nb, o, c->B, kend, DECODE_ILV_TURN, &c->pre, &x, &a0, &jn, &nbn) &&
         c->ilv && r0 == 0 && sdpa_visible(w, 0, j0, nb) == nb) {
         decode_values_ilv(w, &x, j0, a0, nb, jn, nbn, c->S + o, alpha, lds);
         sdpa_ilv_scored(&c->pre, w, o, jn, nbn);

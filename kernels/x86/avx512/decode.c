@@ -210,13 +210,15 @@ static void decode_values_pages(decode_ctx *c, const sdpa_rows *w, size_t j0, si
     }
 }
 
-/* Keys per turn of decode_values_ilv: DECODE_ILV_TURN over a view's own rows, else a P·V
-   sub-block: through a paged unit's pages (decode_values_pages), and for bf16 V, whose P·V tiles
-   permute the rows' accumulators at each call (PV_BF16_PAIRS), once per turn. */
+/* Keys per turn of decode_values_ilv over a view's own rows or a page's piece: DECODE_ILV_TURN,
+   half a P·V sub-block, so that fewer K and V rows share the L1's sets when the two arrays lie
+   at the same address modulo 4 KiB; a P·V sub-block for bf16 V, whose P·V tiles permute the
+   rows' accumulators at each call (PV_BF16_PAIRS), once per turn. (A paged unit's whole block,
+   decode_values_pages, takes turns of a sub-block: two 16-key pages.) */
 _Static_assert(DECODE_PV_KB % DECODE_ILV_TURN == 0, "a turn is a part of a P·V sub-block");
 static inline size_t ilv_turn(const sdpa_rows *w)
 {
-    return w->piece_of || w->v_type == SDPA_BF16 ? DECODE_PV_KB : DECODE_ILV_TURN;
+    return w->v_type == SDPA_BF16 ? DECODE_PV_KB : DECODE_ILV_TURN;
 }
 
 static inline void loop_values(decode_ctx *c, const sdpa_rows *w, size_t r0, size_t j0, size_t nb,
