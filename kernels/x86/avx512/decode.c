@@ -211,10 +211,11 @@ static void decode_values_pages(decode_ctx *c, const sdpa_rows *w, size_t j0, si
 }
 
 /* Keys per turn of decode_values_ilv over a view's own rows or a page's piece: DECODE_ILV_TURN,
-   half a P·V sub-block, so that fewer K and V rows share the L1's sets when the two arrays lie
-   at the same address modulo 4 KiB; a P·V sub-block for bf16 V, whose P·V tiles permute the
-   rows' accumulators at each call (PV_BF16_PAIRS), once per turn. (A paged unit's whole block,
-   decode_values_pages, takes turns of a sub-block: two 16-key pages.) */
+   half a P·V sub-block, so that fewer rows of each array are in use at once (the longer turns
+   ran slower where K and V lie at the same address modulo 4 KiB); a P·V sub-block for bf16 V,
+   whose P·V tiles permute the rows' accumulators at each call (PV_BF16_PAIRS), once per turn.
+   (A paged unit's whole block, decode_values_pages, takes turns of a sub-block: two 16-key
+   pages.) */
 _Static_assert(DECODE_PV_KB % DECODE_ILV_TURN == 0, "a turn is a part of a P·V sub-block");
 static inline size_t ilv_turn(const sdpa_rows *w)
 {
